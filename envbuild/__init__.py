@@ -1,0 +1,1 @@
+"""envbuild: PyTorch + Transformers containers for every accelerator."""

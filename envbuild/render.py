@@ -1,0 +1,123 @@
+"""Validated backends -> Dockerfile text, written atomically and checked for staleness."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .matrix import Backend, Matrix
+
+TEMPLATES = Path(__file__).parent / "templates"
+VENV = "/opt/venv"
+CONSTRAINTS = "/opt/envbuild/constraints.txt"
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+def dockerfile_name(backend: Backend) -> str:
+    return f"{backend.name}.Dockerfile"
+
+
+def render_backend(matrix: Matrix, backend: Backend) -> str:
+    """The Dockerfile for one containerizable backend; same input, same bytes."""
+    # torch from pip goes into a venv of our own; a vendor's torch stays in the vendor's environment
+    # (a venv made on top of it would not see packages of a base that is itself a venv).
+    own_venv = backend.torch.source == "pip"
+    expect = [("torch", backend.torch.version)]
+    if backend.plugin:
+        expect.append((backend.plugin.package, backend.plugin.version))
+    expect += [("transformers", matrix.transformers), ("accelerate", matrix.accelerate)]
+    text = _env.get_template("Dockerfile.j2").render(
+        b=backend,
+        image=matrix.image,
+        matrix_name=Path(matrix.path).name,
+        transformers=matrix.transformers,
+        accelerate=matrix.accelerate,
+        pins=sorted(backend.pins.items()),
+        expect=expect,
+        venv=VENV if own_venv else "",
+        python=f"{VENV}/bin/python" if own_venv else backend.python.executable,
+        pip=f"{VENV}/bin/pip" if own_venv else f"{backend.python.executable} -m pip",
+        constraints=CONSTRAINTS,
+        version_tag=matrix.tags(backend)[1].rsplit(":", 1)[1],
+    )
+    # Collapse runs of blank lines left by optional blocks, so output reads as if hand-written.
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.strip() or (lines and lines[-1].strip()):
+            lines.append(line.rstrip())
+    return "\n".join(lines).strip() + "\n"
+
+
+def render(matrix: Matrix, backends: list[Backend]) -> dict[str, str]:
+    return {dockerfile_name(b): render_backend(matrix, b) for b in backends}
+
+
+def write_atomic(path: Path, text: str) -> bool:
+    """Write only when the content changes; a crash mid-write leaves the old file whole."""
+    data = text.encode("utf-8")
+    if path.exists() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+@dataclass(frozen=True)
+class Difference:
+    name: str
+    kind: str  # "stale", "missing" or "extra"
+    summary: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.name}{' (' + self.summary + ')' if self.summary else ''}"
+
+
+def write(rendered: dict[str, str], output: Path) -> list[str]:
+    """Write every file; returns the names that changed."""
+    return [name for name, text in rendered.items() if write_atomic(output / name, text)]
+
+
+def check(rendered: dict[str, str], output: Path, *, complete: bool) -> list[Difference]:
+    """Compare the rendered text with what is on disk; `complete` also reports extra Dockerfiles."""
+    diffs: list[Difference] = []
+    for name, text in rendered.items():
+        path = output / name
+        if not path.exists():
+            diffs.append(Difference(name, "missing", ""))
+            continue
+        current = path.read_text(encoding="utf-8")
+        if current != text:
+            changed = [
+                ln for ln in difflib.unified_diff(current.splitlines(), text.splitlines(), lineterm="", n=0)
+                if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
+            ]
+            first = changed[0] if changed else ""
+            diffs.append(Difference(name, "stale", f"{len(changed)} line(s) differ, first: {first[:100]}"))
+    if complete and output.is_dir():
+        for path in sorted(output.glob("*.Dockerfile")):
+            if path.name not in rendered:
+                diffs.append(Difference(path.name, "extra", "no backend in the matrix renders it"))
+    return diffs

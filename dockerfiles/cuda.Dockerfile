@@ -24,17 +24,19 @@ RUN python3 -m venv /opt/venv \
 # torch first: the largest layer and the one that changes least.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
-    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
-    && /opt/venv/bin/pip install --find-links /run/wheelhouse --index-url https://download.pytorch.org/whl/cu132 "torch==2.15.0"
+    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+    && /opt/venv/bin/pip install --find-links /run/wheelhouse --index-url "https://download.pytorch.org/whl/cu132" "torch==2.15.0"
 
 # transformers and accelerate last, so a bump of either rebuilds only this small layer.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
-    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
+    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && /opt/venv/bin/pip install --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt \
         "transformers==5.23.0" "accelerate==1.15.0"
 

@@ -17,9 +17,10 @@ RUN mkdir -p /opt/envbuild \
 # transformers and accelerate last, so a bump of either rebuilds only this small layer.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
-    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
+    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export PIP_BREAK_SYSTEM_PACKAGES=1 \
     && python3 -m pip install --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt \
         "transformers==5.23.0" "accelerate==1.15.0"

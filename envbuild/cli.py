@@ -146,6 +146,142 @@ def show(backend: str, as_json: bool, matrix_path: str, overrides: tuple[str, ..
     click.echo(report.describe(detail))
 
 
+def _backend_names(backends: tuple[str, ...]) -> list[str]:
+    names = [n.strip() for b in backends for n in b.split(",") if n.strip()]
+    if not names:
+        raise click.UsageError("say which backend: --backend NAME (or --backend all)")
+    return names
+
+
+def _write_output(path: str, text: str) -> None:
+    from .render import write_atomic
+
+    write_atomic(Path(path), text)
+
+
+@cli.command()
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to build, or 'all' (repeatable).")
+@_matrix_options
+@click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable).")
+@click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path), help="A folder of wheels pip may use besides the indexes.")
+@click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT].")
+@click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle.")
+@click.option("--netrc", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="A netrc file with package index credentials, passed as a BuildKit secret.")
+@click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="Passed to the build (repeatable).")
+@click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
+@click.option("--no-cache", is_flag=True, help="Build every layer afresh.")
+@click.option("--platform", help="Target platform, e.g. linux/arm64 (passed to the builder).")
+@click.option("--builder", help="A buildx builder to use, e.g. a remote BuildKit (needs buildx).")
+@click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, e.g. type=registry,ref=REG/cache:cpu (repeatable).")
+@click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export (needs buildx; repeatable).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the build results as JSON to this file.")
+@click.option("--verbose", "-v", is_flag=True, help="Show the builder's full output.")
+def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_ca_bundle, netrc, build_args, tags, labels,
+          no_cache, platform, builder, cache_from, cache_to, json_path, verbose) -> None:
+    """Build the image of one backend (or all) with BuildKit on the local Docker engine.
+
+    The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
+    build succeeded: a failed build never moves an existing tag. The full log is kept under
+    .envbuild/logs/ and its path is printed on failure. With several backends the build goes on past a
+    failure, prints a summary and exits 1 if any failed.
+
+    \b
+    Example (a plain Debian base and a local torch wheel):
+      envbuild build --backend cpu --set backends.cpu.base_image=localhost:5000/debian:bookworm \\
+          --set backends.cpu.torch.version=2.13.0 --wheelhouse ./wheels
+    """
+    from . import build as b
+    from . import report
+
+    m = _load(matrix_path, overrides)
+    chosen = m.select(_backend_names(backends))
+    if tags and len(chosen) > 1:
+        raise click.UsageError("--tag needs a single backend")
+    opts = b.BuildOptions(
+        wheelhouse=wheelhouse,
+        ca_bundle=None if no_ca_bundle else (ca_bundle or b.default_ca_bundle()),
+        netrc=netrc,
+        tags=tags,
+        build_args=build_args,
+        labels=labels,
+        no_cache=no_cache,
+        platform=platform,
+        builder=builder,
+        cache_from=cache_from,
+        cache_to=cache_to,
+    )
+    if opts.ca_bundle and not opts.ca_bundle.is_file():
+        raise b.BuildError(f"CA bundle {opts.ca_bundle} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    results = []
+    for backend in chosen:
+        try:
+            result = b.build(m, backend, opts, mirrors=mirrors, echo=echo, verbose=verbose)
+        except b.BuildError as exc:
+            if len(chosen) == 1:
+                raise
+            result = b.BuildResult(backend=backend.name, ok=False, tags=[], error=str(exc))
+        results.append(result)
+        if result.ok:
+            click.echo(f"{backend.name}: built {result.image_id[:19]} in {result.seconds:.0f}s, tagged {', '.join(result.tags)}")
+        else:
+            click.secho(f"{backend.name}: build FAILED: {result.error}", fg="red", err=True)
+            if result.log:
+                click.echo(f"{backend.name}: full log: {result.log}", err=True)
+    if json_path:
+        _write_output(json_path, json.dumps([r.to_json() for r in results], indent=2) + "\n")
+    if len(results) > 1:
+        rows = [{"backend": r.backend, "result": "ok" if r.ok else "FAILED", "seconds": f"{r.seconds:.0f}", "image": r.tags[0] if r.ok else (r.error or "")[:70]} for r in results]
+        click.echo(report.table(rows, ["backend", "result", "seconds", "image"]))
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to test, or 'all' (repeatable).")
+@click.option("--image", help="Image to test [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--model", default="synthetic", show_default=True, help="'synthetic' (a tiny random model, offline), a local model directory (mounted read-only) or a hub id.")
+@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds before the container is stopped and the smoke fails.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result (with the probe's report) as JSON.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
+@_matrix_options
+def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, overrides) -> None:
+    """Start the image with the backend's device flags and prove a model runs on the device.
+
+    Inside the container the probe imports the plugin, checks the device is visible (never falling back
+    to CPU), checks the pinned versions, loads the model with from_pretrained(..., device_map=DEVICE),
+    runs a forward pass (and greedy tokens for a causal LM) and compares with the CPU. The container is
+    always removed. Exit 0 only when every check passed.
+    """
+    from . import report
+    from . import smoke as s
+
+    m = _load(matrix_path, overrides)
+    chosen = m.select(_backend_names(backends))
+    if image and len(chosen) > 1:
+        raise click.UsageError("--image needs a single backend")
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    results = []
+    for backend in chosen:
+        try:
+            result = s.smoke(m, backend, image=image, model=model, timeout=timeout, echo=echo)
+        except s.SmokeError as exc:
+            if len(chosen) == 1 and not (json_path or junit_path):
+                raise
+            click.secho(f"Error: {exc}", fg="red", err=True)
+            result = s.SmokeResult(backend.name, image or m.tags(backend)[0], False, 0.0, None, error=str(exc))
+        results.append(result)
+        click.echo(report.smoke_summary(result))
+    if json_path:
+        doc = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
+        _write_output(json_path, json.dumps(doc, indent=2) + "\n")
+    if junit_path:
+        _write_output(junit_path, report.junit_xml(results))
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
 def main() -> None:
     cli(prog_name="envbuild")
 

@@ -39,7 +39,7 @@ _PATTERNS = {
         re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"),
         "an image repository without a tag, such as 'ghcr.io/org/envbuild'",
     ),
-    "url": (re.compile(r"^(?:https?|file)://[^\s\"'\\$`<>]+$"), "an http(s):// or file:// URL"),
+    "url": (re.compile(r"^(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!+,=%-]+$"), "an http(s):// or file:// URL without shell metacharacters"),
     "module": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$"), "a dotted module name"),
     "api": (re.compile(r"^torch(?:\.[A-Za-z_][A-Za-z0-9_]*)+$"), "a dotted torch API such as 'torch.cuda.is_available'"),
     "dist": (re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$"), "a Python distribution name"),
@@ -88,6 +88,8 @@ def _check_version(value: Any) -> tuple[Any, str | None]:
         return None, _type_message(value, "a version string") + " (quote it, e.g. \"2.13.0\")"
     if _CONTROL.search(value):
         return None, f"{value!r} contains a newline or control character (it would inject into a Dockerfile)"
+    if value != value.strip():
+        return None, f"{value!r} has leading or trailing spaces"
     try:
         Version(value)
     except InvalidVersion:
@@ -492,11 +494,19 @@ def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
             value = raw
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = raw.strip()  # versions such as 2.13 stay text
+        backends = tree.get("backends") if isinstance(tree, dict) else None
+        if path[0] == "backends" and len(path) > 2 and isinstance(backends, dict) and path[1] not in backends:
+            hint = difflib.get_close_matches(path[1], list(backends), n=1)
+            did_you_mean = f"did you mean '{hint[0]}'?" if hint else f"valid backends: {', '.join(backends)}"
+            loc.problems.append(Problem(where, None, f"unknown backend '{path[1]}' ({did_you_mean})"))
+            continue
         node = tree
         for i, part in enumerate(path[:-1]):
             if not isinstance(node, dict):
                 loc.problems.append(Problem(where, None, f"{_dotted(path[:i])} is not a mapping"))
                 break
+            if part not in node:
+                loc.override[path[: i + 1]] = where  # a section this --set created is its own
             node = node.setdefault(part, {})
         else:
             if not isinstance(node, dict):
@@ -515,15 +525,17 @@ def _validate_section(data: Any, schema: dict[str, _Field], path: Path_, loc: _L
         loc.at(path, f"{_dotted(path)}: {_type_message(data, 'a mapping')}")
         return None
     out: dict[str, Any] = {}
+    suggested: set[str] = set()  # a typo already reported: do not also call its target missing
     for key in data:
         if key not in schema:
             hint = difflib.get_close_matches(key, list(schema), n=1)
+            suggested.update(hint)
             did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else f" (known keys: {', '.join(schema)})"
             loc.at(path + (key,), f"unknown key '{key}' in {_dotted(path)}{did_you_mean}")
     for key, spec in schema.items():
         sub = path + (key,)
         if key not in data or data[key] is None and spec.required:
-            if spec.required:
+            if spec.required and key not in suggested:
                 loc.at(path, f"missing required key '{key}' in {_dotted(path)}")
             out[key] = spec.default
             continue
@@ -584,9 +596,10 @@ def _check_pairing(b: dict[str, Any], path: Path_, loc: _Located) -> None:
     if not plugin or not torch or not plugin.get("version") or not torch.get("version"):
         return
     pv, tv = Version(plugin["version"]), Version(torch["version"])
+    release = lambda v: (v.release + (0, 0, 0))[:3]  # noqa: E731  ("2.14" is 2.14.0)
     rule = plugin.get("pairing")
     where = path + ("plugin", "version")
-    if rule == "same-release" and pv.release[:3] != tv.release[:3]:
+    if rule == "same-release" and release(pv) != release(tv):
         loc.at(
             where,
             f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} "
@@ -611,22 +624,25 @@ def _check_pairing(b: dict[str, Any], path: Path_, loc: _Located) -> None:
         )
 
 
-def _check_backend(name: str, b: dict[str, Any], path: Path_, loc: _Located) -> None:
+def _check_backend(name: str, b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located) -> None:
+    """Rules across fields. `raw` tells a missing key from one that was present but invalid (already reported)."""
+    typo = lambda key: any(difflib.get_close_matches(k, [key], n=1) for k in raw if k not in _BACKEND)  # noqa: E731
     if b.get("containerizable"):
-        if not b.get("base_image"):
+        if "base_image" not in raw and not typo("base_image"):
             loc.at(path, f"missing required key 'base_image' in {_dotted(path)} (needed by a containerizable backend)")
-        if not b.get("ci"):
+        if "ci" not in raw and not typo("ci"):
             loc.at(path, f"missing required key 'ci' in {_dotted(path)} (runner labels for its CI jobs)")
         if any(p.startswith("darwin/") for p in b.get("platforms") or ()):
             loc.at(path + ("platforms",), f"{_dotted(path + ('platforms',))}: a container image cannot target darwin")
-    elif not b.get("reason"):
+    elif "reason" not in raw and not typo("reason"):
         loc.at(path, f"missing required key 'reason' in {_dotted(path)} (say why it cannot run in a container)")
     torch = b.get("torch") or {}
-    if torch.get("source") == "pip" and not torch.get("index_url") and b.get("containerizable"):
+    raw_torch = raw.get("torch") if isinstance(raw.get("torch"), dict) else {}
+    if torch.get("source") == "pip" and "index_url" not in raw_torch and b.get("containerizable") and torch.get("version"):
         loc.at(path + ("torch",), f"missing required key 'index_url' in {_dotted(path + ('torch',))} (torch comes from pip)")
-    if b.get("device") != "cpu" and not b.get("availability"):
+    if b.get("device") and b.get("device") != "cpu" and "availability" not in raw and not typo("availability"):
         loc.at(path, f"missing required key 'availability' in {_dotted(path)} (the API that proves the '{b.get('device')}' device)")
-    if b.get("plugin") and not b.get("import"):
+    if b.get("plugin") and "import" not in raw and not typo("import"):
         loc.at(path, f"missing required key 'import' in {_dotted(path)} (the module that registers the plugin's device)")
     _check_pairing(b, path, loc)
 
@@ -647,7 +663,7 @@ def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
             b = _validate_section(raw, _BACKEND, path, loc)
             if b is None:
                 continue
-            _check_backend(name, b, path, loc)
+            _check_backend(name, b, raw, path, loc)
             backends.append(_make_backend(name, b))
     elif "backends" in (data or {}):
         loc.at(("backends",), f"backends: {_type_message(backends_raw, 'a mapping of backend name -> settings')}")

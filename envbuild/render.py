@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jinja2
 
+from .errors import EnvbuildError
 from .matrix import Backend, Matrix
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -97,7 +98,14 @@ class Difference:
 
 def write(rendered: dict[str, str], output: Path) -> list[str]:
     """Write every file; returns the names that changed."""
-    return [name for name, text in rendered.items() if write_atomic(output / name, text)]
+    changed = []
+    for name, text in rendered.items():
+        try:
+            if write_atomic(output / name, text):
+                changed.append(name)
+        except OSError as exc:
+            raise EnvbuildError(f"cannot write {output / name}: {exc.strerror or exc}") from None
+    return changed
 
 
 def check(rendered: dict[str, str], output: Path, *, complete: bool) -> list[Difference]:

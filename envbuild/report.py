@@ -89,3 +89,45 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     out = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
     out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(out)
+
+
+def smoke_summary(result: Any) -> str:
+    """A few lines for people: one per check, then the verdict."""
+    lines = []
+    for ch in result.checks:
+        mark = "ok  " if ch.get("ok") else "FAIL"
+        lines.append(f"  {mark} {ch.get('name', '?'):<13} {ch.get('message', '')}")
+    verdict = "passed" if result.ok else "FAILED"
+    lines.append(f"{result.backend}: smoke {verdict} in {result.seconds:.1f}s ({result.image})")
+    if result.error and not result.ok:
+        lines.append(f"  reason: {result.error}")
+        if result.stderr_tail and not result.checks:
+            lines += ["  container stderr (last lines):"] + [f"    {ln}" for ln in result.stderr_tail.splitlines()]
+    return "\n".join(lines)
+
+
+def junit_xml(results: list[Any]) -> str:
+    """JUnit XML that CI systems render: a suite per backend, a test case per probe check."""
+    import xml.etree.ElementTree as ET
+
+    suites = ET.Element("testsuites", name="envbuild smoke")
+    for r in results:
+        checks = r.checks or [{"name": "probe", "ok": False, "message": r.error or "no report", "seconds": r.seconds}]
+        failures = sum(1 for ch in checks if not ch.get("ok"))
+        suite = ET.SubElement(
+            suites, "testsuite", name=f"envbuild.smoke.{r.backend}", tests=str(len(checks)),
+            failures=str(failures), errors="0", time=f"{r.seconds:.3f}",
+        )
+        ET.SubElement(ET.SubElement(suite, "properties"), "property", name="image", value=r.image)
+        for ch in checks:
+            case = ET.SubElement(
+                suite, "testcase", classname=f"envbuild.smoke.{r.backend}", name=str(ch.get("name")),
+                time=f"{float(ch.get('seconds') or 0):.3f}",
+            )
+            if not ch.get("ok"):
+                fail = ET.SubElement(case, "failure", message=str(ch.get("message", ""))[:500])
+                fail.text = str(ch.get("message", ""))
+        if r.stderr_tail and not r.ok:
+            ET.SubElement(suite, "system-err").text = r.stderr_tail
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

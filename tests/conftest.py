@@ -1,0 +1,68 @@
+"""Shared, generic fixtures for envbuild's tests: paths, a CLI runner and a matrix-file writer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from click.testing import CliRunner, Result
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+DATA = TESTS / "data"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The envbuild checkout (read-only for tests: never write into it)."""
+    return REPO
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    """tests/data: fixed matrices that do not move with the product's pins."""
+    return DATA
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    """A CliRunner with stderr kept apart (result.stderr); result.output holds both on click >= 8.2."""
+    try:
+        return CliRunner(mix_stderr=False)  # click < 8.2
+    except TypeError:
+        return CliRunner()  # click >= 8.2 always separates them
+
+
+@pytest.fixture
+def invoke(runner: CliRunner) -> Callable[..., Result]:
+    """Run `envbuild ARGS...` in-process and check it never dies with a traceback."""
+    from envbuild.cli import cli
+
+    def run(*args: str) -> Result:
+        result = runner.invoke(cli, [str(a) for a in args])
+        assert "Traceback" not in result.output, result.output
+        # CliRunner swallows unexpected exceptions into result.exception; only a clean exit is allowed.
+        assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+        return result
+
+    return run
+
+
+@pytest.fixture
+def write_matrix(tmp_path: Path) -> Callable[..., Path]:
+    """Write matrix text (str or bytes) to tmp_path/NAME and return the path."""
+
+    def write(text: str | bytes, name: str = "matrix.yaml") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+        return path
+
+    return write
+
+# Real engine and registry fixtures (tests/engine_fixtures.py).
+pytest_plugins = ["engine_fixtures"]

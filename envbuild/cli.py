@@ -146,11 +146,12 @@ def show(backend: str, as_json: bool, matrix_path: str, overrides: tuple[str, ..
     click.echo(report.describe(detail))
 
 
-def _backend_names(backends: tuple[str, ...]) -> list[str]:
+def _choose(m, backends: tuple[str, ...]) -> list:
+    """The backends named by --backend (repeatable, comma-separated, or 'all'), for build, smoke and pull."""
     names = [n.strip() for b in backends for n in b.split(",") if n.strip()]
     if not names:
         raise click.UsageError("say which backend: --backend NAME (or --backend all)")
-    return names
+    return m.select(names)
 
 
 def _write_output(path: str, text: str) -> None:
@@ -195,7 +196,7 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
     from . import report
 
     m = _load(matrix_path, overrides)
-    chosen = m.select(_backend_names(backends))
+    chosen = _choose(m, backends)
     if tags and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
     opts = b.BuildOptions(
@@ -258,7 +259,7 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
     from . import smoke as s
 
     m = _load(matrix_path, overrides)
-    chosen = m.select(_backend_names(backends))
+    chosen = _choose(m, backends)
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731

@@ -14,7 +14,7 @@ import click
 
 from .errors import EnvbuildError
 
-MATRIX_HELP = "The matrix file (default: ./matrix.yaml)."
+MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
 SET_HELP = "Override a matrix field for this run, e.g. backends.cpu.torch.version=2.13.0 (repeatable)."
 
 
@@ -44,14 +44,14 @@ class Group(click.Group):
 
 def _matrix_options(f):
     f = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help=SET_HELP)(f)
-    f = click.option("--matrix", "matrix_path", default="matrix.yaml", show_default=True, type=click.Path(dir_okay=False), help=MATRIX_HELP)(f)
+    f = click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help=MATRIX_HELP)(f)
     return f
 
 
-def _load(matrix_path: str, overrides: tuple[str, ...] = ()):
+def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
     from . import matrix
 
-    return matrix.load(matrix_path, overrides)
+    return matrix.load(matrix_path or matrix.default_path(), overrides)
 
 
 def _emit_json(data: Any) -> None:
@@ -81,7 +81,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
     """Check the matrix: exit 0 when valid, 2 with one located error per line when not."""
     m = _load(matrix_path, overrides)
-    click.echo(f"{matrix_path}: ok ({len(m.backends)} backends, {len(m.containerizable())} containerizable)")
+    click.echo(f"{m.path}: ok ({len(m.backends)} backends, {len(m.containerizable())} containerizable)")
 
 
 @cli.command()

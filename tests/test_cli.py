@@ -59,9 +59,18 @@ def test_validate_uses_matrix_yaml_in_the_current_folder(invoke, monkeypatch: py
     assert result.stdout.startswith("matrix.yaml: ok")
 
 
-def test_validate_without_matrix_file(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validate_without_matrix_file_uses_the_installed_one(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a checkout, commands fall back to the matrix installed with envbuild."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
     result = invoke("validate")
+    assert result.exit_code == 0, result.output
+    assert "envbuild/matrix.yaml: ok (11 backends, 10 containerizable)" in result.stdout
+
+
+def test_validate_missing_matrix_file(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("validate", "--matrix", "matrix.yaml")
     assert result.exit_code == 2
     assert result.stderr.strip() == "Error: matrix.yaml: no such file (pass --matrix FILE, or run from the envbuild checkout)"
 

@@ -33,7 +33,17 @@ def client() -> Any:
         return c
     except docker.errors.DockerException as exc:
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        reason = str(exc).split("(")[0].strip() or type(exc).__name__
+        text = str(exc)
+        if "Permission denied" in text:
+            raise DockerError(
+                f"permission denied on the Docker socket {where}: add yourself to the docker group "
+                "(`sudo usermod -aG docker $USER`, then log in again) or run as root"
+            ) from None
+        reason = next(
+            (why for key, why in (("No such file", "no daemon socket there"), ("Connection refused", "connection refused"),
+                                  ("timed out", "timed out")) if key in text),
+            text.split("(")[0].strip().rstrip(":") or type(exc).__name__,
+        )
         raise DockerError(f"cannot reach the Docker daemon at {where} ({reason}). {NO_DAEMON_HINT}") from None
 
 

@@ -206,3 +206,25 @@ def test_the_image_tests_itself_without_envbuild(cpu_image, docker_client):
     """A pulled image needs no envbuild: `docker run IMAGE envbuild-probe` prints the JSON report."""
     out = docker_client.containers.run(cpu_image.tag, ["envbuild-probe"], environment={"HF_HUB_OFFLINE": "1"}, remove=True, stderr=False)
     assert json.loads(out)["ok"] is True
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_interrupted_smoke_removes_container(cpu_image, docker_client, sig, no_leftover_containers):
+    """Ctrl-C (SIGINT) and a CI cancel (SIGTERM) while the probe runs: the container goes too."""
+    import signal
+    import time
+
+    from envbuild.smoke import leftover_containers
+
+    proc = subprocess.Popen(
+        ["envbuild", "smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not leftover_containers(docker_client) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftover_containers(docker_client), "the smoke container never started"
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "Interrupted." in err and "Traceback" not in err

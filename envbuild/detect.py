@@ -311,10 +311,13 @@ def _summary(f: Finding, per_kind: int = 3) -> str:
     return ", ".join(parts)
 
 
-def choose(detection: Detection, matrix: Matrix) -> tuple[str, str]:
-    """`--backend auto`: (backend, reason). Raises when several backends, or only a non-containerizable one, are found."""
+def choose(detection: Detection, matrix: Matrix, *, native: bool = False) -> tuple[str, str]:
+    """`--backend auto`: (backend, reason). Raises when several backends, or only a non-containerizable one, are found.
+
+    native=True (for `envbuild env` and `doctor`, which need no container) counts non-containerizable backends too.
+    """
     found = [detection.finding(name) for name in detection.detected]
-    boxes = [f for f in found if matrix.backend(f.backend).containerizable]
+    boxes = [f for f in found if native or matrix.backend(f.backend).containerizable]
     if len(boxes) > 1:
         raise AmbiguousBackendError(boxes)
     if boxes:

@@ -256,6 +256,8 @@ def test_macos_arm64_is_mps_and_choose_explains(matrix, tmp_path, empty_path):
     msg = str(exc.value)
     assert exc.value.exit_code == 2
     assert "cannot run in a container" in msg and "envbuild env --backend mps" in msg and "--backend cpu" in msg
+    # Where no container is needed (`envbuild env`, `doctor`), mps is the answer.
+    assert choose(det, matrix, native=True) == ("mps", "detected Apple Silicon: Darwin on arm64")
 
 
 @pytest.mark.parametrize("system, machine", [("Darwin", "x86_64"), ("Linux", "aarch64"), ("Linux", "arm64")])

@@ -146,12 +146,23 @@ def show(backend: str, as_json: bool, matrix_path: str, overrides: tuple[str, ..
     click.echo(report.describe(detail))
 
 
+def _auto(m, *, native: bool = False) -> str:
+    """`--backend auto`: the backend detected on this host (cpu when none), said on stderr with the evidence.
+    Several accelerators, or (unless native) only a non-containerizable one, are errors that ask for a choice."""
+    from . import detect as d
+
+    runtimes = None if native else d.docker_runtimes_from_engine()
+    name, reason = d.choose(d.detect(m, docker_runtimes=runtimes), m, native=native)
+    click.echo(f"auto: chose {name} ({reason})", err=True)
+    return name
+
+
 def _choose(m, backends: tuple[str, ...]) -> list:
-    """The backends named by --backend (repeatable, comma-separated, or 'all'), for build, smoke and pull."""
+    """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'), for build, smoke and pull."""
     names = [n.strip() for b in backends for n in b.split(",") if n.strip()]
     if not names:
-        raise click.UsageError("say which backend: --backend NAME (or --backend all)")
-    return m.select(names)
+        raise click.UsageError("say which backend: --backend NAME (or --backend all, or --backend auto)")
+    return m.select([_auto(m) if n == "auto" else n for n in names])
 
 
 def _write_output(path: str, text: str) -> None:
@@ -281,6 +292,39 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
         _write_output(junit_path, report.junit_xml(results))
     if not all(r.ok for r in results):
         sys.exit(1)
+
+
+@cli.command("detect")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every backend with its evidence and what is missing.")
+@click.option("--root", type=click.Path(file_okay=False, exists=True, path_type=Path), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
+@_matrix_options
+def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple[str, ...]) -> None:
+    """Which backends this host can run, each with its evidence.
+
+    Evidence: device nodes (/dev), PCI vendor IDs and classes (/sys/bus/pci), vendor tools on PATH,
+    container runtimes registered with the Docker daemon, and macOS on arm64 for mps. Needs no Docker:
+    without a daemon the runtimes are "not checked". cpu is always available. Also says what
+    `--backend auto` would choose.
+    """
+    import os
+
+    from . import detect as d
+
+    m = _load(matrix_path, overrides)
+    if root is None:
+        det = d.detect(m, docker_runtimes=d.docker_runtimes_from_engine())
+    else:
+        folders = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith("/")]
+        det = d.detect(m, root, path_env=os.pathsep.join(str(root / p.lstrip("/")) for p in folders))
+    if as_json:
+        _emit_json(det.to_json())
+        return
+    click.echo(d.format_detection(det))
+    try:
+        name, reason = d.choose(det, m)
+        click.echo(f"--backend auto would choose {name} ({reason})")
+    except EnvbuildError as exc:
+        click.echo(str(exc))
 
 
 def main() -> None:

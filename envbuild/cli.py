@@ -327,6 +327,39 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
         click.echo(str(exc))
 
 
+@cli.command()
+@click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="The backend to check, or 'auto' (the one detected on this host).")
+@click.option("--registry", metavar="REGISTRY", help="Also check push credentials for this registry (a host or a repository such as ghcr.io/org/envbuild).")
+@click.option("--publish", is_flag=True, help="Also check push credentials for the matrix's image repository.")
+@click.option("--root", type=click.Path(file_okay=False, exists=True, path_type=Path), help="Read device nodes, PCI devices and groups under this folder instead of / (a fake host for tests).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_matrix_options
+def doctor(backend: str, registry: str | None, publish: bool, root: Path | None, as_json: bool, matrix_path: str,
+           overrides: tuple[str, ...]) -> None:
+    """Check that this host can build and smoke-test a backend, with a fix for each failure.
+
+    \b
+    Checks: the Docker daemon (reachable, its version); BuildKit (the buildx plugin, or a client
+    that builds with it); the backend's container runtime, device nodes and groups; free disk at
+    Docker's data root for the image; and, with --registry or --publish, push credentials.
+    For mps (no container can reach it) it checks the platform and Python's venv instead.
+    Exits 1 when a blocking check fails (warnings do not).
+    """
+    from . import doctor as doc
+
+    m = _load(matrix_path, overrides)
+    name = _auto(m, native=True) if backend == "auto" else backend
+    if publish and not registry:
+        registry = m.image.repository
+    report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
+    if as_json:
+        _emit_json(report.to_json())
+    else:
+        click.echo(doc.format_report(report))
+    if not report.ok:
+        sys.exit(1)
+
+
 def main() -> None:
     cli(prog_name="envbuild")
 

@@ -360,6 +360,52 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
         sys.exit(1)
 
 
+@cli.command("env")
+@click.option("--backend", "-b", required=True, metavar="NAME", help="cpu, mps (on a Mac with Apple Silicon), a pip-torch backend (cuda, xpu, npu, tpu), or 'auto'.")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False, path_type=Path), help="Where to make the environment (must not exist, or be empty, unless --force).")
+@click.option("--python", "python", metavar="EXE", help="The interpreter to base it on [default: the one running envbuild].")
+@click.option("--force", is_flag=True, help="Replace the virtual environment already at --dir.")
+@click.option("--no-probe", is_flag=True, help="Do not run the probe once the environment is made.")
+@click.option("--dry-run", is_flag=True, help="Print the exact commands, for any backend and platform; create nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the plan with --dry-run; else the result with the probe's report).")
+@click.option("--verbose", "-v", is_flag=True, help="Show pip's full output.")
+@_matrix_options
+def env(backend: str, directory: Path, python: str | None, force: bool, no_probe: bool, dry_run: bool, as_json: bool,
+        verbose: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
+    """A native virtual environment with the image's pins, for where no container can go.
+
+    For mps (Docker on macOS cannot reach Apple's GPU), or when you want no container. It gets
+    torch for this platform from the backend's index (and the plugin at its pin), transformers and
+    accelerate at the matrix's pins, and the image's probe as DIR/bin/envbuild-probe; DIR/envbuild-env.json
+    records the pins. It is made in DIR.tmp-XXXXXX and moved to DIR only once every pin has landed;
+    then the probe runs (exit 1 if it fails). Backends whose torch comes only inside the vendor's
+    image (rocm, hpu, neuron, mlu, musa) are refused: use their container.
+
+    \b
+    Example:
+      envbuild env --backend cpu --dir .venv-cpu
+    """
+    from . import venv
+
+    m = _load(matrix_path, overrides)
+    b = m.backend(_auto(m, native=True) if backend == "auto" else backend)
+    if dry_run:
+        p = venv.plan(m, b, directory, python=python)
+        if as_json:
+            _emit_json({**p.to_json(), "dry_run": True})
+        else:
+            click.echo(p.script())
+        return
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    result = venv.create(m, b, directory, python=python, force=force, probe=not no_probe, echo=echo, verbose=verbose)
+    if as_json:
+        _emit_json(result.to_json())
+    else:
+        click.echo(venv.summary(result))
+    if not result.ok:
+        sys.exit(1)
+
+
 def main() -> None:
     cli(prog_name="envbuild")
 

@@ -172,7 +172,7 @@ def _write_output(path: str, text: str) -> None:
 
 
 @cli.command()
-@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to build, or 'all' (repeatable).")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to build, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
 @_matrix_options
 @click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable).")
 @click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path), help="A folder of wheels pip may use besides the indexes.")
@@ -251,7 +251,7 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
 
 
 @cli.command()
-@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to test, or 'all' (repeatable).")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to test, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
 @click.option("--image", help="Image to test [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--model", default="synthetic", show_default=True, help="'synthetic' (a tiny random model, offline), a local model directory (mounted read-only) or a hub id.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds before the container is stopped and the smoke fails.")

@@ -37,11 +37,15 @@ class SmokeResult:
     probe: dict[str, Any] | None = None
     error: str | None = None
     stderr_tail: str = ""
+    image_id: str | None = None  # what was tested, so `publish --smoke-json` can tell it is the same image
+    date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
             "image": self.image,
+            "image_id": self.image_id,
+            "date": self.date,
             "ok": self.ok,
             "seconds": round(self.seconds, 2),
             "exit_code": self.exit_code,
@@ -160,7 +164,8 @@ def smoke(
     image = image or matrix.tags(backend)[0]
     c = docker_client or engine.client()
     preflight(c, backend)  # first: without the device, no image would help
-    if engine.image_id(c, image) is None:
+    image_id = engine.image_id(c, image)
+    if image_id is None:
         raise SmokeError(
             f"image {image} is not on this Docker engine: build it with `envbuild build --backend {backend.name}` "
             f"or pull it with `envbuild pull --backend {backend.name}` (or pass --image)"
@@ -192,7 +197,7 @@ def smoke(
                 return SmokeResult(
                     backend.name, image, False, time.monotonic() - start, None,
                     error=f"timed out after {timeout:g}s; the container was stopped and removed",
-                    stderr_tail=_tail(container.logs(stdout=False, stderr=True)),
+                    stderr_tail=_tail(container.logs(stdout=False, stderr=True)), image_id=image_id,
                 )
             stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
             stderr = container.logs(stdout=False, stderr=True)
@@ -212,12 +217,12 @@ def smoke(
         return SmokeResult(
             backend.name, image, False, seconds, code,
             error=f"the probe printed no JSON report (exit code {code}); is envbuild-probe in this image?",
-            stderr_tail=_tail(stderr),
+            stderr_tail=_tail(stderr), image_id=image_id,
         )
     checks = doc.get("checks", [])
     ok = bool(doc.get("ok")) and code == 0
     error = None if ok else next((f"{ch['name']}: {ch['message']}" for ch in checks if not ch.get("ok")), f"exit code {code}")
-    return SmokeResult(backend.name, image, ok, seconds, code, checks, doc, error, _tail(stderr))
+    return SmokeResult(backend.name, image, ok, seconds, code, checks, doc, error, _tail(stderr), image_id=image_id)
 
 
 def leftover_containers(docker_client: Any) -> list[str]:

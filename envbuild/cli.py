@@ -406,6 +406,174 @@ def env(backend: str, directory: Path, python: str | None, force: bool, no_probe
         sys.exit(1)
 
 
+MANIFEST_HELP = "The manifest of published images [default: ./envbuild-manifest.json]."
+
+
+def _append_output(path: str, text: str) -> None:
+    """Append (a CI job summary collects every step's lines)."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+@cli.command()
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to publish, or 'all' (repeatable).")
+@click.option("--registry", metavar="REPOSITORY", help="Where to push, e.g. ghcr.io/org/envbuild or localhost:5000/envbuild [default: the matrix's image.repository].")
+@click.option("--image", help="The local image to publish (one backend) [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), help=MANIFEST_HELP)
+@click.option("--smoke-json", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="`envbuild smoke --json` output for this image: summarized into the manifest; a failed result refuses the push.")
+@click.option("--force", is_flag=True, help="Push even when the smoke result failed or the image's labels disagree with the matrix (the manifest says so).")
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="Append a Markdown table of what landed to this file, e.g. $GITHUB_STEP_SUMMARY.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@_matrix_options
+def publish(backends, registry, image, manifest, smoke_json, force, summary_path, as_json, matrix_path, overrides) -> None:
+    """Push a backend's image (or all) and record each pushed digest in the manifest.
+
+    Pushes the matrix's tags under the registry repository: REG:BACKEND and the pinned
+    REG:BACKEND-torchX-...-transformersY. Only when every tag landed and the registry confirmed the digest
+    is the backend's manifest entry replaced (atomically): backend, tags, digest, torch / plugin /
+    transformers / accelerate versions (from the image's labels), git revision, date and the smoke result
+    given with --smoke-json. An image whose labels disagree with the matrix, or whose smoke failed, is
+    refused unless --force.
+
+    \b
+    Credentials, never from the command line and never printed:
+      ENVBUILD_REGISTRY_USER + ENVBUILD_REGISTRY_PASSWORD (for ghcr.io also GITHUB_ACTOR + GITHUB_TOKEN),
+      else the Docker config (`docker login REGISTRY`, credential helpers).
+
+    \b
+    Example:
+      envbuild smoke --backend cpu --json smoke.json
+      envbuild publish --backend cpu --registry ghcr.io/org/envbuild --smoke-json smoke.json
+    """
+    from . import publish as p
+    from . import report
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends)
+    if image and len(chosen) > 1:
+        raise click.UsageError("--image needs a single backend")
+    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(p.DEFAULT_MANIFEST), smoke_json=smoke_json, force=force)
+    results = p.publish(m, chosen, opts, echo=lambda line: click.echo(line, err=True))
+    for r in results:
+        if r.ok:
+            click.echo(f"{r.backend}: pushed {', '.join(r.refs)} ({r.digest}); recorded in {opts.manifest}")
+        else:
+            click.secho(f"{r.backend}: publish FAILED: {r.error}", fg="red", err=True)
+    if as_json:
+        _emit_json([r.to_json() for r in results])
+    if summary_path:
+        landed = [r.entry for r in results if r.ok and r.entry]
+        text = "### Published images\n\n" + (report.markdown_table(report.published_rows(landed), ["backend", "tags", "digest", "smoke", "revision"]) if landed else "Nothing landed.\n")
+        _append_output(summary_path, text + "\n")
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend whose image to pull (repeatable).")
+@click.option("--registry", metavar="REPOSITORY", help="Where to pull from [default: the matrix's image.repository].")
+@click.option("--tag", help="Tag to pull [default: the backend's pinned tag from the matrix, e.g. cpu-torch2.15.0-transformers5.23.0].")
+@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), help="Refuse the image unless its digest is the one this manifest records.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@_matrix_options
+def pull(backends, registry, tag, manifest, as_json, matrix_path, overrides) -> None:
+    """Pull a backend's prebuilt image, verify it, and print how to run it.
+
+    The tag comes from the matrix (the pinned one, so the image carries exactly this matrix's versions).
+    With --manifest the registry's digest must equal the recorded one, checked before and after the pull;
+    a mismatch is refused and nothing is tagged. The image is then tagged as the matrix's REPO:BACKEND, so
+    `envbuild smoke --backend BACKEND` tests it with no further flags. Credentials as for `publish`.
+
+    \b
+    Example:
+      envbuild pull --backend cpu && envbuild smoke --backend cpu
+    """
+    from . import publish as p
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends)
+    if tag and len(chosen) > 1:
+        raise click.UsageError("--tag needs a single backend")
+    results = []
+    for backend in chosen:
+        r = p.pull(m, backend, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True))
+        results.append(r)
+        if as_json:
+            continue
+        verified = f", verified against {manifest}" if r.verified else ""
+        click.echo(f"{r.backend}: pulled {r.ref} ({r.digest}{verified})")
+        if len(r.tagged) > 1:
+            click.echo(f"{r.backend}: tagged as {', '.join(r.tagged[1:])}")
+        click.echo(f"run it (self-test):  {r.docker_run}")
+        click.echo(f"smoke-test it:       envbuild smoke --backend {r.backend}")
+    if as_json:
+        _emit_json([r.to_json() for r in results])
+
+
+@cli.command("matrix")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True,
+              help="github: one line of JSON for `strategy.matrix: ${{ fromJSON(...) }}`; json: the same, indented.")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only these backends (repeatable, comma-separated) [default: every containerizable one].")
+@_matrix_options
+def matrix_(fmt, backends, matrix_path, overrides) -> None:
+    """The CI job matrix derived from matrix.yaml: one job per containerizable backend.
+
+    Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
+    from the backend's ci.runs_on), self-hosted, smoke (whether that runner has the device: the CPU always,
+    accelerators on self-hosted runners) and smoke_args. Workflows take their backend list from here only.
+    """
+    from . import ci, report
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends) if backends else None
+    doc = ci.github_matrix(m, chosen)
+    if fmt == "github":
+        click.echo(json.dumps(doc, separators=(",", ":")))
+    elif fmt == "json":
+        _emit_json(doc)
+    else:
+        rows = [{**j, "runs-on": ",".join(j["runs-on"]), "smoke": "yes" if j["smoke"] else "no"} for j in doc["include"]]
+        click.echo(report.table(rows, ["backend", "device", "runs-on", "smoke", "image"]))
+
+
+@cli.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backends that should have a result (repeatable, or 'all'): a missing one is a row that says so.")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True, help="markdown: for $GITHUB_STEP_SUMMARY.")
+@click.option("--strict", is_flag=True, help="Exit 1 when a backend failed or has no result.")
+@_matrix_options
+def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
+    """One table of `envbuild smoke --json` results: files, or folders searched for *.json.
+
+    \b
+    Example (a nightly run's artifacts):
+      envbuild summary results/ --backend all --format markdown >> "$GITHUB_STEP_SUMMARY"
+    """
+    from . import report
+
+    docs: list[dict] = []
+    for path in results:
+        files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        for f in files:
+            try:
+                doc = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise EnvbuildError(f"{f}: not a readable JSON file ({exc})") from None
+            found = [d for d in (doc if isinstance(doc, list) else [doc]) if isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys()]
+            if not found and not path.is_dir():
+                raise EnvbuildError(f"{f}: not the output of `envbuild smoke --json`")
+            docs += found
+    expected = [b.name for b in _choose(_load(matrix_path, overrides), backends)] if backends else []
+    rows = report.smoke_rows(docs, expected)
+    columns = ["backend", "result", "checks", "seconds", "image", "reason"]
+    if fmt == "markdown":
+        click.echo("### Smoke results\n\n" + report.markdown_table(rows, columns))
+    else:
+        click.echo(report.table(rows, columns))
+    if strict and any(r["result"] != "passed" for r in rows):
+        sys.exit(1)
+
+
 def main() -> None:
     cli(prog_name="envbuild")
 

@@ -131,3 +131,56 @@ def junit_xml(results: list[Any]) -> str:
             ET.SubElement(suite, "system-err").text = r.stderr_tail
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+# --- Markdown for CI job summaries ($GITHUB_STEP_SUMMARY) -------------------------------------------------
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ").strip() or " "
+
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def smoke_rows(results: list[dict[str, Any]], expected: list[str] | tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """One row per backend from `smoke --json` documents; an expected backend without a result says so."""
+    by_backend = {r.get("backend"): r for r in results if isinstance(r, dict)}
+    names = list(dict.fromkeys([*expected, *by_backend]))
+    rows = []
+    for name in names:
+        r = by_backend.get(name)
+        if r is None:
+            rows.append({"backend": name, "result": "no result", "checks": "-", "seconds": "-", "image": "-",
+                         "reason": "the job produced no smoke result (pull or runner failed)"})
+            continue
+        checks = [c for c in r.get("checks") or [] if isinstance(c, dict)]
+        rows.append({
+            "backend": name,
+            "result": "passed" if r.get("ok") else "FAILED",
+            "checks": f"{sum(1 for c in checks if c.get('ok'))}/{len(checks)}",
+            "seconds": f"{float(r.get('seconds') or 0):.0f}",
+            "image": r.get("image") or "-",
+            "reason": "" if r.get("ok") else (r.get("error") or "failed"),
+        })
+    return rows
+
+
+def published_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per backend whose push landed (manifest entries)."""
+    rows = []
+    for e in entries:
+        smoke = e.get("smoke")
+        verdict = "not run" if not smoke else ("passed" if smoke.get("ok") else "FAILED")
+        if smoke:
+            verdict += f" ({smoke.get('passed', 0)}/{smoke.get('passed', 0) + smoke.get('failed', 0)} checks)"
+        rows.append({
+            "backend": e["backend"],
+            "tags": ", ".join(f"`{t}`" for t in e.get("tags", [])),
+            "digest": f"`{e['digest']}`",
+            "smoke": verdict,
+            "revision": (e.get("git_revision") or "-")[:12],
+        })
+    return rows

@@ -92,7 +92,8 @@ def published(auth_registry, cpu_image, docker_client, tmp_path_factory):
     uid = uuid.uuid4().hex[:10]
     source = f"envbuild-test/publish-src-{uid}:cpu"
     repo = f"{auth_registry.host}/envbuild-{uid}"
-    docker_client.images.get(cpu_image.tag).tag(*source.split(":"))
+    # by id: another session may move the shared envbuild-test/envbuild:cpu tag meanwhile
+    docker_client.images.get(cpu_image.image_id).tag(*source.split(":"))
     created = [source]
     smoke = run(["smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--image", source,
                  "--json", str(work / "smoke.json")], env)

@@ -146,6 +146,7 @@ def test_deleted_locally_pulled_by_backend_then_smoked(published, docker_client,
     proc = run(["pull", "--backend", "cpu", *matrix_args, "--registry", published.repo, "--manifest", str(published.manifest)],
                {**published.env, **published.creds})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert published.creds["ENVBUILD_REGISTRY_PASSWORD"] not in proc.stdout + proc.stderr
     pinned = entry["tags"][1]
     assert f"cpu: pulled {pinned} ({entry['digest']}, verified against {published.manifest})" in proc.stdout
     assert f"docker run --rm {pinned} envbuild-probe" in proc.stdout
@@ -220,3 +221,12 @@ def test_failed_smoke_result_refuses_publish(published, cpu_image, tmp_path):
     assert proc.returncode == 1
     assert "its smoke test failed (load: broken)" in proc.stderr and "--force" in proc.stderr
     assert published.manifest.read_bytes() == before
+
+
+def test_pull_without_credentials_fails_clearly(published, docker_client):
+    local_repo = f"envbuild-test/nocreds-{uuid.uuid4().hex[:10]}"
+    proc = run(["pull", "--backend", "cpu", "--matrix", MATRIX, *published.overrides, "--set", f"image.repository={local_repo}",
+                "--registry", published.repo], published.env)
+    assert proc.returncode == 1
+    assert f"Error: authentication failed for {published.registry.host} while pulling" in proc.stderr
+    assert not exists(docker_client, f"{local_repo}:cpu")

@@ -1,6 +1,7 @@
 """Fixtures for tests against a real Docker engine and a real registry (pytest plugin, see conftest).
 
-The engine itself is started by scripts/test (CI) or already runs (laptop). These fixtures add:
+The engine itself is started by scripts/test (CI) or already runs (laptop). These fixtures add (the
+machinery lives in envbuild/testbed.py, shared with the benchmark):
 - a Debian bookworm base with Debian's Python 3.11 and nothing else, made with debootstrap and cached;
 - a real registry (Debian's docker-registry, distribution 2.8) on a free loopback port, serving that base
   so builds address it like any remote image;
@@ -11,10 +12,7 @@ Without an engine these tests skip on a laptop, and fail when CI is set.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +20,10 @@ from typing import Iterator
 
 import pytest
 
+from envbuild import testbed
+from envbuild.testbed import BASE_TAR, CACHE, TORCH, Registry  # noqa: F401 (re-exported for tests)
+
 REPO = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("ENVBUILD_TEST_CACHE", Path.home() / ".cache" / "envbuild-tests"))
-TORCH = "2.13.0"  # the CPU wheel that lies on these machines' disk
-BASE_TAR = CACHE / "debian-bookworm-python3.tar"
 MARKER = f"envbuild-ca-marker-{uuid.uuid4().hex}"
 
 
@@ -47,123 +45,51 @@ def docker_client():
     return _engine_or_skip()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Registry:
-    host: str  # 127.0.0.1:PORT
-    proc: subprocess.Popen
-    user: str | None = None
-    password: str | None = None
+def _unavailable(exc: testbed.Unavailable):
+    if os.environ.get("CI"):
+        pytest.fail(str(exc))
+    pytest.skip(str(exc))
 
 
 def start_registry(workdir: Path, *, auth: tuple[str, str] | None = None) -> Registry:
-    """Debian's docker-registry on a free loopback port; with auth, htpasswd (bcrypt) users."""
-    exe = shutil.which("docker-registry")
-    if not exe:
-        if os.environ.get("CI"):
-            pytest.fail("docker-registry is not installed (scripts/test installs Debian's docker-registry)")
-        pytest.skip("docker-registry not installed")
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    config = [
-        "version: 0.1",
-        "log: {level: warn}",
-        f"storage: {{filesystem: {{rootdirectory: {workdir / 'data'}}}, delete: {{enabled: true}}}}",
-        f"http: {{addr: 127.0.0.1:{port}}}",
-    ]
-    if auth:
-        htpasswd = workdir / "htpasswd"
-        out = subprocess.run(["htpasswd", "-Bbn", auth[0], auth[1]], capture_output=True, text=True, check=True).stdout
-        htpasswd.write_text(out)
-        config.append(f"auth: {{htpasswd: {{realm: envbuild-test, path: {htpasswd}}}}}")
-    (workdir / "config.yml").write_text("\n".join(config) + "\n")
-    log = open(workdir / "registry.log", "wb")
-    proc = subprocess.Popen([exe, "serve", str(workdir / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"registry exited: {(workdir / 'registry.log').read_text()}")
-            time.sleep(0.2)
-    return Registry(f"127.0.0.1:{port}", proc, *(auth or (None, None)))
+    """Debian's docker-registry on a free loopback port (envbuild.testbed); skips without it."""
+    try:
+        return testbed.start_registry(workdir, auth=auth)
+    except testbed.Unavailable as exc:
+        _unavailable(exc)
+        raise
 
 
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory, docker_client) -> Iterator[Registry]:
     reg = start_registry(tmp_path_factory.mktemp("registry"))
     yield reg
-    reg.proc.terminate()
-    reg.proc.wait(timeout=30)
-
-
-def _debootstrap_base() -> Path:
-    """A Debian bookworm rootfs with Debian's python3 and nothing else, as a tarball (cached)."""
-    if BASE_TAR.exists():
-        return BASE_TAR
-    if not shutil.which("debootstrap"):
-        if os.environ.get("CI"):
-            pytest.fail("debootstrap is not installed (scripts/test installs it)")
-        pytest.skip("debootstrap not installed")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    rootfs = CACHE / "rootfs.tmp"
-    shutil.rmtree(rootfs, ignore_errors=True)
-    subprocess.run(
-        ["debootstrap", "--variant=minbase", "--include=python3", "bookworm", str(rootfs), "http://deb.debian.org/debian"],
-        check=True, stdout=subprocess.DEVNULL,
-    )
-    tmp = BASE_TAR.with_suffix(".part")
-    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tmp), "."], check=True)
-    tmp.replace(BASE_TAR)
-    shutil.rmtree(rootfs, ignore_errors=True)
-    return BASE_TAR
+    reg.stop()
 
 
 @pytest.fixture(scope="session")
 def base_image(registry, docker_client) -> str:
     """The plain Debian base, pushed to the loopback registry; also as library/debian:bookworm-slim there
     so `--mirror docker.io=REGISTRY` can stand in for Docker Hub."""
-    tar = _debootstrap_base()
-    local = "envbuild-test/debian-python3:bookworm"
-    with open(tar, "rb") as fh:
-        subprocess.run(["docker", "import", "-", local], stdin=fh, check=True, stdout=subprocess.DEVNULL)
-    refs = [f"{registry.host}/envbuild-test/debian-python3:bookworm", f"{registry.host}/library/debian:bookworm-slim"]
-    for ref in refs:
-        repo, tag = ref.rsplit(":", 1)
-        docker_client.images.get(local).tag(repo, tag)
-        for line in docker_client.images.push(repo, tag=tag, stream=True, decode=True):
-            if "error" in line:
-                raise RuntimeError(f"push {ref}: {line['error']}")
-    return refs[0]
+    try:
+        return testbed.push_base(registry, docker_client)[0]
+    except testbed.Unavailable as exc:
+        _unavailable(exc)
+        raise
 
 
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory) -> Path:
     """torch's CPU wheel, taken from this machine's disk the way pip finds it."""
-    d = tmp_path_factory.mktemp("wheelhouse")
-    subprocess.run(
-        ["python", "-m", "pip", "download", "-q", "--no-deps", f"torch=={TORCH}", "-d", str(d)],
-        check=True,
-    )
-    assert list(d.glob("torch-*.whl")), "pip download found no torch wheel"
-    return d
+    return testbed.make_wheelhouse(tmp_path_factory.mktemp("wheelhouse"))
 
 
 @pytest.fixture(scope="session")
 def ca_bundle(tmp_path_factory) -> Path:
     """The host's CA bundle (PyPI's TLS is intercepted here) plus a unique marker line, so a test can
     prove the bundle landed in no layer. PEM readers ignore text outside the certificate blocks."""
-    src = next((os.environ[v] for v in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT") if os.environ.get(v)), None)
-    src = src or "/etc/ssl/certs/ca-certificates.crt"
     out = tmp_path_factory.mktemp("ca") / "bundle.pem"
-    out.write_text(f"# {MARKER}\n" + Path(src).read_text())
+    out.write_text(f"# {MARKER}\n" + testbed.host_ca_bundle().read_text())
     return out
 
 
@@ -177,14 +103,7 @@ class BuiltImage:
 
 @pytest.fixture(scope="session")
 def cpu_overrides(base_image) -> list[str]:
-    return [
-        "--set", f"backends.cpu.base_image={base_image}",
-        "--set", f"backends.cpu.torch.version={TORCH}",
-        # PyPI stands in for PyTorch's CPU index, which these machines cannot reach; the wheelhouse
-        # carries the CPU build, which pip prefers (2.13.0+cpu sorts above 2.13.0).
-        "--set", "backends.cpu.torch.index_url=https://pypi.org/simple",
-        "--set", "image.repository=envbuild-test/envbuild",
-    ]
+    return testbed.cpu_overrides(base_image)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,11 @@
 # change the matrix or envbuild/templates/, then run `envbuild render`.
 # CPU: device "cpu", torch 2.15.0, transformers 5.23.0, accelerate 1.15.0.
 # Build with `envbuild build --backend cpu`: it supplies the context (probe, wheelhouse) and the secrets.
-FROM debian:bookworm-slim
+
+# Names the BuildKit cache mounts (uv, pip, apt); another value starts from empty caches.
+ARG ENVBUILD_CACHE_ID=envbuild
+FROM debian:bookworm-slim AS base
+ARG ENVBUILD_CACHE_ID
 
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/opt/envbuild/bin:$PATH \
@@ -12,8 +16,8 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # The base carries no Python of its own: take it from the distribution. Lists and debs stay in cache mounts.
 # hadolint ignore=DL3008
-RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+RUN --mount=type=cache,target=/var/cache/apt,id=${ENVBUILD_CACHE_ID}-apt-cache,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,id=${ENVBUILD_CACHE_ID}-apt-lists,sharing=locked \
     apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv
 
@@ -21,24 +25,71 @@ RUN python3 -m venv /opt/venv \
     && mkdir -p /opt/envbuild \
     && printf '%s\n' 'torch==2.15.0' > /opt/envbuild/constraints.txt
 
-# torch first: the largest layer and the one that changes least.
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+# The installer: uv, fetched with the environment's own pip into a stage of its own, so that install steps
+# bind-mount it and no layer of the image carries it.
+FROM base AS uv
+RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
-    && /opt/venv/bin/pip install --find-links /run/wheelhouse --index-url "https://download.pytorch.org/whl/cpu" "torch==2.15.0"
+    && /opt/venv/bin/pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
 
-# transformers and accelerate last, so a bump of either rebuilds only this small layer.
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+FROM base AS torch
+ARG ENVBUILD_CACHE_ID
+# torch first: the largest layer and the one that changes least. Bytecode is compiled here, once, rather
+# than in every container that imports torch.
+RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+    --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
-    if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
+    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
-    && /opt/venv/bin/pip install --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt \
-        "transformers==5.23.0" "accelerate==1.15.0"
+    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && /run/uv/uv pip install --python /opt/venv/bin/python --compile-bytecode --find-links /run/wheelhouse \
+        --index-url "https://download.pytorch.org/whl/cpu" "torch==2.15.0"
+
+# Resolve transformers and accelerate against this environment in a throwaway stage (symlinked into the
+# cache, not copied) and keep only the list of what they add (exact versions, without themselves). The
+# next stage mounts that list: BuildKit
+# keys a mounted file by its content, so a transformers bump that needs the same dependencies finds the
+# dependency layer in its cache and rebuilds only the small layer after it.
+FROM torch AS resolve
+ARG ENVBUILD_CACHE_ID
+RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+    --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
+    --mount=type=secret,id=netrc,target=/run/secrets/netrc \
+    --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
+    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
+    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && /run/uv/uv pip freeze --python /opt/venv/bin/python > /tmp/before.txt \
+    && /run/uv/uv pip install --python /opt/venv/bin/python --link-mode symlink --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt \
+        "transformers==5.23.0" "accelerate==1.15.0" \
+    && /run/uv/uv pip freeze --python /opt/venv/bin/python > /tmp/after.txt \
+    && LC_ALL=C sort -o /tmp/before.txt /tmp/before.txt && LC_ALL=C sort -o /tmp/after.txt /tmp/after.txt \
+    && LC_ALL=C comm -13 /tmp/before.txt /tmp/after.txt > /tmp/added.txt \
+    && sed -e '/^transformers==/d' -e '/^accelerate==/d' /tmp/added.txt > /opt/envbuild/deps.txt
+
+FROM torch
+ARG ENVBUILD_CACHE_ID
+# The dependencies of transformers and accelerate, exactly as resolved; they change less often than either.
+# Then torch must still import: the build fails, not the user, when a dependency broke it.
+RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+    --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=bind,from=resolve,source=/opt/envbuild/deps.txt,target=/run/deps.txt \
+    --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
+    --mount=type=secret,id=netrc,target=/run/secrets/netrc \
+    --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
+    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
+    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && if [ -s /run/deps.txt ]; then /run/uv/uv pip install --python /opt/venv/bin/python --compile-bytecode --no-deps \
+        --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt -r /run/deps.txt; fi \
+    && /opt/venv/bin/python -c "import torch"
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
@@ -47,11 +98,26 @@ ENV ENVBUILD_BACKEND="cpu" \
     ENVBUILD_PLUGIN_IMPORT="" \
     ENVBUILD_AVAILABILITY="" \
     ENVBUILD_EXPECT="torch=2.15.0 transformers=5.23.0 accelerate=1.15.0"
-# Fail the build, not the user, when a pin did not land (e.g. a vendor torch replaced by pip).
-RUN mkdir -p /opt/envbuild/bin \
+
+# transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only
+# this small layer. Their bytecode is not compiled: that would cost seconds on every bump and about 60 MB,
+# for about half a second saved when a container first imports them. The build fails, not the user, when
+# a pin did not land (e.g. a vendor torch replaced by the installer).
+RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+    --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
+    --mount=type=secret,id=netrc,target=/run/secrets/netrc \
+    --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
+    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
+    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && /run/uv/uv pip install --python /opt/venv/bin/python --no-deps --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt \
+        "transformers==5.23.0" "accelerate==1.15.0" \
+    && /run/uv/uv pip check --python /opt/venv/bin/python \
+    && mkdir -p /opt/envbuild/bin \
     && printf '#!/bin/sh\nexec %s /opt/envbuild/probe.py "$@"\n' /opt/venv/bin/python > /opt/envbuild/bin/envbuild-probe \
     && chmod 755 /opt/envbuild/bin/envbuild-probe \
-    && envbuild-probe --versions-only
+    && envbuild-probe --pins-only
 
 LABEL org.opencontainers.image.title="envbuild-cpu" \
       org.opencontainers.image.description="CPU: PyTorch 2.15.0 and Transformers 5.23.0" \

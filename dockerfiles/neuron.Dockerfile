@@ -2,7 +2,11 @@
 # change the matrix or envbuild/templates/, then run `envbuild render`.
 # AWS Trainium: device "neuron", torch 2.14.0, torch-neuronx 2.14.3.0, transformers 5.23.0, accelerate 1.15.0.
 # Build with `envbuild build --backend neuron`: it supplies the context (probe, wheelhouse) and the secrets.
-FROM public.ecr.aws/neuron/pytorch-training-neuronx:2.14.3-neuronx-py314-sdk2.33.0-ubuntu26.04
+
+# Names the BuildKit cache mounts (uv, pip, apt); another value starts from empty caches.
+ARG ENVBUILD_CACHE_ID=envbuild
+FROM public.ecr.aws/neuron/pytorch-training-neuronx:2.14.3-neuronx-py314-sdk2.33.0-ubuntu26.04 AS base
+ARG ENVBUILD_CACHE_ID
 
 ENV PATH=/opt/envbuild/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -10,20 +14,61 @@ ENV PATH=/opt/envbuild/bin:$PATH \
     PYTHONUNBUFFERED=1
 
 # The base image carries torch 2.14.0 and torch-neuronx: install into its Python environment,
-# with constraints that keep pip from ever replacing what the vendor built.
+# with constraints that keep the installer from ever replacing what the vendor built.
 RUN mkdir -p /opt/envbuild \
     && printf '%s\n' 'torch==2.14.0' 'torch-neuronx==2.14.3.0' > /opt/envbuild/constraints.txt
 
-# transformers and accelerate last, so a bump of either rebuilds only this small layer.
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+# The installer: uv, fetched with the environment's own pip into a stage of its own, so that install steps
+# bind-mount it and no layer of the image carries it.
+FROM base AS uv
+RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export PIP_BREAK_SYSTEM_PACKAGES=1 \
-    && python3 -m pip install --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt \
-        "transformers==5.23.0" "accelerate==1.15.0"
+    && python3 -m pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
+
+# Resolve transformers and accelerate against this environment in a throwaway stage (symlinked into the
+# cache, not copied) and keep only the list of what they add (exact versions, without themselves). The
+# next stage mounts that list: BuildKit
+# keys a mounted file by its content, so a transformers bump that needs the same dependencies finds the
+# dependency layer in its cache and rebuilds only the small layer after it.
+FROM base AS resolve
+ARG ENVBUILD_CACHE_ID
+RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+    --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
+    --mount=type=secret,id=netrc,target=/run/secrets/netrc \
+    --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
+    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
+    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && /run/uv/uv pip freeze --python python3 > /tmp/before.txt \
+    && /run/uv/uv pip install --python python3 --break-system-packages --link-mode symlink --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt \
+        "transformers==5.23.0" "accelerate==1.15.0" \
+    && /run/uv/uv pip freeze --python python3 > /tmp/after.txt \
+    && LC_ALL=C sort -o /tmp/before.txt /tmp/before.txt && LC_ALL=C sort -o /tmp/after.txt /tmp/after.txt \
+    && LC_ALL=C comm -13 /tmp/before.txt /tmp/after.txt > /tmp/added.txt \
+    && sed -e '/^transformers==/d' -e '/^accelerate==/d' /tmp/added.txt > /opt/envbuild/deps.txt
+
+FROM base
+ARG ENVBUILD_CACHE_ID
+# The dependencies of transformers and accelerate, exactly as resolved; they change less often than either.
+# Then torch must still import: the build fails, not the user, when a dependency broke it.
+RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+    --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=bind,from=resolve,source=/opt/envbuild/deps.txt,target=/run/deps.txt \
+    --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
+    --mount=type=secret,id=netrc,target=/run/secrets/netrc \
+    --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
+    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
+    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && if [ -s /run/deps.txt ]; then /run/uv/uv pip install --python python3 --break-system-packages --compile-bytecode --no-deps \
+        --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt -r /run/deps.txt; fi \
+    && python3 -c "import torch"
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
@@ -32,11 +77,25 @@ ENV ENVBUILD_BACKEND="neuron" \
     ENVBUILD_PLUGIN_IMPORT="torch_neuronx" \
     ENVBUILD_AVAILABILITY="torch.neuron.is_available" \
     ENVBUILD_EXPECT="torch=2.14.0 torch-neuronx=2.14.3.0 transformers=5.23.0 accelerate=1.15.0"
-# Fail the build, not the user, when a pin did not land (e.g. a vendor torch replaced by pip).
-RUN mkdir -p /opt/envbuild/bin \
+
+# transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only
+# this small layer. Their bytecode is not compiled: that would cost seconds on every bump and about 60 MB,
+# for about half a second saved when a container first imports them. The build fails, not the user, when
+# a pin did not land (e.g. a vendor torch replaced by the installer).
+RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+    --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
+    --mount=type=secret,id=netrc,target=/run/secrets/netrc \
+    --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
+    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
+    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && /run/uv/uv pip install --python python3 --break-system-packages --no-deps --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt \
+        "transformers==5.23.0" "accelerate==1.15.0" \
+    && mkdir -p /opt/envbuild/bin \
     && printf '#!/bin/sh\nexec %s /opt/envbuild/probe.py "$@"\n' python3 > /opt/envbuild/bin/envbuild-probe \
     && chmod 755 /opt/envbuild/bin/envbuild-probe \
-    && envbuild-probe --versions-only
+    && envbuild-probe --pins-only
 
 LABEL org.opencontainers.image.title="envbuild-neuron" \
       org.opencontainers.image.description="AWS Trainium: PyTorch 2.14.0 and Transformers 5.23.0" \

@@ -21,6 +21,7 @@ from .errors import MatrixError, NotContainerizableError, Problem, UnknownBacken
 
 DEFAULT_MATRIX = "matrix.yaml"
 PACKAGED_MATRIX = Path(__file__).with_name("matrix.yaml")  # a copy of the checkout's, shipped in the wheel
+UV_VERSION = "0.13.8"  # the installer image builds use when the matrix names none (PyPI `uv`)
 
 
 def default_path() -> str:
@@ -235,6 +236,8 @@ _TOP = {
     ),
     "transformers": _Field(section=_VERSIONED, required=True),
     "accelerate": _Field(section=_VERSIONED, required=True),
+    # The installer used inside image builds (never shipped in an image); optional, UV_VERSION by default.
+    "uv": _Field(section={"version": _Field(check=_check_version, default=None)}),
     "backends": _Field(required=True),  # a mapping of name -> _BACKEND, checked below
 }
 
@@ -367,6 +370,7 @@ class Matrix:
     transformers: str
     accelerate: str
     backends: tuple[Backend, ...] = field(default=())
+    uv: str = UV_VERSION  # the build-time installer, bind-mounted into install steps
 
     @property
     def names(self) -> list[str]:
@@ -687,6 +691,7 @@ def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
         transformers=top["transformers"]["version"],
         accelerate=top["accelerate"]["version"],
         backends=tuple(backends),
+        **({"uv": top["uv"]["version"]} if (top.get("uv") or {}).get("version") else {}),
     )
 
 

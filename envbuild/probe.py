@@ -108,6 +108,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--output", help="also write the JSON report to this file")
     p.add_argument("--versions-only", action="store_true",
                    help="only import torch and check the pins (image builds: no device, no model)")
+    p.add_argument("--pins-only", action="store_true",
+                   help="only check the pins, from package metadata, importing nothing (the last image "
+                        "build step: a transformers bump need not pay for importing torch)")
     args = p.parse_args(argv)
     # The image's ENVBUILD_* defaults describe its own backend; a --backend naming another one
     # must not inherit them (e.g. ENVBUILD_DEVICE=cpu from a cpu image).
@@ -378,6 +381,9 @@ class Probe:
     def run(self) -> dict[str, Any]:
         start = time.perf_counter()
         try:
+            if self.args.pins_only:
+                self.step("versions", self.versions)
+                return self.report(start)
             self.step("import_torch", self.import_torch)
             if self.args.versions_only:
                 # At image build time no device (nor, for some plugins, driver library) exists:

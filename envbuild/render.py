@@ -40,6 +40,11 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
     if backend.plugin:
         expect.append((backend.plugin.package, backend.plugin.version))
     expect += [("transformers", matrix.transformers), ("accelerate", matrix.accelerate)]
+    python = f"{VENV}/bin/python" if own_venv else backend.python.executable
+    # uv installs into exactly this interpreter's environment; a vendor's system Python is marked
+    # externally managed (PEP 668), and installing into it is the point.
+    python_flag = f"--python {python}"
+    torch_layers = backend.torch.source == "pip" or bool(backend.plugin and backend.plugin.source == "pip")
     text = _env.get_template("Dockerfile.j2").render(
         b=backend,
         image=matrix.image,
@@ -49,8 +54,12 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         pins=sorted(backend.pins.items()),
         expect=expect,
         venv=VENV if own_venv else "",
-        python=f"{VENV}/bin/python" if own_venv else backend.python.executable,
+        python=python,
+        python_flag=python_flag,
+        target=python_flag if own_venv else f"{python_flag} --break-system-packages",
         pip=f"{VENV}/bin/pip" if own_venv else f"{backend.python.executable} -m pip",
+        uv=matrix.uv,
+        torch_stage="torch" if torch_layers else "base",
         constraints=CONSTRAINTS,
         version_tag=matrix.tags(backend)[1].rsplit(":", 1)[1],
     )

@@ -255,3 +255,17 @@ def test_versions_only_for_image_builds() -> None:
     assert [c["name"] for c in doc["checks"]] == ["import_torch", "versions"]
     rc, doc, _ = run_cli("--versions-only", "--expect", "torch=0.1")
     assert rc == 1 and doc["checks"][1]["ok"] is False
+
+
+def test_pins_only_reads_metadata_and_imports_nothing() -> None:
+    # The last build step of every image: a transformers bump must not pay for importing torch.
+    torch_pin = importlib.metadata.version("torch").split("+")[0]
+    code = ("import runpy, sys; sys.argv = ['envbuild-probe', '--pins-only', '--expect', 'torch=%s'];"
+            "sys.modules['torch'] = None; runpy.run_path(%r, run_name='__main__')" % (torch_pin, str(PROBE_PATH)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["ok"] is True, proc.stderr
+    assert [c["name"] for c in doc["checks"]] == ["versions"]
+    assert doc["versions"]["torch"].startswith(torch_pin)
+    rc, doc, _ = run_cli("--pins-only", "--expect", "torch=0.1")
+    assert rc == 1 and [c["name"] for c in doc["checks"]] == ["versions"] and doc["checks"][0]["ok"] is False

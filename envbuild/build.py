@@ -1,12 +1,17 @@
 """Rendered Dockerfile -> image, built with BuildKit on the local engine.
 
-The build runs untagged (its id lands in an --iidfile) and the tags move only after it succeeded, so a
-failed build never replaces a good image. Secrets (CA bundle, index credentials) go in as BuildKit
-secrets: they are mounted for single RUN steps and never stored in a layer.
+BuildKit names the image only once the whole build succeeded (its id also lands in an --iidfile), so a
+failed build never moves a tag away from a good image. Secrets (CA bundle, index credentials) go in as
+BuildKit secrets: they are mounted for single RUN steps and never stored in a layer.
+
+The build context (Dockerfile, probe, wheelhouse) lives in a stable folder per backend
+(.envbuild/context/BACKEND): the docker client keys its file sync by that folder, so an unchanged
+wheelhouse is not sent again, and an unchanged rebuild costs about what Docker's own no-op costs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,16 +21,22 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from . import engine
-from .errors import EnvbuildError
+from .errors import DockerError, EnvbuildError
 from .matrix import Backend, Matrix
 from .render import render_backend
+
+if TYPE_CHECKING:
+    from .status import StatusBoard
 
 PROBE = Path(__file__).with_name("probe.py")
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 DEFAULT_LOG_DIR = Path(".envbuild") / "logs"
+DEFAULT_CONTEXT_DIR = Path(".envbuild") / "context"
+# What the docker client prints when no engine answers; the build is the check (no extra round trip).
+_NO_DAEMON = re.compile(r"Cannot connect to the Docker daemon|error during connect|Is the docker daemon running", re.I)
 
 
 class BuildError(EnvbuildError):
@@ -46,6 +57,7 @@ class BuildOptions:
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
     log_dir: Path = DEFAULT_LOG_DIR
+    context_dir: Path = DEFAULT_CONTEXT_DIR
 
 
 @dataclass
@@ -107,28 +119,71 @@ def mirror_image(ref: str, mirrors: Iterable[str]) -> str:
 # --- the build context ---------------------------------------------------------------------------------
 
 
+def _write_if_changed(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Leave an unchanged file alone: the client's file sync compares size and mtime."""
+    if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
 def prepare_context(dockerfile: str, wheelhouse: Path | None, into: Path) -> Path:
-    """Dockerfile, probe and wheelhouse: everything the generated Dockerfile refers to."""
+    """Dockerfile, probe and wheelhouse: everything the generated Dockerfile refers to.
+
+    `into` is reused from build to build: files that did not change keep their size and mtime, so the
+    docker client sends nothing for them again (a 200 MB torch wheel costs seconds per build otherwise).
+    """
+    if wheelhouse and not wheelhouse.is_dir():
+        raise BuildError(f"--wheelhouse {wheelhouse}: no such directory")
     into.mkdir(parents=True, exist_ok=True)
-    (into / "Dockerfile").write_text(dockerfile, encoding="utf-8")
-    shutil.copyfile(PROBE, into / "probe.py")
-    os.chmod(into / "probe.py", 0o755)
+    _write_if_changed(into / "Dockerfile", dockerfile.encode("utf-8"))
+    _write_if_changed(into / "probe.py", PROBE.read_bytes(), 0o755)
     wheels = into / "wheelhouse"
-    wheels.mkdir()
+    wheels.mkdir(exist_ok=True)
+    wanted = {}
     if wheelhouse:
-        if not wheelhouse.is_dir():
-            raise BuildError(f"--wheelhouse {wheelhouse}: no such directory")
-        for whl in sorted(wheelhouse.iterdir()):
-            if whl.is_file() and whl.suffix in (".whl", ".gz", ".zip"):
-                try:
-                    os.link(whl, wheels / whl.name)  # free when on the same filesystem
-                except OSError:
-                    shutil.copy2(whl, wheels / whl.name)
+        wanted = {w.name: w for w in sorted(wheelhouse.iterdir()) if w.is_file() and w.suffix in (".whl", ".gz", ".zip")}
+    for old in wheels.iterdir():
+        if old.name not in wanted:
+            old.unlink() if not old.is_dir() or old.is_symlink() else shutil.rmtree(old)
+    for name, src in wanted.items():
+        dst = wheels / name
+        st = src.stat()
+        if dst.exists():
+            have = dst.stat()
+            if (have.st_size, have.st_mtime_ns) == (st.st_size, st.st_mtime_ns):
+                continue
+            dst.unlink()
+        try:
+            os.link(src, dst)  # free when on the same filesystem
+        except OSError:
+            shutil.copy2(src, dst)  # keeps the mtime, so the next build sees an unchanged file
     return into
 
 
-def build_command(builder: engine.Builder, context: Path, iidfile: Path, opts: BuildOptions) -> list[str]:
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One build at a time per context folder (two envbuild processes in one project, same backend)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            import fcntl
+        except ImportError:  # not on POSIX: no lock, as before
+            yield
+            return
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def build_command(builder: engine.Builder, context: Path, iidfile: Path, opts: BuildOptions, tags: Iterable[str] = ()) -> list[str]:
     argv = [*builder.argv, "--progress=plain", "--iidfile", str(iidfile), "-f", str(context / "Dockerfile")]
+    for tag in tags:  # BuildKit names the image only when the build succeeded
+        argv += ["-t", tag]
     if opts.ca_bundle:
         argv += ["--secret", f"id=ca_bundle,src={opts.ca_bundle}"]
     if opts.netrc:
@@ -143,12 +198,26 @@ def build_command(builder: engine.Builder, context: Path, iidfile: Path, opts: B
         argv += ["--platform", opts.platform]
     if opts.builder or opts.cache_to:
         if not builder.buildx:
-            raise BuildError("--builder and --cache-to need the buildx plugin (`docker buildx version` fails here)")
+            what = " and ".join(n for n, v in (("--builder", opts.builder), ("--cache-to", opts.cache_to)) if v)
+            raise BuildError(
+                f"{what} need{'s' if ' and ' not in what else ''} the buildx plugin, which {builder.argv[0]} lacks "
+                "(`docker buildx version` fails): install docker-buildx (Debian/Ubuntu) or docker-buildx-plugin. "
+                "Without it, a registry cache still works: build with --build-arg BUILDKIT_INLINE_CACHE=1, push the "
+                "image, and pass it to later builds as --cache-from IMAGE."
+            )
         if opts.builder:
             argv += ["--builder", opts.builder]
         for spec in opts.cache_to:
             argv += ["--cache-to", spec]
     for spec in opts.cache_from:
+        if not builder.buildx and spec.startswith("type=") and not spec.startswith("type=registry,"):
+            raise BuildError(f"--cache-from {spec}: the legacy `docker build` reads only registry caches; local caches need buildx")
+        if not builder.buildx and spec.startswith("type=registry,"):
+            # The legacy client takes an image reference, not a buildx cache spec.
+            ref = dict(kv.split("=", 1) for kv in spec.split(",") if "=" in kv).get("ref")
+            if not ref:
+                raise BuildError(f"--cache-from {spec}: no ref=IMAGE in the spec")
+            spec = ref
         argv += ["--cache-from", spec]
     argv.append(str(context))
     return argv
@@ -156,33 +225,62 @@ def build_command(builder: engine.Builder, context: Path, iidfile: Path, opts: B
 
 # --- progress ------------------------------------------------------------------------------------------
 
-_STEP = re.compile(r"^#(\d+) \[(?:[\w-]+ )?(\d+/\d+)\] (.*)$")
+_STEP = re.compile(r"^#(\d+) \[(?:([\w.-]+) )?(\d+/\d+)\] (.*)$")
 _DONE = re.compile(r"^#(\d+) (DONE [\d.]+s|CACHED|ERROR.*)$")
 
 
-class Progress:
-    """Turns BuildKit's plain output into one line per step; -v passes everything through."""
+_MOUNT = re.compile(r"--mount=\S+\s*")
+_OPTION = re.compile(r"\s(?:--(?:python|find-links|index-url|extra-index-url|constraint|link-mode|target))[ =]\S+"
+                     r"|\s--(?:compile-bytecode|no-deps|break-system-packages)\b")
 
-    def __init__(self, backend: str, echo: Callable[[str], None], verbose: bool = False):
+
+def summarize(instruction: str) -> str:
+    """A step as people want to read it: RUN with its mounts, secret boilerplate and installer options cut,
+    e.g. 'RUN uv pip install "torch==2.13.0"' instead of five lines of --mount."""
+    keyword, _, rest = instruction.partition(" ")
+    if keyword != "RUN":
+        return instruction
+    rest = _MOUNT.sub("", rest)
+    parts = [p.strip() for p in re.split(r"\s+&&\s+", rest)]
+    parts = [p for p in parts if not p.startswith(("if [ -s /run/secrets/", "export "))] or parts
+    text = " && ".join(parts).replace("/run/uv/uv ", "uv ")
+    return "RUN " + " ".join(_OPTION.sub("", text).split())
+
+
+class Progress:
+    """Turns BuildKit's plain output into one line per step; -v passes everything through.
+
+    `status` (optional) hears the step running now, for a live status line.
+    """
+
+    def __init__(self, backend: str, echo: Callable[[str], None], verbose: bool = False,
+                 status: Callable[[str], None] | None = None):
         self.backend = backend
         self.echo = echo
         self.verbose = verbose
+        self.status = status
         self.names: dict[str, str] = {}
         self.steps: list[str] = []
 
     def feed(self, line: str) -> None:
         if self.verbose:
             self.echo(f"[{self.backend}] {line}")
-            return
         m = _STEP.match(line)
         if m and m.group(1) not in self.names:
-            self.names[m.group(1)] = f"{m.group(2)} {m.group(3)[:90]}"
+            stage = m.group(2) or ""
+            stage = "" if re.fullmatch(r"stage-\d+", stage) else stage  # the unnamed final stage
+            self.names[m.group(1)] = f"{stage + ' ' if stage else ''}{m.group(3)} {summarize(m.group(4))[:90]}"
+            if self.status:
+                self.status(self.names[m.group(1)])
             return
         m = _DONE.match(line)
         if m and m.group(1) in self.names:
             text = f"{self.names.pop(m.group(1))} ... {m.group(2).split(':')[0]}"
             self.steps.append(text)
-            self.echo(f"[{self.backend}] {text}")
+            if not self.verbose:
+                self.echo(f"[{self.backend}] {text}")
+            if self.status and self.names:
+                self.status(next(reversed(self.names.values())))
 
 
 # --- the build -----------------------------------------------------------------------------------------
@@ -196,6 +294,7 @@ def build(
     mirrors: Iterable[str] = (),
     echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
     verbose: bool = False,
+    status: Callable[[str], None] | None = None,
 ) -> BuildResult:
     """Build one backend's image and tag it; the old tags stay put when anything fails."""
     mirrors = list(mirrors)
@@ -203,28 +302,39 @@ def build(
         from dataclasses import replace
 
         backend = replace(backend, base_image=mirror_image(backend.base_image or "", mirrors))
+    multi_platform = bool(opts.platform and "," in opts.platform)
     tags = list(opts.tags) or matrix.tags(backend)
     if opts.ca_bundle and not opts.ca_bundle.is_file():
         raise BuildError(f"--ca-bundle {opts.ca_bundle}: no such file")
     if opts.netrc and not opts.netrc.is_file():
         raise BuildError(f"--netrc {opts.netrc}: no such file")
     builder = engine.find_builder()
-    docker = engine.client()
+    if multi_platform:
+        if not builder.buildx:
+            raise BuildError(f"--platform {opts.platform}: several platforms in one build need the buildx plugin "
+                             "(install docker-buildx or docker-buildx-plugin), or build one platform at a time")
+        # The local engine holds one platform per tag: the result stays in the builder (export it with
+        # --cache-to), and nothing is tagged here.
+        builder = engine.Builder(tuple(a for a in builder.argv if a != "--load"), builder.env, builder.buildx)
+        tags = []
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log = opts.log_dir / f"build-{backend.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     result = BuildResult(backend=backend.name, ok=False, tags=tags, log=log)
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
-        context = prepare_context(render_backend(matrix, backend), opts.wheelhouse, Path(tmp) / "context")
+    context_dir = opts.context_dir / backend.name
+    with _locked(opts.context_dir / f"{backend.name}.lock"), tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
+        context = prepare_context(render_backend(matrix, backend), opts.wheelhouse, context_dir)
         iidfile = Path(tmp) / "iid"
-        argv = build_command(builder, context, iidfile, opts)
-        progress = Progress(backend.name, echo, verbose)
-        echo(f"[{backend.name}] building {backend.base_image} -> {tags[0]} (log: {log})")
+        argv = build_command(builder, context, iidfile, opts, tags)
+        progress = Progress(backend.name, echo, verbose, status)
+        target = tags[0] if tags else f"{opts.platform} (kept in the builder, not loaded)"
+        echo(f"[{backend.name}] building {backend.base_image} -> {target} (log: {log})")
         env = {**os.environ, **dict(builder.env)}
         with open(log, "w", encoding="utf-8") as fh:
             fh.write("$ " + " ".join(argv) + "\n")
             try:
-                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace")
+                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                        errors="replace", stdin=subprocess.DEVNULL)
             except OSError as exc:
                 raise BuildError(f"cannot run {argv[0]}: {exc.strerror}") from None
             try:
@@ -243,10 +353,60 @@ def build(
         result.seconds = time.monotonic() - start
         result.steps = progress.steps
         if rc != 0 or not iidfile.exists():
+            if any(_NO_DAEMON.search(ln) for ln in tail):
+                where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+                raise DockerError(f"cannot reach the Docker daemon at {where}. {engine.NO_DAEMON_HINT}")
             errors = [ln for ln in tail if "ERROR" in ln or "error" in ln.lower()]
             result.error = (errors[-1] if errors else (tail[-1] if tail else f"exit code {rc}"))[:300]
             return result
         result.image_id = iidfile.read_text().strip()
-    engine.tag_image(docker, result.image_id, tags)
     result.ok = True
     return result
+
+
+def build_many(
+    matrix: Matrix,
+    backends: list[Backend],
+    opts: BuildOptions,
+    *,
+    jobs: int = 1,
+    mirrors: Iterable[str] = (),
+    echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+    verbose: bool = False,
+    board: "StatusBoard | None" = None,
+) -> list[BuildResult]:
+    """Build several backends, `jobs` at a time (threads, one builder process each); results in input order.
+
+    A backend that fails does not stop the others. When backends share steps (same base, same commands),
+    BuildKit on the one daemon runs each shared step once, whichever build reaches it first.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    mirrors = list(mirrors)
+
+    def one(backend: Backend) -> BuildResult:
+        name = backend.name
+        say = board.echo if board else echo
+        if board:
+            board.start(name)
+        try:
+            result = build(matrix, backend, opts, mirrors=mirrors, echo=say, verbose=verbose,
+                           status=(lambda text: board.step(name, text)) if board else None)
+        except BuildError as exc:
+            if len(backends) == 1:
+                raise
+            result = BuildResult(backend=name, ok=False, tags=[], error=str(exc))
+        if board:
+            board.finish(name, result.ok, (result.image_id or "")[:19] if result.ok else (result.error or "failed"))
+        return result
+
+    if jobs <= 1 or len(backends) == 1:
+        return [one(b) for b in backends]
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="envbuild-build") as pool:
+        futures = [pool.submit(one, b) for b in backends]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise

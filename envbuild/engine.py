@@ -7,6 +7,7 @@ or, with an older client, `DOCKER_BUILDKIT=1 docker build`; everything else goes
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -81,23 +82,99 @@ def _run_quiet(argv: list[str]) -> tuple[int, str]:
     return proc.returncode, proc.stdout.strip()
 
 
+def _plugin_places() -> list[str]:
+    """Where the docker CLI looks for plugins (and its config, which may name more places)."""
+    config = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+    return [os.path.join(config, "cli-plugins"), os.path.join(config, "config.json"),
+            "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins",
+            "/usr/lib/docker/cli-plugins", "/usr/libexec/docker/cli-plugins"]
+
+
+def _fingerprint(candidates: list[str]) -> list[str]:
+    """What the answer of find_builder depends on: the clients themselves and the plugin folders (a plugin
+    installed or removed changes its folder's mtime)."""
+    parts = [f"ENVBUILD_DOCKER={os.environ.get('ENVBUILD_DOCKER', '')}"]
+    for path in [*candidates, *_plugin_places()]:
+        try:
+            st = os.stat(path)
+            parts.append(f"{os.path.realpath(path)} {st.st_ino} {st.st_size} {st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{path} absent")
+    return parts
+
+
+def _builder_cache() -> str:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "envbuild", "builder.json")
+
+
+def _cached_builder(key: list[str]) -> Builder | None:
+    import json
+
+    try:
+        with open(_builder_cache(), encoding="utf-8") as fh:
+            doc = json.load(fh)
+        if doc.get("key") == key:
+            return Builder(tuple(doc["argv"]), tuple(tuple(kv) for kv in doc["env"]), bool(doc["buildx"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _remember_builder(key: list[str], builder: Builder) -> None:
+    import json
+
+    path = _builder_cache()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"key": key, "argv": builder.argv, "env": builder.env, "buildx": builder.buildx}, fh)
+        os.replace(tmp, path)
+    except OSError:  # a read-only home only costs the next command the same questions
+        pass
+
+
 @lru_cache(maxsize=1)
 def find_builder() -> Builder:
-    """Prefer `docker buildx build`; else a client older than 23.0, which runs BuildKit itself."""
+    """Prefer `docker buildx build`; else a client older than 23.0, which runs BuildKit itself.
+
+    The answer is remembered (~/.cache/envbuild/builder.json) for as long as the docker clients and the
+    plugin folders stay as they are: asking costs a few client start-ups, before every build.
+    """
     candidates = _docker_candidates()
     if not candidates:
         raise DockerError(
             "no `docker` client on PATH: install Docker's CLI with the buildx plugin "
             "(docker-ce-cli + docker-buildx-plugin) or Debian's docker.io"
         )
-    for exe in candidates:
-        rc, _ = _run_quiet([exe, "buildx", "version"])
+    key = _fingerprint(candidates)
+    cached = _cached_builder(key)
+    if cached is not None:
+        return cached
+    builder = _ask_clients(candidates)
+    _remember_builder(key, builder)
+    return builder
+
+
+def _ask_clients(candidates: list[str]) -> Builder:
+    # Ask every candidate both questions at once: each answer costs a client start-up (tens of ms).
+    from concurrent.futures import ThreadPoolExecutor
+
+    # `docker --version` answers from the client alone (`docker version` also asks the daemon).
+    questions = [[exe, "buildx", "version"] for exe in candidates]
+    questions += [[exe, "--version"] for exe in candidates]
+    with ThreadPoolExecutor(max_workers=len(questions)) as pool:
+        answers = list(pool.map(_run_quiet, questions))
+    buildx, versions = answers[: len(candidates)], answers[len(candidates):]
+    for exe, (rc, _) in zip(candidates, buildx):
         if rc == 0:
             return Builder(argv=(exe, "buildx", "build", "--load"), env=(), buildx=True)
-    for exe in candidates:
-        rc, out = _run_quiet([exe, "version", "--format", "{{.Client.Version}}"])
+    for exe, (rc, out) in zip(candidates, versions):
+        # "Docker version 20.10.24+dfsg1, build 297e128"
+        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out) if rc == 0 else None
         try:
-            legacy = Version(out.split("+")[0].split("-")[0]) < Version("23.0")
+            legacy = bool(m) and Version(m.group(1)) < Version("23.0")
         except InvalidVersion:
             legacy = False
         if legacy:

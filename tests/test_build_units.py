@@ -47,10 +47,13 @@ def test_mirror_rewrites_only_matching_registries():
 def test_build_command_passes_secrets_as_files_never_as_values(tmp_path):
     ca = tmp_path / "ca.pem"
     b = engine.Builder(argv=("docker", "build"), env=(("DOCKER_BUILDKIT", "1"),), buildx=False)
-    argv = build.build_command(b, tmp_path, tmp_path / "iid", build.BuildOptions(ca_bundle=ca, build_args=("A=1",), no_cache=True))
+    argv = build.build_command(b, tmp_path, tmp_path / "iid", build.BuildOptions(ca_bundle=ca, build_args=("A=1",), no_cache=True),
+                               ["r/e:cpu", "r/e:cpu-pinned"])
     assert argv[:2] == ["docker", "build"]
     assert f"id=ca_bundle,src={ca}" in argv
-    assert "--iidfile" in argv and "-t" not in argv and "--tag" not in argv  # tags move only after success
+    # BuildKit names the image only when the whole build succeeded (test_failed_build_keeps_the_old_tag
+    # proves it on a real engine), so the tags go to the builder itself: no extra round trip afterwards.
+    assert "--iidfile" in argv and argv.count("-t") == 2 and "r/e:cpu-pinned" in argv
     assert argv[-1] == str(tmp_path)
     with pytest.raises(EnvbuildError, match="buildx"):
         build.build_command(b, tmp_path, tmp_path / "iid", build.BuildOptions(cache_to=("type=local,dest=x",)))
@@ -76,7 +79,7 @@ def _fake_docker(dirpath: Path, version: str, buildx: bool) -> Path:
     exe.write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = buildx ]; then exit {0 if buildx else 1}; fi\n'
-        f'if [ "$1" = version ]; then echo {version}; exit 0; fi\n'
+        f'if [ "$1" = --version ]; then echo "Docker version {version}, build 0123abc"; exit 0; fi\n'
         "exit 1\n"
     )
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)

@@ -183,20 +183,24 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
 @click.option("--no-cache", is_flag=True, help="Build every layer afresh.")
-@click.option("--platform", help="Target platform, e.g. linux/arm64 (passed to the builder).")
+@click.option("--platform", help="Target platform, e.g. linux/arm64 (passed to the builder). Several, comma-separated, need buildx; the result then stays in the builder (export it with --cache-to).")
 @click.option("--builder", help="A buildx builder to use, e.g. a remote BuildKit (needs buildx).")
-@click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, e.g. type=registry,ref=REG/cache:cpu (repeatable).")
-@click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export (needs buildx; repeatable).")
+@click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, e.g. type=registry,ref=REG/cache:cpu or type=local,src=DIR (local caches need buildx; repeatable).")
+@click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, e.g. type=registry,ref=REG/cache:cpu,mode=max or type=local,dest=DIR (needs buildx; repeatable).")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1), help="Build this many backends at once (one live status line each on a terminal).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the build results as JSON to this file.")
 @click.option("--verbose", "-v", is_flag=True, help="Show the builder's full output.")
 def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_ca_bundle, netrc, build_args, tags, labels,
-          no_cache, platform, builder, cache_from, cache_to, json_path, verbose) -> None:
+          no_cache, platform, builder, cache_from, cache_to, jobs, json_path, verbose) -> None:
     """Build the image of one backend (or all) with BuildKit on the local Docker engine.
 
     The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
     build succeeded: a failed build never moves an existing tag. The full log is kept under
     .envbuild/logs/ and its path is printed on failure. With several backends the build goes on past a
     failure, prints a summary and exits 1 if any failed.
+
+    --jobs N builds N backends at once, each in its own builder process on the same daemon: BuildKit runs
+    a step shared by several builds (same base, same command) once, and the others reuse its result.
 
     \b
     Example (a plain Debian base and a local torch wheel):
@@ -226,17 +230,19 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
     if opts.ca_bundle and not opts.ca_bundle.is_file():
         raise b.BuildError(f"CA bundle {opts.ca_bundle} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    if jobs > 1 and len(chosen) > 1:
+        from .status import StatusBoard
+
+        with StatusBoard([x.name for x in chosen], stream=click.get_text_stream("stderr")) as board:
+            built = b.build_many(m, chosen, opts, jobs=jobs, mirrors=mirrors, echo=echo, verbose=verbose, board=board)
+    else:
+        built = b.build_many(m, chosen, opts, mirrors=mirrors, echo=echo, verbose=verbose)
     results = []
-    for backend in chosen:
-        try:
-            result = b.build(m, backend, opts, mirrors=mirrors, echo=echo, verbose=verbose)
-        except b.BuildError as exc:
-            if len(chosen) == 1:
-                raise
-            result = b.BuildResult(backend=backend.name, ok=False, tags=[], error=str(exc))
+    for backend, result in zip(chosen, built):
         results.append(result)
         if result.ok:
-            click.echo(f"{backend.name}: built {result.image_id[:19]} in {result.seconds:.0f}s, tagged {', '.join(result.tags)}")
+            where = f"tagged {', '.join(result.tags)}" if result.tags else f"kept in the builder ({platform}; not loaded here)"
+            click.echo(f"{backend.name}: built {result.image_id[:19]} in {result.seconds:.0f}s, {where}")
         else:
             click.secho(f"{backend.name}: build FAILED: {result.error}", fg="red", err=True)
             if result.log:
@@ -244,7 +250,7 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
     if json_path:
         _write_output(json_path, json.dumps([r.to_json() for r in results], indent=2) + "\n")
     if len(results) > 1:
-        rows = [{"backend": r.backend, "result": "ok" if r.ok else "FAILED", "seconds": f"{r.seconds:.0f}", "image": r.tags[0] if r.ok else (r.error or "")[:70]} for r in results]
+        rows = [{"backend": r.backend, "result": "ok" if r.ok else "FAILED", "seconds": f"{r.seconds:.0f}", "image": (r.tags[0] if r.tags else "(in the builder)") if r.ok else (r.error or "")[:70]} for r in results]
         click.echo(report.table(rows, ["backend", "result", "seconds", "image"]))
     if not all(r.ok for r in results):
         sys.exit(1)

@@ -321,7 +321,7 @@ def build(
     log = opts.log_dir / f"build-{backend.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     result = BuildResult(backend=backend.name, ok=False, tags=tags, log=log)
     start = time.monotonic()
-    context_dir = opts.context_dir / backend.name
+    context_dir = (opts.context_dir / backend.name).resolve()
     with _locked(opts.context_dir / f"{backend.name}.lock"), tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
         context = prepare_context(render_backend(matrix, backend), opts.wheelhouse, context_dir)
         iidfile = Path(tmp) / "iid"

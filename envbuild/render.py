@@ -17,6 +17,27 @@ TEMPLATES = Path(__file__).parent / "templates"
 VENV = "/opt/venv"
 CONSTRAINTS = "/opt/envbuild/constraints.txt"
 
+class _BytecodeCache(jinja2.FileSystemBytecodeCache):
+    """The compiled template, kept between runs (Jinja checks it against the template's source): parsing
+    and compiling it costs more than the rest of `envbuild render`. A cache that cannot be written is
+    skipped, never an error."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, ValueError, EOFError):
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+_CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "envbuild", "templates")
+
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),
     undefined=jinja2.StrictUndefined,
@@ -24,6 +45,7 @@ _env = jinja2.Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
     autoescape=False,
+    bytecode_cache=_BytecodeCache(_CACHE_DIR, "envbuild-%s.cache"),
 )
 
 

@@ -56,7 +56,8 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
 FROM base
 ARG ENVBUILD_CACHE_ID
 # The dependencies of transformers and accelerate, exactly as resolved; they change less often than either.
-# Then torch must still import: the build fails, not the user, when a dependency broke it.
+# Then torch must still import: the build fails, not the user, when a dependency broke it (without the
+# device plugins torch would load by itself: their drivers come with the device, at run time).
 RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,from=resolve,source=/opt/envbuild/deps.txt,target=/run/deps.txt \
@@ -68,7 +69,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     && if [ -s /run/deps.txt ]; then /run/uv/uv pip install --python python3 --break-system-packages --compile-bytecode --no-deps \
         --find-links /run/wheelhouse --constraint /opt/envbuild/constraints.txt -r /run/deps.txt; fi \
-    && python3 -c "import torch"
+    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 python3 -c "import torch"
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py

@@ -21,8 +21,8 @@ Rows (targets from the performance issue):
   render    `envbuild render` of all backends / `python -c pass` (target <= 5).
 Timings are medians of several runs (fewer with --quick). Nothing is asserted: machines are noisy.
 
-Cleanup: the images it tagged (envbuild-bench/...), its registry and the cache mounts its cold build
-created are removed at the end (--keep leaves them); layer cache stays, as after any build.
+Cleanup: the images it tagged (envbuild-bench/...) and the cache mounts its cold build created are
+removed at the end (--keep leaves them), its registry stopped; layer cache stays, as after any build.
 """
 
 from __future__ import annotations
@@ -161,9 +161,13 @@ def _python_env_size(client, image: str, python: str, dirs: list[str] = ()) -> d
     return json.loads(out)
 
 
-def _cache_mount_ids(client) -> set[str]:
-    df = client.api.df()
-    return {r["ID"] for r in df.get("BuildCache") or [] if r.get("Type") == "exec.cachemount"}
+def _cache_records(client) -> dict[str, str]:
+    """BuildKit's cache records: id -> type."""
+    return {r["ID"]: r.get("Type", "") for r in client.api.df().get("BuildCache") or []}
+
+
+def _cache_bytes(client, ids: set[str]) -> int:
+    return sum(int(r.get("Size") or 0) for r in client.api.df().get("BuildCache") or [] if r["ID"] in ids)
 
 
 def _prune_cache_records(client, ids: set[str]) -> int:
@@ -216,7 +220,25 @@ def prepare(args: argparse.Namespace, work: Path, client) -> Setup:
     return Setup(base, Path(wheelhouse).resolve(), Path(ca).resolve() if ca else None, m, work, registry)
 
 
-def measure(args: argparse.Namespace, s: Setup, client) -> tuple[list[Row], dict[str, Any]]:
+def cleanup(client, setup: Setup | None, info: dict[str, Any]) -> None:
+    """Remove what the benchmark made: its images and tags, and the cache mounts of its cold build."""
+    refs = [NOOP_TAG]
+    try:
+        refs += [tag for img in client.images.list(name=REPOSITORY) for tag in img.tags]
+    except Exception:
+        pass
+    if setup and setup.registry:  # the tags naming our registry's port; the image stays for the tests
+        refs += [setup.base, f"{setup.registry.host}/library/debian:bookworm-slim"]
+    for ref in refs:
+        try:
+            client.images.remove(ref)
+        except Exception:
+            pass
+    if info.get("cache_mounts"):
+        info["cache_mounts_freed"] = _prune_cache_records(client, set(info["cache_mounts"]))
+
+
+def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) -> list[Row]:
     from . import build as build_mod
     from . import engine, matrix as matrix_mod, testbed
 
@@ -224,7 +246,9 @@ def measure(args: argparse.Namespace, s: Setup, client) -> tuple[list[Row], dict
     cli_reps = 5 if args.quick else 15
     smoke_reps = 1 if args.quick else 3
     env = _env()
-    cwd = s.work / "cwd"
+    # A folder that stays from run to run: the build context lives under it, and BuildKit keeps one record
+    # of a context per folder (a new folder each run would leave 200 MB of wheelhouse behind every time).
+    cwd = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuild" / "bench"
     cwd.mkdir(parents=True, exist_ok=True)
     overrides = testbed.cpu_overrides(s.base, repository=REPOSITORY)
     m = matrix_mod.load(s.matrix, [o for o in overrides if o != "--set"])
@@ -235,13 +259,13 @@ def measure(args: argparse.Namespace, s: Setup, client) -> tuple[list[Row], dict
     common += ["--ca-bundle", str(s.ca_bundle)] if s.ca_bundle else ["--no-ca-bundle"]
     builder = engine.find_builder()
     rows: list[Row] = []
-    info: dict[str, Any] = {"cache_id": cache_id, "bump": f"{m.transformers} -> {bump_to}", "builder": builder.describe()}
+    info.update(cache_id=cache_id, bump=f"{m.transformers} -> {bump_to}", builder=builder.describe())
 
     # cold: no layer cache (--no-cache) and new, empty cache mounts (a fresh ENVBUILD_CACHE_ID)
     print("bench: cold build ...", file=sys.stderr)
-    mounts_before = _cache_mount_ids(client)
+    records_before = _cache_records(client)
     cold, proc = run(envbuild_argv("build", *common, "--no-cache"), cwd=cwd, env=env)
-    info["cache_mounts"] = sorted(_cache_mount_ids(client) - mounts_before)
+    info["cache_mounts"] = sorted(r for r, kind in _cache_records(client).items() if kind == "exec.cachemount" and r not in records_before)
     rows.append(Row("cold", "cold build (no cache, empty cache mounts)", round(cold, 2), None, "s",
                     detail={"steps": steps_from(proc.stderr)}))
 
@@ -319,7 +343,7 @@ def measure(args: argparse.Namespace, s: Setup, client) -> tuple[list[Row], dict
                     round(render_t, 3), round(bare_py, 3), "s", 5.0, {"runs": render_runs}))
     # What any Python CLI pays before its first line of work: the floor under the no-op row.
     next(r for r in rows if r.key == "noop").detail["python_start"] = round(bare_py, 3)
-    return rows, info
+    return rows
 
 
 # --- output --------------------------------------------------------------------------------------------
@@ -377,45 +401,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ca-bundle", action="store_true", help="pass no CA bundle")
     p.add_argument("--matrix", type=Path, help="the matrix (default: as envbuild finds it)")
     p.add_argument("--bump-to", help="the transformers release of the bump (default: 5.22.0)")
-    p.add_argument("--keep", action="store_true", help="keep the images, registry and cache mounts it made")
+    p.add_argument("--keep", action="store_true", help="keep the images and cache mounts it made")
     args = p.parse_args(argv)
 
     client = _docker_client()
     work = Path(tempfile.mkdtemp(prefix="envbuild-bench-"))
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     busy = _busy(client)
+    records_at_start = set(_cache_records(client))
     setup = None
     rows: list[Row] = []
     info: dict[str, Any] = {}
     try:
         setup = prepare(args, work, client)
-        rows, info = measure(args, setup, client)
+        rows = measure(args, setup, client, info)
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
     finally:
         if not args.keep:
-            for ref in (f"{REPOSITORY}:cpu", NOOP_TAG):
-                try:
-                    client.images.remove(ref, noprune=False)
-                except Exception:
-                    pass
-            try:
-                for img in client.images.list(name=REPOSITORY):
-                    for tag in img.tags:
-                        client.images.remove(tag)
-            except Exception:
-                pass
-            if info.get("cache_mounts"):
-                info["cache_mounts_freed"] = _prune_cache_records(client, set(info["cache_mounts"]))
-            if setup and setup.registry:
-                for ref in (setup.base, f"{setup.registry.host}/library/debian:bookworm-slim"):
-                    try:  # the tags naming our registry's port; the image itself stays for the tests
-                        client.images.remove(ref)
-                    except Exception:
-                        pass
-                setup.registry.stop()
-            shutil.rmtree(work, ignore_errors=True)
+            cleanup(client, setup, info)
+        if setup and setup.registry:
+            setup.registry.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    # The layers of the cold build stay in BuildKit's cache, as after any build: say how much.
+    try:
+        info["build_cache_left"] = _cache_bytes(client, set(_cache_records(client)) - records_at_start)
+    except Exception:  # only a note
+        info["build_cache_left"] = None
 
     doc = {
         "benchmark": "envbuild", "quick": args.quick, "started": started, "backend": "cpu",
@@ -427,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     if busy:
         print(f"- note: {len(busy)} other container(s) ran during the benchmark; timings are noisier")
+    if info.get("build_cache_left"):
+        print(f"- note: the cold build's layers stay in BuildKit's cache ({info['build_cache_left'] / 1e9:.1f} GB; "
+              "`docker builder prune` frees them)")
     if args.json_path:
         args.json_path.write_text(json.dumps(doc, indent=2) + "\n")
     return 0

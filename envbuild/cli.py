@@ -233,7 +233,9 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
     if jobs > 1 and len(chosen) > 1:
         from .status import StatusBoard
 
-        with StatusBoard([x.name for x in chosen], stream=click.get_text_stream("stderr")) as board:
+        # -v wants every line of every builder: then no live board, only prefixed lines
+        live = False if verbose else None
+        with StatusBoard([x.name for x in chosen], stream=click.get_text_stream("stderr"), live=live) as board:
             built = b.build_many(m, chosen, opts, jobs=jobs, mirrors=mirrors, echo=echo, verbose=verbose, board=board)
     else:
         built = b.build_many(m, chosen, opts, mirrors=mirrors, echo=echo, verbose=verbose)

@@ -223,8 +223,8 @@ def prepare(args: argparse.Namespace, work: Path, client) -> Setup:
 def cleanup(client, setup: Setup | None, info: dict[str, Any]) -> None:
     """Remove what the benchmark made: its images and tags, and the cache mounts of its cold build."""
     refs = [NOOP_TAG]
-    try:
-        refs += [tag for img in client.images.list(name=REPOSITORY) for tag in img.tags]
+    try:  # only our tags: an image identical to one of the user's (same Dockerfile) carries theirs too
+        refs += [tag for img in client.images.list(name=REPOSITORY) for tag in img.tags if tag.startswith(REPOSITORY + ":")]
     except Exception:
         pass
     if setup and setup.registry:  # the tags naming our registry's port; the image stays for the tests

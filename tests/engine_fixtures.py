@@ -68,14 +68,21 @@ def registry(tmp_path_factory, docker_client) -> Iterator[Registry]:
 
 
 @pytest.fixture(scope="session")
-def base_image(registry, docker_client) -> str:
+def base_image(registry, docker_client) -> Iterator[str]:
     """The plain Debian base, pushed to the loopback registry; also as library/debian:bookworm-slim there
-    so `--mirror docker.io=REGISTRY` can stand in for Docker Hub."""
+    so `--mirror docker.io=REGISTRY` can stand in for Docker Hub. The tags naming this session's registry
+    port go at the end (the image stays, as envbuild-test/debian-python3:bookworm)."""
     try:
-        return testbed.push_base(registry, docker_client)[0]
+        refs = testbed.push_base(registry, docker_client)
     except testbed.Unavailable as exc:
         _unavailable(exc)
         raise
+    yield refs[0]
+    for ref in refs:
+        try:
+            docker_client.images.remove(ref)
+        except Exception:  # already gone, or still used by a container: only tidiness
+            pass
 
 
 @pytest.fixture(scope="session")

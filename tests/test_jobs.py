@@ -13,7 +13,17 @@ from engine_fixtures import TORCH
 pytestmark = pytest.mark.docker
 
 
-def test_two_backends_build_at_once(cpu_image, base_image, wheelhouse, ca_bundle, tmp_path):
+@pytest.fixture
+def jobs_images(docker_client):
+    yield
+    # Only our tags: an image identical to another test's (same Dockerfile) carries its tags too.
+    for image in docker_client.images.list(name="envbuild-test/jobs"):
+        for tag in image.tags:
+            if tag.startswith("envbuild-test/jobs:"):
+                docker_client.images.remove(tag)
+
+
+def test_two_backends_build_at_once(cpu_image, base_image, wheelhouse, ca_bundle, tmp_path, jobs_images):
     # Two cpu-like backends on the session's base: their shared steps come from the cache (or, cold, run
     # once for both); each gets its own final stage and tags.
     backend = f"""

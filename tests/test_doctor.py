@@ -61,6 +61,14 @@ def closed_socket(tmp_path, monkeypatch) -> str:
 @pytest.fixture
 def builder_ok(monkeypatch):
     monkeypatch.setattr(engine, "find_builder", lambda: engine.Builder(("docker", "buildx", "build", "--load"), (), True))
+    # The fake daemon's disk is roomy whatever this machine's disk holds; the disk test sets its own.
+    real = doctor.shutil.disk_usage
+
+    def roomy(path):
+        real(path)  # an invisible path still fails as it would
+        return SimpleNamespace(total=500 * 2**30, used=100 * 2**30, free=400 * 2**30)
+
+    monkeypatch.setattr(doctor.shutil, "disk_usage", roomy)
 
 
 # --------------------------------------------------------------------------------------------------

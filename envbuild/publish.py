@@ -210,18 +210,23 @@ def _stream(lines: Any, host: str, ref: str, scrub: Scrubber, action: str, creds
 # --- the manifest ---------------------------------------------------------------------------------------
 
 
+def _read_json(path: Path, label: str, error: type[EnvbuildError]) -> Any:
+    """A JSON file, or `error` naming the file (and the line of a syntax error)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{label}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{label}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+
+
 def load_manifest(path: Path, *, must_exist: bool) -> dict[str, Any]:
     """{"schema": 1, "images": {backend: entry}}; a missing file is an empty manifest unless must_exist."""
     if not path.exists():
         if must_exist:
             raise ManifestError(f"manifest {path}: no such file (publish writes it: `envbuild publish --manifest {path}`)")
         return {"schema": MANIFEST_SCHEMA, "images": {}}
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"manifest {path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ManifestError(f"manifest {path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    doc = _read_json(path, f"manifest {path}", ManifestError)
     if not isinstance(doc, dict) or not isinstance(doc.get("images"), dict):
         raise ManifestError(f"manifest {path}: expected an object with \"schema\" and \"images\" (is this an envbuild manifest?)")
     if doc.get("schema") != MANIFEST_SCHEMA:
@@ -248,12 +253,7 @@ def record(path: Path, entry: dict[str, Any]) -> None:
 
 def load_smoke_results(path: Path) -> dict[str, dict[str, Any]]:
     """`envbuild smoke --json` output (one result or a list) -> {backend: result}."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvbuildError(f"--smoke-json {path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise EnvbuildError(f"--smoke-json {path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    doc = _read_json(path, f"--smoke-json {path}", EnvbuildError)
     docs = doc if isinstance(doc, list) else [doc]
     out: dict[str, dict[str, Any]] = {}
     for d in docs:

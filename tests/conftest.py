@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import stat
 from pathlib import Path
 from typing import Callable
 
@@ -63,6 +65,38 @@ def write_matrix(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+@pytest.fixture
+def closed_socket(tmp_path, monkeypatch) -> str:
+    """DOCKER_HOST pointing at a unix socket nobody listens on: a host where Docker does not run."""
+    path = tmp_path / "docker.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    return str(path)
+
+
+@pytest.fixture
+def fake_docker():
+    """Writes a fake `docker` client into a folder: answers `--version` and whether `buildx` works, and
+    logs every call to DIR/calls."""
+
+    def make(dirpath: Path, version: str, buildx: bool) -> Path:
+        dirpath.mkdir(parents=True, exist_ok=True)
+        exe = dirpath / "docker"
+        exe.write_text(
+            "#!/bin/sh\n"
+            f'echo "$@" >> {dirpath}/calls\n'
+            f'if [ "$1" = buildx ]; then exit {0 if buildx else 1}; fi\n'
+            f'if [ "$1" = --version ]; then echo "Docker version {version}, build 0123abc"; exit 0; fi\n'
+            "exit 1\n"
+        )
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+        return exe
+
+    return make
+
 
 # Real engine and registry fixtures (tests/engine_fixtures.py).
 pytest_plugins = ["engine_fixtures"]

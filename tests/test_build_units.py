@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -73,22 +72,9 @@ def test_progress_prints_a_line_per_finished_step():
     assert lines == ["[cpu] 2/7 RUN apt-get update ... DONE 7.3s", "[cpu] 3/7 RUN python3 -m venv /opt/venv ... CACHED"]
 
 
-def _fake_docker(dirpath: Path, version: str, buildx: bool) -> Path:
-    dirpath.mkdir(parents=True)
-    exe = dirpath / "docker"
-    exe.write_text(
-        "#!/bin/sh\n"
-        f'if [ "$1" = buildx ]; then exit {0 if buildx else 1}; fi\n'
-        f'if [ "$1" = --version ]; then echo "Docker version {version}, build 0123abc"; exit 0; fi\n'
-        "exit 1\n"
-    )
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    return exe
-
-
-def test_find_builder_skips_a_new_client_without_buildx(tmp_path, monkeypatch):
-    new = _fake_docker(tmp_path / "new", "28.2.2", buildx=False)
-    old = _fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
+def test_find_builder_skips_a_new_client_without_buildx(tmp_path, monkeypatch, fake_docker):
+    new = fake_docker(tmp_path / "new", "28.2.2", buildx=False)
+    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
     monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
     monkeypatch.setenv("PATH", f"{new.parent}{os.pathsep}{old.parent}")
     engine.find_builder.cache_clear()
@@ -99,7 +85,7 @@ def test_find_builder_skips_a_new_client_without_buildx(tmp_path, monkeypatch):
         engine.find_builder.cache_clear()
         with pytest.raises(DockerError, match="buildx plugin"):
             engine.find_builder()
-        _fake_docker(tmp_path / "bx", "28.2.2", buildx=True)
+        fake_docker(tmp_path / "bx", "28.2.2", buildx=True)
         monkeypatch.setenv("PATH", f"{new.parent}{os.pathsep}{tmp_path / 'bx'}")
         engine.find_builder.cache_clear()
         assert engine.find_builder().argv[1:] == ("buildx", "build", "--load")

@@ -4,7 +4,6 @@ docker) the real engine, where `doctor --backend cpu` must pass."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -46,16 +45,6 @@ def connector(client):
 
 def by_name(report, name):
     return next(c for c in report.checks if c.name == name)
-
-
-@pytest.fixture
-def closed_socket(tmp_path, monkeypatch) -> str:
-    path = tmp_path / "docker.sock"
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(str(path))
-    s.close()
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
-    return str(path)
 
 
 @pytest.fixture

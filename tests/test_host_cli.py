@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -24,17 +23,6 @@ MIXED = (
     {"renderD128": "0x8086", "renderD129": "0x10de"},
 )
 HAS_NODES = any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/kfd", "/dev/dri", "/dev/accel"))
-
-
-@pytest.fixture
-def closed_socket(tmp_path, monkeypatch) -> str:
-    """DOCKER_HOST pointing at a unix socket nobody listens on: a host where Docker does not run."""
-    path = tmp_path / "docker.sock"
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(str(path))
-    s.close()
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
-    return str(path)
 
 
 def detect_json(invoke, root: Path, *extra: str) -> dict:

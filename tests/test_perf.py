@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import threading
 import time
 from pathlib import Path
@@ -116,22 +115,8 @@ def test_several_platforms_need_buildx_and_are_not_loaded(monkeypatch, tmp_path)
 # --- the builder is remembered while the clients stay the same ---------------------------------------------
 
 
-def _fake_docker(dirpath: Path, version: str, buildx: bool) -> Path:
-    dirpath.mkdir(parents=True, exist_ok=True)
-    exe = dirpath / "docker"
-    exe.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" >> {dirpath}/calls\n'
-        f'if [ "$1" = buildx ]; then exit {0 if buildx else 1}; fi\n'
-        f'if [ "$1" = --version ]; then echo "Docker version {version}, build 0123abc"; exit 0; fi\n'
-        "exit 1\n"
-    )
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    return exe
-
-
-def test_find_builder_remembers_its_answer_until_a_client_changes(tmp_path, monkeypatch):
-    old = _fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
+def test_find_builder_remembers_its_answer_until_a_client_changes(tmp_path, monkeypatch, fake_docker):
+    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "dockercfg"))
     monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
@@ -143,7 +128,7 @@ def test_find_builder_remembers_its_answer_until_a_client_changes(tmp_path, monk
         assert (tmp_path / "old" / "calls").read_text().count("--version") == 1  # asked once, then remembered
         # A buildx plugin installed for this user changes the plugin folder: asked again.
         (tmp_path / "dockercfg" / "cli-plugins").mkdir(parents=True)
-        _fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=True)
+        fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=True)
         engine.find_builder.cache_clear()
         assert engine.find_builder().buildx
     finally:

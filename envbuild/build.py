@@ -25,16 +25,15 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from . import engine
 from .errors import DockerError, EnvbuildError
-from .matrix import Backend, Matrix
-from .render import render_backend
-
 if TYPE_CHECKING:
+    from .matrix import Backend, Matrix
     from .status import StatusBoard
 
 PROBE = Path(__file__).with_name("probe.py")
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 DEFAULT_LOG_DIR = Path(".envbuild") / "logs"
 DEFAULT_CONTEXT_DIR = Path(".envbuild") / "context"
+STATE_FILE = "last-build.json"  # in the backend's context folder: what the last good build was made from
 # What the docker client prints when no engine answers; the build is the check (no extra round trip).
 _NO_DAEMON = re.compile(r"Cannot connect to the Docker daemon|error during connect|Is the docker daemon running", re.I)
 
@@ -58,6 +57,7 @@ class BuildOptions:
     cache_to: tuple[str, ...] = ()
     log_dir: Path = DEFAULT_LOG_DIR
     context_dir: Path = DEFAULT_CONTEXT_DIR
+    inputs: tuple[tuple[str, str], ...] = ()  # backend -> inputs_key(), recorded for the quick check
 
 
 @dataclass
@@ -70,6 +70,7 @@ class BuildResult:
     log: Path | None = None
     error: str | None = None
     steps: list[str] = field(default_factory=list)
+    up_to_date: bool = False  # nothing changed since the last build: the builder did not run
 
     def to_json(self) -> dict:
         return {
@@ -80,6 +81,7 @@ class BuildResult:
             "seconds": round(self.seconds, 2),
             "log": str(self.log) if self.log else None,
             "error": self.error,
+            "up_to_date": self.up_to_date,
         }
 
 
@@ -286,6 +288,107 @@ class Progress:
 # --- the build -----------------------------------------------------------------------------------------
 
 
+# --- up to date? ------------------------------------------------------------------------------------------
+# Docker's own no-op still runs the whole solver. When nothing that goes into the image changed, envbuild
+# answers from a record of the last good build instead: the same Dockerfile, context files and build
+# options (the fingerprint), the same local base image, and every tag still on the image it made. The base
+# is compared as the engine holds it locally, which is what BuildKit in the engine builds from (it asks the
+# registry only for a base it does not have): a newer base pulled with `docker pull` makes a real build.
+
+
+def fingerprint(context: Path, argv: list[str]) -> str:
+    """What the build reads: the builder's arguments (minus the id file) and every context file (the
+    wheelhouse by name, size and mtime, as the docker client's file sync compares them)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    args = [a for i, a in enumerate(argv) if a != "--iidfile" and (i == 0 or argv[i - 1] != "--iidfile")]
+    h.update("\0".join(args).encode())
+    for path in sorted(p for p in context.rglob("*") if p.is_file() and p.name != STATE_FILE):
+        rel = path.relative_to(context).as_posix()
+        if rel.startswith("wheelhouse/"):
+            st = path.stat()
+            h.update(f"\0{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        else:
+            h.update(f"\0{rel}\0".encode() + path.read_bytes())
+    return h.hexdigest()
+
+
+def _last_build(context: Path) -> dict:
+    import json
+
+    try:
+        last = json.loads((context / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return last if isinstance(last, dict) and last.get("base_id") and last.get("image_id") else {}
+
+
+def _still_there(last: dict) -> bool:
+    """The local base is the one built from, and every tag still names the image built."""
+    tags = last.get("tags") or []
+    ids = engine.local_image_ids([last["base"], *tags])
+    return bool(ids) and ids.get(last["base"]) == last["base_id"] and all(ids.get(t) == last["image_id"] for t in tags)
+
+
+def _up_to_date(context: Path, fp: str, base: str, tags: list[str]) -> str | None:
+    """The image id of the last good build when nothing changed since, else None."""
+    last = _last_build(context)
+    if not last or last.get("fingerprint") != fp or last.get("base") != base or sorted(last.get("tags", [])) != sorted(tags):
+        return None
+    return last["image_id"] if _still_there(last) else None
+
+
+def _remember(context: Path, fp: str, base: str, tags: list[str], image_id: str, inputs: str | None = None) -> None:
+    import json
+
+    ids = engine.local_image_ids([base])
+    state = context / STATE_FILE
+    if not ids or not ids.get(base):  # a base the engine does not hold locally: BuildKit asks the registry
+        state.unlink(missing_ok=True)
+        return
+    record = {"fingerprint": fp, "inputs": inputs, "base": base, "base_id": ids[base], "tags": tags, "image_id": image_id}
+    _write_if_changed(state, (json.dumps(record, indent=2) + "\n").encode())
+
+
+# The same question before anything is parsed: the build's raw inputs (envbuild's own source, the matrix
+# file, the options, the wheelhouse listing) hashed as they are. Same raw inputs, same Dockerfile and
+# context, so the record of the last good build answers without loading the matrix or rendering.
+
+
+def inputs_key(backend: str, params: dict) -> str:
+    import hashlib
+    import json
+
+    from .paths import PACKAGE
+
+    h = hashlib.sha256(json.dumps({"backend": backend, **params}, sort_keys=True, default=str).encode())
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.suffix in (".py", ".j2", ".yaml") and "__pycache__" not in path.parts:
+            h.update(f"\0{path.relative_to(PACKAGE).as_posix()}\0".encode() + path.read_bytes())
+    matrix = Path(params["matrix"])
+    h.update(b"\0matrix\0" + (matrix.read_bytes() if matrix.is_file() else b"(missing)"))
+    wheelhouse = params.get("wheelhouse")
+    if wheelhouse and Path(wheelhouse).is_dir():
+        for w in sorted(Path(wheelhouse).iterdir()):
+            st = w.stat()
+            h.update(f"\0{w.name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def quick_up_to_date(backends: list[str], params: dict, context_dir: Path = DEFAULT_CONTEXT_DIR) -> list[BuildResult] | None:
+    """Results for every backend when none needs building, else None (then build as usual)."""
+    results = []
+    for name in dict.fromkeys(backends):
+        start = time.monotonic()
+        last = _last_build((context_dir / name).resolve())
+        if not last or last.get("inputs") != inputs_key(name, params) or not _still_there(last):
+            return None
+        results.append(BuildResult(backend=name, ok=True, tags=last["tags"], image_id=last["image_id"],
+                                   seconds=time.monotonic() - start, up_to_date=True))
+    return results
+
+
 def build(
     matrix: Matrix,
     backend: Backend,
@@ -317,15 +420,25 @@ def build(
         # --cache-to), and nothing is tagged here.
         builder = engine.Builder(tuple(a for a in builder.argv if a != "--load"), builder.env, builder.buildx)
         tags = []
-    opts.log_dir.mkdir(parents=True, exist_ok=True)
-    log = opts.log_dir / f"build-{backend.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    result = BuildResult(backend=backend.name, ok=False, tags=tags, log=log)
     start = time.monotonic()
     context_dir = (opts.context_dir / backend.name).resolve()
+    # Only a plain build on the local engine can be answered from the record (see _up_to_date).
+    recordable = bool(tags) and not (opts.no_cache or opts.platform or opts.builder or opts.cache_to)
     with _locked(opts.context_dir / f"{backend.name}.lock"), tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
+        from .render import render_backend
+
         context = prepare_context(render_backend(matrix, backend), opts.wheelhouse, context_dir)
         iidfile = Path(tmp) / "iid"
         argv = build_command(builder, context, iidfile, opts, tags)
+        fp = fingerprint(context, argv) if recordable else ""
+        unchanged = _up_to_date(context, fp, backend.base_image or "", tags) if recordable else None
+        if unchanged:
+            _remember(context, fp, backend.base_image or "", tags, unchanged, dict(opts.inputs).get(backend.name))
+            return BuildResult(backend=backend.name, ok=True, tags=tags, image_id=unchanged,
+                               seconds=time.monotonic() - start, up_to_date=True)
+        opts.log_dir.mkdir(parents=True, exist_ok=True)
+        log = opts.log_dir / f"build-{backend.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        result = BuildResult(backend=backend.name, ok=False, tags=tags, log=log)
         progress = Progress(backend.name, echo, verbose, status)
         target = tags[0] if tags else f"{opts.platform} (kept in the builder, not loaded)"
         echo(f"[{backend.name}] building {backend.base_image} -> {target} (log: {log})")
@@ -360,6 +473,8 @@ def build(
             result.error = (errors[-1] if errors else (tail[-1] if tail else f"exit code {rc}"))[:300]
             return result
         result.image_id = iidfile.read_text().strip()
+        if recordable:
+            _remember(context, fp, backend.base_image or "", tags, result.image_id, dict(opts.inputs).get(backend.name))
     result.ok = True
     return result
 

@@ -6,6 +6,7 @@ Heavy modules (docker, jinja2) are imported inside the commands that need them, 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -197,7 +198,9 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
     The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
     build succeeded: a failed build never moves an existing tag. The full log is kept under
     .envbuild/logs/ and its path is printed on failure. With several backends the build goes on past a
-    failure, prints a summary and exits 1 if any failed.
+    failure, prints a summary and exits 1 if any failed. When nothing changed since the last build of a
+    backend from this folder (same inputs, same local base image, tags in place), it says "up to date"
+    without running the builder; --no-cache builds anyway.
 
     --jobs N builds N backends at once, each in its own builder process on the same daemon: BuildKit runs
     a step shared by several builds (same base, same command) once, and the others reuse its result.
@@ -208,7 +211,23 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
           --set backends.cpu.torch.version=2.13.0 --wheelhouse ./wheels
     """
     from . import build as b
-    from . import report
+    from .paths import default_matrix
+
+    # Nothing changed since the last build of each named backend? Then answer before parsing anything.
+    names = [n.strip() for x in backends for n in x.split(",") if n.strip()]
+    quick = bool(names) and not {"all", "auto"} & set(names) and not (no_cache or platform or builder or cache_to)
+    ca = None if no_ca_bundle else (ca_bundle or b.default_ca_bundle())
+    params = {
+        "matrix": os.path.abspath(matrix_path or default_matrix()), "overrides": overrides, "mirrors": mirrors,
+        "wheelhouse": wheelhouse and os.path.abspath(wheelhouse), "ca_bundle": ca and os.path.abspath(ca),
+        "netrc": netrc and os.path.abspath(netrc), "build_args": build_args, "tags": tags, "labels": labels,
+        "cache_from": cache_from,
+    }
+    done = b.quick_up_to_date(names, params) if quick else None
+    if done:
+        _report_builds(done, json_path, platform)
+        return
+
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
@@ -216,7 +235,7 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
         raise click.UsageError("--tag needs a single backend")
     opts = b.BuildOptions(
         wheelhouse=wheelhouse,
-        ca_bundle=None if no_ca_bundle else (ca_bundle or b.default_ca_bundle()),
+        ca_bundle=ca,
         netrc=netrc,
         tags=tags,
         build_args=build_args,
@@ -226,6 +245,7 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
         builder=builder,
         cache_from=cache_from,
         cache_to=cache_to,
+        inputs=tuple((x.name, b.inputs_key(x.name, params)) for x in chosen) if quick else (),
     )
     if opts.ca_bundle and not opts.ca_bundle.is_file():
         raise b.BuildError(f"CA bundle {opts.ca_bundle} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
@@ -239,20 +259,26 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
             built = b.build_many(m, chosen, opts, jobs=jobs, mirrors=mirrors, echo=echo, verbose=verbose, board=board)
     else:
         built = b.build_many(m, chosen, opts, mirrors=mirrors, echo=echo, verbose=verbose)
-    results = []
-    for backend, result in zip(chosen, built):
-        results.append(result)
+    _report_builds(built, json_path, platform)
+
+
+def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
+    for result in results:
         if result.ok:
             where = f"tagged {', '.join(result.tags)}" if result.tags else f"kept in the builder ({platform}; not loaded here)"
-            click.echo(f"{backend.name}: built {result.image_id[:19]} in {result.seconds:.0f}s, {where}")
+            what = "up to date (nothing changed since its last build; --no-cache builds anyway)" if result.up_to_date \
+                else f"built {result.image_id[:19]} in {result.seconds:.0f}s"
+            click.echo(f"{result.backend}: {what}, {where}")
         else:
-            click.secho(f"{backend.name}: build FAILED: {result.error}", fg="red", err=True)
+            click.secho(f"{result.backend}: build FAILED: {result.error}", fg="red", err=True)
             if result.log:
-                click.echo(f"{backend.name}: full log: {result.log}", err=True)
+                click.echo(f"{result.backend}: full log: {result.log}", err=True)
     if json_path:
         _write_output(json_path, json.dumps([r.to_json() for r in results], indent=2) + "\n")
     if len(results) > 1:
-        rows = [{"backend": r.backend, "result": "ok" if r.ok else "FAILED", "seconds": f"{r.seconds:.0f}", "image": (r.tags[0] if r.tags else "(in the builder)") if r.ok else (r.error or "")[:70]} for r in results]
+        from . import report
+
+        rows = [{"backend": r.backend, "result": ("up to date" if r.up_to_date else "ok") if r.ok else "FAILED", "seconds": f"{r.seconds:.0f}", "image": (r.tags[0] if r.tags else "(in the builder)") if r.ok else (r.error or "")[:70]} for r in results]
         click.echo(report.table(rows, ["backend", "result", "seconds", "image"]))
     if not all(r.ok for r in results):
         sys.exit(1)

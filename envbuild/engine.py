@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from .errors import DockerError
 
 NO_DAEMON_HINT = (
@@ -158,6 +156,8 @@ def find_builder() -> Builder:
 
 
 def _ask_clients(candidates: list[str]) -> Builder:
+    from packaging.version import InvalidVersion, Version
+
     # Ask every candidate both questions at once: each answer costs a client start-up (tens of ms).
     from concurrent.futures import ThreadPoolExecutor
 
@@ -210,3 +210,37 @@ def tag_image(c: Any, image: str, refs: list[str]) -> None:
         repo, tag = split_ref(ref)
         if not c.images.get(image).tag(repo, tag):
             raise DockerError(f"could not tag {image} as {ref}")
+
+
+def local_image_ids(refs: list[str]) -> dict[str, str | None] | None:
+    """The local engine's image id for each reference (None: no such image), asked over its unix socket in
+    plain HTTP/1.0: a few milliseconds, where importing the SDK (or even http.client) costs more than the
+    answer. None when the engine is not a local unix socket or does not answer (the caller then builds)."""
+    import json
+    import socket
+    from urllib.parse import quote
+
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not host.startswith("unix://"):
+        return None
+    ids: dict[str, str | None] = {}
+    try:
+        for ref in refs:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(5)
+                sock.connect(host[len("unix://"):])
+                sock.sendall(f"GET /images/{quote(ref, safe='/:@')}/json HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
+                chunks = []
+                while chunk := sock.recv(65536):
+                    chunks.append(chunk)
+            head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+            status = head.split(b" ", 2)[1] if head.count(b" ") >= 1 else b""
+            if status == b"200":
+                ids[ref] = json.loads(body)["Id"]
+            elif status == b"404":
+                ids[ref] = None
+            else:
+                return None
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    return ids

@@ -7,7 +7,6 @@ that each problem names the file, the line and the field; all problems are colle
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,19 +18,10 @@ from packaging.version import InvalidVersion, Version
 
 from .errors import MatrixError, NotContainerizableError, Problem, UnknownBackendError
 
-DEFAULT_MATRIX = "matrix.yaml"
-PACKAGED_MATRIX = Path(__file__).with_name("matrix.yaml")  # a copy of the checkout's, shipped in the wheel
+from .paths import DEFAULT_MATRIX, PACKAGED_MATRIX  # noqa: F401  (PACKAGED_MATRIX: for callers)
+from .paths import default_matrix as default_path  # noqa: F401
+
 UV_VERSION = "0.13.8"  # the installer image builds use when the matrix names none (PyPI `uv`)
-
-
-def default_path() -> str:
-    """$ENVBUILD_MATRIX, else ./matrix.yaml (a checkout), else the matrix installed with envbuild."""
-    env = os.environ.get("ENVBUILD_MATRIX")
-    if env:
-        return env
-    if Path(DEFAULT_MATRIX).exists() or not PACKAGED_MATRIX.exists():
-        return DEFAULT_MATRIX
-    return str(PACKAGED_MATRIX)
 
 # --------------------------------------------------------------------------------------------------
 # Value checkers. Each returns (value, None) or (None, "why"). Strings that reach a Dockerfile are

@@ -153,14 +153,29 @@ def test_failed_build_keeps_the_old_tag(cpu_image, docker_client, wheelhouse, ca
     assert docker_client.images.get(cpu_image.tag).id == cpu_image.image_id
 
 
-def test_unchanged_rebuild_is_cached(cpu_image, wheelhouse, ca_bundle, tmp_path):
-    proc = envbuild(
-        "build", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides,
-        "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), "--json", str(tmp_path / "b.json"), cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "CACHED" in proc.stderr
-    assert json.loads((tmp_path / "b.json").read_text())[0]["image_id"] == cpu_image.image_id
+def test_unchanged_rebuild_is_cached_then_up_to_date(cpu_image, wheelhouse, ca_bundle, tmp_path, docker_client):
+    def again(name: str) -> subprocess.CompletedProcess:
+        proc = envbuild(
+            "build", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides,
+            "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), "--json", str(tmp_path / name), cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads((tmp_path / name).read_text())[0]["image_id"] == cpu_image.image_id
+        return proc
+
+    # First build in this folder: every step comes from BuildKit's cache.
+    assert "CACHED" in again("1.json").stderr
+    # Nothing changed since: answered from the record of that build, without running the builder.
+    proc = again("2.json")
+    assert "cpu: up to date" in proc.stdout and "CACHED" not in proc.stderr
+    assert json.loads((tmp_path / "2.json").read_text())[0]["up_to_date"] is True
+    # A tag that no longer points at the image means a real (cached) build, which puts it back.
+    pinned = docker_client.images.get(cpu_image.tag).tags
+    pinned = next(t for t in pinned if "-torch" in t)
+    docker_client.images.remove(pinned)
+    assert "CACHED" in again("3.json").stderr
+    assert docker_client.images.get(pinned).id == cpu_image.image_id
+    assert "cpu: up to date" in again("4.json").stdout
 
 
 def test_mirror_rewrites_the_base_registry(cpu_image, registry, wheelhouse, ca_bundle, tmp_path, docker_client):

@@ -155,3 +155,74 @@ def test_junit_has_a_case_per_check_and_failures():
     assert [s.get("failures") for s in suites] == ["0", "1", "1"]
     assert suites[1].find("testcase/failure").get("message") == "no cuda device"
     assert suites[2].find("testcase/failure").get("message") == "timed out after 1s"
+
+
+def test_up_to_date_needs_same_inputs_same_local_base_and_all_tags(tmp_path, monkeypatch):
+    context = tmp_path / "ctx"
+    (context / "wheelhouse").mkdir(parents=True)
+    (context / "Dockerfile").write_text("FROM base\n")
+    (context / "wheelhouse" / "torch.whl").write_bytes(b"x" * 10)
+    argv = ["docker", "build", "--iidfile", "/tmp/a/iid", "-t", "r:cpu", str(context)]
+    fp = build.fingerprint(context, argv)
+    # the id file's path changes every build and is not an input
+    assert build.fingerprint(context, [*argv[:3], "/tmp/b/iid", *argv[4:]]) == fp
+    ids = {"base:1": "sha256:base", "r:cpu": "sha256:img"}
+    monkeypatch.setattr(build.engine, "local_image_ids", lambda refs: {r: ids.get(r) for r in refs})
+    build._remember(context, fp, "base:1", ["r:cpu"], "sha256:img")
+    assert build._up_to_date(context, fp, "base:1", ["r:cpu"]) == "sha256:img"
+    # a changed Dockerfile, wheel or option is a different fingerprint
+    (context / "Dockerfile").write_text("FROM base\nRUN true\n")
+    assert build.fingerprint(context, argv) != fp
+    (context / "Dockerfile").write_text("FROM base\n")
+    os.utime(context / "wheelhouse" / "torch.whl", ns=(1, 1))
+    assert build.fingerprint(context, argv) != fp
+    assert build.fingerprint(context, [*argv, "--build-arg", "A=1"]) != fp
+    # a newer local base, or a tag moved away, means a real build
+    ids["base:1"] = "sha256:newer"
+    assert build._up_to_date(context, fp, "base:1", ["r:cpu"]) is None
+    ids["base:1"] = "sha256:base"
+    ids["r:cpu"] = "sha256:other"
+    assert build._up_to_date(context, fp, "base:1", ["r:cpu"]) is None
+    # an engine that cannot be asked: build
+    monkeypatch.setattr(build.engine, "local_image_ids", lambda refs: None)
+    assert build._up_to_date(context, fp, "base:1", ["r:cpu"]) is None
+
+
+def test_a_base_the_engine_does_not_hold_is_never_recorded(tmp_path, monkeypatch):
+    """BuildKit asks the registry for such a base on every build; so must we (no record, no shortcut)."""
+    monkeypatch.setattr(build.engine, "local_image_ids", lambda refs: {r: None for r in refs})
+    build._remember(tmp_path, "fp", "debian:12", ["r:cpu"], "sha256:img")
+    assert not (tmp_path / build.STATE_FILE).exists()
+
+
+def test_quick_check_keys_on_every_raw_input(tmp_path, monkeypatch):
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("backends: {}\n")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch.whl").write_bytes(b"x")
+    params = {"matrix": str(matrix), "overrides": ("backends.cpu.torch.version=2.13.0",), "wheelhouse": str(wheels)}
+    key = build.inputs_key("cpu", params)
+    assert build.inputs_key("cpu", dict(params)) == key
+    assert build.inputs_key("cuda", params) != key
+    assert build.inputs_key("cpu", {**params, "overrides": ()}) != key
+    matrix.write_text("backends: {cpu: {}}\n")
+    assert build.inputs_key("cpu", params) != key
+    matrix.write_text("backends: {}\n")
+    (wheels / "extra.whl").write_bytes(b"y")
+    assert build.inputs_key("cpu", params) != key
+    (wheels / "extra.whl").unlink()
+    assert build.inputs_key("cpu", params) == key
+
+    # a record with that key, a base and tags still in place: up to date without parsing anything
+    ctx = tmp_path / "ctx"
+    (ctx / "cpu").mkdir(parents=True)
+    ids = {"base:1": "sha256:base", "r:cpu": "sha256:img"}
+    monkeypatch.setattr(build.engine, "local_image_ids", lambda refs: {r: ids.get(r) for r in refs})
+    build._remember(ctx / "cpu", "fp", "base:1", ["r:cpu"], "sha256:img", key)
+    (done,) = build.quick_up_to_date(["cpu"], params, ctx)
+    assert done.ok and done.up_to_date and done.image_id == "sha256:img" and done.tags == ["r:cpu"]
+    assert build.quick_up_to_date(["cpu"], {**params, "labels": ("a=b",)}, ctx) is None
+    assert build.quick_up_to_date(["cpu", "cuda"], params, ctx) is None  # cuda has no record
+    ids["base:1"] = "sha256:pulled-newer"
+    assert build.quick_up_to_date(["cpu"], params, ctx) is None

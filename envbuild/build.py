@@ -12,6 +12,7 @@ wheelhouse is not sent again, and an unchanged rebuild costs about what Docker's
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -306,12 +307,14 @@ def fingerprint(context: Path, argv: list[str]) -> str:
     h.update("\0".join(args).encode())
     for path in sorted(p for p in context.rglob("*") if p.is_file() and p.name != STATE_FILE):
         rel = path.relative_to(context).as_posix()
-        if rel.startswith("wheelhouse/"):
-            st = path.stat()
-            h.update(f"\0{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode())
-        else:
-            h.update(f"\0{rel}\0".encode() + path.read_bytes())
+        h.update(_as_synced(path, rel) if rel.startswith("wheelhouse/") else f"\0{rel}\0".encode() + path.read_bytes())
     return h.hexdigest()
+
+
+def _as_synced(path: Path, name: str) -> bytes:
+    """A wheel as the docker client's file sync sees it: name, size and mtime (not its 200 MB of content)."""
+    st = path.stat()
+    return f"\0{name}\0{st.st_size}\0{st.st_mtime_ns}".encode()
 
 
 def _last_build(context: Path) -> dict:
@@ -356,23 +359,32 @@ def _remember(context: Path, fp: str, base: str, tags: list[str], image_id: str,
 # context, so the record of the last good build answers without loading the matrix or rendering.
 
 
+@functools.lru_cache(maxsize=1)
+def _own_source() -> bytes:
+    """envbuild's code, templates and probe: what turns a matrix into a Dockerfile and context (once a run)."""
+    import hashlib
+
+    from .paths import PACKAGE
+
+    h = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.suffix in (".py", ".j2", ".yaml") and "__pycache__" not in path.parts:
+            h.update(f"\0{path.relative_to(PACKAGE).as_posix()}\0".encode() + path.read_bytes())
+    return h.digest()
+
+
 def inputs_key(backend: str, params: dict) -> str:
     import hashlib
     import json
 
-    from .paths import PACKAGE
-
     h = hashlib.sha256(json.dumps({"backend": backend, **params}, sort_keys=True, default=str).encode())
-    for path in sorted(PACKAGE.rglob("*")):
-        if path.suffix in (".py", ".j2", ".yaml") and "__pycache__" not in path.parts:
-            h.update(f"\0{path.relative_to(PACKAGE).as_posix()}\0".encode() + path.read_bytes())
+    h.update(_own_source())
     matrix = Path(params["matrix"])
     h.update(b"\0matrix\0" + (matrix.read_bytes() if matrix.is_file() else b"(missing)"))
     wheelhouse = params.get("wheelhouse")
     if wheelhouse and Path(wheelhouse).is_dir():
         for w in sorted(Path(wheelhouse).iterdir()):
-            st = w.stat()
-            h.update(f"\0{w.name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+            h.update(_as_synced(w, w.name))
     return h.hexdigest()
 
 

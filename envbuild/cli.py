@@ -158,9 +158,14 @@ def _auto(m, *, native: bool = False) -> str:
     return name
 
 
+def _names(backends: tuple[str, ...]) -> list[str]:
+    """--backend values: repeatable and comma-separated."""
+    return [n.strip() for b in backends for n in b.split(",") if n.strip()]
+
+
 def _choose(m, backends: tuple[str, ...]) -> list:
     """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'), for build, smoke and pull."""
-    names = [n.strip() for b in backends for n in b.split(",") if n.strip()]
+    names = _names(backends)
     if not names:
         raise click.UsageError("say which backend: --backend NAME (or --backend all, or --backend auto)")
     return m.select([_auto(m) if n == "auto" else n for n in names])
@@ -214,7 +219,7 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
     from .paths import default_matrix
 
     # Nothing changed since the last build of each named backend? Then answer before parsing anything.
-    names = [n.strip() for x in backends for n in x.split(",") if n.strip()]
+    names = _names(backends)
     quick = bool(names) and not {"all", "auto"} & set(names) and not (no_cache or platform or builder or cache_to)
     ca = None if no_ca_bundle else (ca_bundle or b.default_ca_bundle())
     params = {

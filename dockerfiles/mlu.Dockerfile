@@ -78,6 +78,7 @@ ENV ENVBUILD_BACKEND="mlu" \
     ENVBUILD_DEVICE="mlu" \
     ENVBUILD_PLUGIN_IMPORT="torch_mlu" \
     ENVBUILD_AVAILABILITY="torch.mlu.is_available" \
+    ENVBUILD_RUN_FLAGS="--device /dev/cambricon_ctl --device /dev/cambricon_dev0 -v /usr/bin/cnmon:/usr/bin/cnmon" \
     ENVBUILD_EXPECT="torch=2.1.0 torch-mlu=1.23.1+torch2.1.0 transformers=5.23.0 accelerate=1.15.0"
 
 # transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only

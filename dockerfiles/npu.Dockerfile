@@ -103,6 +103,7 @@ ENV ENVBUILD_BACKEND="npu" \
     ENVBUILD_DEVICE="npu" \
     ENVBUILD_PLUGIN_IMPORT="torch_npu" \
     ENVBUILD_AVAILABILITY="torch.npu.is_available" \
+    ENVBUILD_RUN_FLAGS="--device /dev/davinci0 --device /dev/davinci_manager --device /dev/devmm_svm --device /dev/hisi_hdc -v /usr/local/dcmi:/usr/local/dcmi -v /usr/local/bin/npu-smi:/usr/local/bin/npu-smi -v /usr/local/Ascend/driver/lib64/:/usr/local/Ascend/driver/lib64/ -v /usr/local/Ascend/driver/version.info:/usr/local/Ascend/driver/version.info -v /etc/ascend_install.info:/etc/ascend_install.info" \
     ENVBUILD_EXPECT="torch=2.14.0 torch-npu=2.14.0 transformers=5.23.0 accelerate=1.15.0"
 
 # transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only

@@ -77,6 +77,7 @@ ENV ENVBUILD_BACKEND="rocm" \
     ENVBUILD_DEVICE="cuda" \
     ENVBUILD_PLUGIN_IMPORT="" \
     ENVBUILD_AVAILABILITY="torch.cuda.is_available" \
+    ENVBUILD_RUN_FLAGS="--device /dev/kfd --device /dev/dri --group-add video --cap-add=SYS_PTRACE --security-opt seccomp=unconfined --ipc=host --shm-size 8g" \
     ENVBUILD_EXPECT="torch=2.14.0 transformers=5.23.0 accelerate=1.15.0"
 
 # transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only

@@ -103,6 +103,7 @@ ENV ENVBUILD_BACKEND="tpu" \
     ENVBUILD_DEVICE="tpu" \
     ENVBUILD_PLUGIN_IMPORT="torch_tpu" \
     ENVBUILD_AVAILABILITY="torch.tpu.is_available" \
+    ENVBUILD_RUN_FLAGS="--net=host --privileged" \
     ENVBUILD_EXPECT="torch=2.15.0 torch-tpu=0.2.0 transformers=5.23.0 accelerate=1.15.0"
 
 # transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only

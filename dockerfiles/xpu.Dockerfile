@@ -98,6 +98,7 @@ ENV ENVBUILD_BACKEND="xpu" \
     ENVBUILD_DEVICE="xpu" \
     ENVBUILD_PLUGIN_IMPORT="" \
     ENVBUILD_AVAILABILITY="torch.xpu.is_available" \
+    ENVBUILD_RUN_FLAGS="--device /dev/dri -v /dev/dri/by-path:/dev/dri/by-path" \
     ENVBUILD_EXPECT="torch=2.15.0 transformers=5.23.0 accelerate=1.15.0"
 
 # transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only

@@ -18,8 +18,7 @@ def has_device(backend: Backend) -> bool:
     return backend.device == "cpu" or "self-hosted" in backend.runs_on
 
 
-def smoke_args(backend: Backend) -> str:
-    return shlex.join(["--model", SMOKE_MODEL, "--timeout", str(SMOKE_TIMEOUT)])
+SMOKE_ARGS = shlex.join(["--model", SMOKE_MODEL, "--timeout", str(SMOKE_TIMEOUT)])
 
 
 def job(m: Matrix, backend: Backend) -> dict[str, Any]:
@@ -32,7 +31,7 @@ def job(m: Matrix, backend: Backend) -> dict[str, Any]:
         "runs-on": list(backend.runs_on),
         "self-hosted": "self-hosted" in backend.runs_on,
         "smoke": has_device(backend),
-        "smoke_args": smoke_args(backend),
+        "smoke_args": SMOKE_ARGS,
         "platforms": ",".join(backend.platforms),
     }
 

@@ -123,7 +123,7 @@ def list_(as_json: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
     from . import report
 
     m = _load(matrix_path, overrides)
-    rows = [report.backend_summary(m, b) for b in m.backends]
+    rows = [report.backend_summary(b) for b in m.backends]
     if as_json:
         _emit_json(rows)
         return
@@ -150,7 +150,7 @@ def show(backend: str, as_json: bool, matrix_path: str, overrides: tuple[str, ..
 def _auto(m, *, native: bool = False) -> str:
     """`--backend auto`: the backend detected on this host (cpu when none), said on stderr with the evidence.
     Several accelerators, or (unless native) only a non-containerizable one, are errors that ask for a choice."""
-    from . import detect as d
+    from .host import detect as d
 
     runtimes = None if native else d.docker_runtimes_from_engine()
     name, reason = d.choose(d.detect(m, docker_runtimes=runtimes), m, native=native)
@@ -172,7 +172,7 @@ def _choose(m, backends: tuple[str, ...]) -> list:
 
 
 def _write_output(path: str, text: str) -> None:
-    from .render import write_atomic
+    from .files import write_atomic
 
     write_atomic(Path(path), text)
 
@@ -203,9 +203,11 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
     The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
     build succeeded: a failed build never moves an existing tag. The full log is kept under
     .envbuild/logs/ and its path is printed on failure. With several backends the build goes on past a
-    failure, prints a summary and exits 1 if any failed. When nothing changed since the last build of a
-    backend from this folder (same inputs, same local base image, tags in place), it says "up to date"
-    without running the builder; --no-cache builds anyway.
+    failure, prints a summary and exits 1 if any failed. When nothing that decides the image changed since
+    the last good build of a backend from this folder (the Dockerfile, probe and wheels by content, every
+    option, the values --build-arg NAME takes from the environment, the DOCKER_*/BUILDX_* settings, the
+    local base image) and its tags are in place, it says "up to date" without running the builder;
+    --no-cache, --platform, --builder and --cache-to always build.
 
     --jobs N builds N backends at once, each in its own builder process on the same daemon: BuildKit runs
     a step shared by several builds (same base, same command) once, and the others reuse its result.
@@ -216,28 +218,13 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
           --set backends.cpu.torch.version=2.13.0 --wheelhouse ./wheels
     """
     from . import build as b
-    from .paths import default_matrix
-
-    # Nothing changed since the last build of each named backend? Then answer before parsing anything.
-    names = _names(backends)
-    quick = bool(names) and not {"all", "auto"} & set(names) and not (no_cache or platform or builder or cache_to)
-    ca = None if no_ca_bundle else (ca_bundle or b.default_ca_bundle())
-    params = {
-        "matrix": os.path.abspath(matrix_path or default_matrix()), "overrides": overrides, "mirrors": mirrors,
-        "wheelhouse": wheelhouse and os.path.abspath(wheelhouse), "ca_bundle": ca and os.path.abspath(ca),
-        "netrc": netrc and os.path.abspath(netrc), "build_args": build_args, "tags": tags, "labels": labels,
-        "cache_from": cache_from,
-    }
-    done = b.quick_up_to_date(names, params) if quick else None
-    if done:
-        _report_builds(done, json_path, platform)
-        return
-
+    from .engine import Engine
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
     if tags and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
+    ca = None if no_ca_bundle else (ca_bundle or b.default_ca_bundle())
     opts = b.BuildOptions(
         wheelhouse=wheelhouse,
         ca_bundle=ca,
@@ -245,25 +232,26 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
         tags=tags,
         build_args=build_args,
         labels=labels,
+        mirrors=mirrors,
         no_cache=no_cache,
         platform=platform,
         builder=builder,
         cache_from=cache_from,
         cache_to=cache_to,
-        inputs=tuple((x.name, b.inputs_key(x.name, params)) for x in chosen) if quick else (),
     )
     if opts.ca_bundle and not opts.ca_bundle.is_file():
         raise b.BuildError(f"CA bundle {opts.ca_bundle} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    engine = Engine()
     if jobs > 1 and len(chosen) > 1:
-        from .status import StatusBoard
+        from .build.status import StatusBoard
 
         # -v wants every line of every builder: then no live board, only prefixed lines
         live = False if verbose else None
         with StatusBoard([x.name for x in chosen], stream=click.get_text_stream("stderr"), live=live) as board:
-            built = b.build_many(m, chosen, opts, jobs=jobs, mirrors=mirrors, echo=echo, verbose=verbose, board=board)
+            built = b.build_many(m, chosen, opts, engine, jobs=jobs, echo=echo, verbose=verbose, board=board)
     else:
-        built = b.build_many(m, chosen, opts, mirrors=mirrors, echo=echo, verbose=verbose)
+        built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose)
     _report_builds(built, json_path, platform)
 
 
@@ -307,6 +295,7 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
     """
     from . import report
     from . import smoke as s
+    from .engine import Engine
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
@@ -314,9 +303,10 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
         raise click.UsageError("--image needs a single backend")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     results = []
+    engine = Engine()
     for backend in chosen:
         try:
-            result = s.smoke(m, backend, image=image, model=model, timeout=timeout, echo=echo)
+            result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo)
         except s.SmokeError as exc:
             if len(chosen) == 1 and not (json_path or junit_path):
                 raise
@@ -345,9 +335,8 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     without a daemon the runtimes are "not checked". cpu is always available. Also says what
     `--backend auto` would choose.
     """
-    import os
-
-    from . import detect as d
+    from . import report
+    from .host import detect as d
 
     m = _load(matrix_path, overrides)
     if root is None:
@@ -358,7 +347,7 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     if as_json:
         _emit_json(det.to_json())
         return
-    click.echo(d.format_detection(det))
+    click.echo(report.detect_text(det))
     try:
         name, reason = d.choose(det, m)
         click.echo(f"--backend auto would choose {name} ({reason})")
@@ -384,7 +373,8 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     For mps (no container can reach it) it checks the platform and Python's venv instead.
     Exits 1 when a blocking check fails (warnings do not).
     """
-    from . import doctor as doc
+    from . import report as reports
+    from .host import doctor as doc
 
     m = _load(matrix_path, overrides)
     name = _auto(m, native=True) if backend == "auto" else backend
@@ -394,7 +384,7 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     if as_json:
         _emit_json(report.to_json())
     else:
-        click.echo(doc.format_report(report))
+        click.echo(reports.doctor_text(report))
     if not report.ok:
         sys.exit(1)
 
@@ -424,7 +414,8 @@ def env(backend: str, directory: Path, python: str | None, force: bool, no_probe
     Example:
       envbuild env --backend cpu --dir .venv-cpu
     """
-    from . import venv
+    from . import report
+    from .host import venv
 
     m = _load(matrix_path, overrides)
     b = m.backend(_auto(m, native=True) if backend == "auto" else backend)
@@ -440,7 +431,7 @@ def env(backend: str, directory: Path, python: str | None, force: bool, no_probe
     if as_json:
         _emit_json(result.to_json())
     else:
-        click.echo(venv.summary(result))
+        click.echo(report.env_text(result))
     if not result.ok:
         sys.exit(1)
 
@@ -484,15 +475,17 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
       envbuild smoke --backend cpu --json smoke.json
       envbuild publish --backend cpu --registry ghcr.io/org/envbuild --smoke-json smoke.json
     """
-    from . import publish as p
     from . import report
+    from .engine import Engine
+    from .registry import manifest as manifests
+    from .registry import publish as p
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
-    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(p.DEFAULT_MANIFEST), smoke_json=smoke_json, force=force)
-    results = p.publish(m, chosen, opts, echo=lambda line: click.echo(line, err=True))
+    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT), smoke_json=smoke_json, force=force)
+    results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
     for r in results:
         if r.ok:
             click.echo(f"{r.backend}: pushed {', '.join(r.refs)} ({r.digest}); recorded in {opts.manifest}")
@@ -527,15 +520,17 @@ def pull(backends, registry, tag, manifest, as_json, matrix_path, overrides) -> 
     Example:
       envbuild pull --backend cpu && envbuild smoke --backend cpu
     """
-    from . import publish as p
+    from .engine import Engine
+    from .registry import pull as p
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
     if tag and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
     results = []
+    engine = Engine()
     for backend in chosen:
-        r = p.pull(m, backend, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True))
+        r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True))
         results.append(r)
         if as_json:
             continue
@@ -589,15 +584,13 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
       envbuild summary results/ --backend all --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
     from . import report
+    from .files import read_json
 
     docs: list[dict] = []
     for path in results:
         files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
         for f in files:
-            try:
-                doc = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise EnvbuildError(f"{f}: not a readable JSON file ({exc})") from None
+            doc = read_json(f, str(f))
             found = [d for d in (doc if isinstance(doc, list) else [doc]) if isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys()]
             if not found and not path.is_dir():
                 raise EnvbuildError(f"{f}: not the output of `envbuild smoke --json`")

@@ -1,200 +1,132 @@
-"""The Docker engine: the SDK for images and containers, a BuildKit-capable CLI for builds.
+"""The one Docker boundary: every question to the engine, and every container, push and pull, goes through
+an Engine. The rest of envbuild never imports the docker SDK.
 
-docker-py cannot drive BuildKit (no secrets, no cache mounts), so builds go through `docker buildx build`
-or, with an older client, `DOCKER_BUILDKIT=1 docker build`; everything else goes through the SDK.
+Builds are the one exception: the SDK cannot drive BuildKit (no secrets, no cache mounts), so
+build/builder.py runs the docker client as a process; it still takes where the engine is and how an
+unreachable one reads from here.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .errors import DockerError
 
+if TYPE_CHECKING:
+    from .matrix import RunSpec
+
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+TIMEOUT = 600  # seconds for one API call ($ENVBUILD_DOCKER_TIMEOUT): a push of a large layer takes a while
 NO_DAEMON_HINT = (
     "Start the Docker daemon (e.g. `sudo systemctl start docker`, or `sudo dockerd &`), install it if missing "
     "(Debian/Ubuntu: `sudo apt-get install docker.io`), or point DOCKER_HOST at a running engine."
 )
 
+# How an unreachable engine reads, in the words of the docker clients 20.10 to 28.x (build output included)
+# and of the SDK. Only phrases about the daemon: a failed RUN step's own "No such file or directory" is not one.
+_UNREACHABLE = re.compile(
+    r"Cannot connect to the Docker daemon"  # clients 20.10 to 28.2 (and 20.10's BuildKit: "failed to dial gRPC: ...")
+    r"|failed to connect to the docker API at"  # clients from 28.3
+    r"|error during connect"  # clients over tcp/npipe
+    r"|Is the docker daemon running\?"
+    r"|Error while fetching server API version"  # the SDK's first request
+    r"|permission denied while trying to connect to the Docker daemon",
+    re.IGNORECASE,
+)
+_REASONS = (
+    ("permission denied", "permission denied"),
+    ("no such file", "no daemon socket there"),
+    ("connection refused", "connection refused"),
+    ("timed out", "timed out"),
+    ("timeout", "timed out"),
+)
 
-def client() -> Any:
-    """A docker SDK client that has answered a ping, or a DockerError saying what to do."""
-    import docker  # heavy: only for commands that talk to the engine
 
+def host(environ: Mapping[str, str] | None = None) -> str:
+    """Where the engine is, as the docker client finds it: $DOCKER_HOST, else the endpoint of the Docker
+    context ($DOCKER_CONTEXT, else the config's currentContext), else Docker's default socket."""
+    env = os.environ if environ is None else environ
+    if env.get("DOCKER_HOST"):
+        return env["DOCKER_HOST"]
+    config = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    name = env.get("DOCKER_CONTEXT") or _read_json(config / "config.json").get("currentContext")
+    if name and name != "default":
+        meta = _read_json(config / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest() / "meta.json")
+        endpoint = ((meta.get("Endpoints") or {}).get("docker") or {}).get("Host")
+        if isinstance(endpoint, str) and endpoint:
+            return endpoint
+    return DEFAULT_HOST
+
+
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        c = docker.from_env(timeout=int(os.environ.get("ENVBUILD_DOCKER_TIMEOUT", "600")))
-        c.ping()
-        return c
-    except docker.errors.DockerException as exc:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        text = str(exc)
-        if "Permission denied" in text:
-            raise DockerError(
-                f"permission denied on the Docker socket {where}: add yourself to the docker group "
-                "(`sudo usermod -aG docker $USER`, then log in again) or run as root"
-            ) from None
-        reason = next(
-            (why for key, why in (("No such file", "no daemon socket there"), ("Connection refused", "connection refused"),
-                                  ("timed out", "timed out")) if key in text),
-            text.split("(")[0].strip().rstrip(":") or type(exc).__name__,
-        )
-        raise DockerError(f"cannot reach the Docker daemon at {where} ({reason}). {NO_DAEMON_HINT}") from None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def unreachable(text: str) -> bool:
+    """Whether a client's or the SDK's message says that no engine answered."""
+    return bool(_UNREACHABLE.search(text))
+
+
+class Unreachable(DockerError):
+    """No engine answered at `where`; `reason` is what the message said (or None)."""
+
+    def __init__(self, where: str, reason: str | None):
+        self.where, self.reason = where, reason
+        if reason == "permission denied":
+            text = (f"permission denied on the Docker socket {where}: add yourself to the docker group "
+                    "(`sudo usermod -aG docker $USER`, then log in again) or run as root")
+        else:
+            text = f"cannot reach the Docker daemon at {where}{f' ({reason})' if reason else ''}. {NO_DAEMON_HINT}"
+        super().__init__(text)
+
+
+def unreachable_error(text: str, where: str | None = None) -> Unreachable:
+    """The one error for an engine that does not answer: where, why (when the text says), and what to do."""
+    low = text.lower()
+    return Unreachable(where or host(), next((why for key, why in _REASONS if key in low), None))
+
+
+class EngineError(DockerError):
+    """The engine answered and refused: `explanation` is its own words, `not_found` a 404."""
+
+    def __init__(self, what: str, explanation: str, not_found: bool = False):
+        self.explanation = explanation
+        self.not_found = not_found
+        super().__init__(f"{what}: {explanation}")
+
+
+class StreamBroken(DockerError):
+    """A push or pull stream broke off before it ended."""
 
 
 @dataclass(frozen=True)
-class Builder:
-    """How to run a BuildKit build: the argv prefix and extra environment."""
-
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    buildx: bool
-
-    def describe(self) -> str:
-        prefix = " ".join(f"{k}={v}" for k, v in self.env)
-        return f"{prefix} {' '.join(self.argv)}".strip()
+class Image:
+    id: str
+    labels: dict[str, str]
+    os: str
+    architecture: str
+    repo_digests: tuple[str, ...]
+    size: int
 
 
-def _docker_candidates() -> list[str]:
-    """Every `docker` on PATH (the first may lack buildx while a later one builds fine), or ENVBUILD_DOCKER."""
-    forced = os.environ.get("ENVBUILD_DOCKER")
-    if forced:
-        return [forced]
-    seen: list[str] = []
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        exe = shutil.which("docker", path=d) if d else None
-        if exe and os.path.realpath(exe) not in map(os.path.realpath, seen):
-            seen.append(exe)
-    return seen
+@dataclass(frozen=True)
+class Exited:
+    """A container that ran to its end (or was stopped at its timeout)."""
 
-
-def _run_quiet(argv: list[str]) -> tuple[int, str]:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 1, str(exc)
-    return proc.returncode, proc.stdout.strip()
-
-
-def _plugin_places() -> list[str]:
-    """Where the docker CLI looks for plugins (and its config, which may name more places)."""
-    config = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
-    return [os.path.join(config, "cli-plugins"), os.path.join(config, "config.json"),
-            "/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins",
-            "/usr/lib/docker/cli-plugins", "/usr/libexec/docker/cli-plugins"]
-
-
-def _fingerprint(candidates: list[str]) -> list[str]:
-    """What the answer of find_builder depends on: the clients themselves and the plugin folders (a plugin
-    installed or removed changes its folder's mtime)."""
-    parts = [f"ENVBUILD_DOCKER={os.environ.get('ENVBUILD_DOCKER', '')}"]
-    for path in [*candidates, *_plugin_places()]:
-        try:
-            st = os.stat(path)
-            parts.append(f"{os.path.realpath(path)} {st.st_ino} {st.st_size} {st.st_mtime_ns}")
-        except OSError:
-            parts.append(f"{path} absent")
-    return parts
-
-
-def _builder_cache() -> str:
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "envbuild", "builder.json")
-
-
-def _cached_builder(key: list[str]) -> Builder | None:
-    import json
-
-    try:
-        with open(_builder_cache(), encoding="utf-8") as fh:
-            doc = json.load(fh)
-        if doc.get("key") == key:
-            return Builder(tuple(doc["argv"]), tuple(tuple(kv) for kv in doc["env"]), bool(doc["buildx"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
-
-
-def _remember_builder(key: list[str], builder: Builder) -> None:
-    import json
-
-    path = _builder_cache()
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"key": key, "argv": builder.argv, "env": builder.env, "buildx": builder.buildx}, fh)
-        os.replace(tmp, path)
-    except OSError:  # a read-only home only costs the next command the same questions
-        pass
-
-
-@lru_cache(maxsize=1)
-def find_builder() -> Builder:
-    """Prefer `docker buildx build`; else a client older than 23.0, which runs BuildKit itself.
-
-    The answer is remembered (~/.cache/envbuild/builder.json) for as long as the docker clients and the
-    plugin folders stay as they are: asking costs a few client start-ups, before every build.
-    """
-    candidates = _docker_candidates()
-    if not candidates:
-        raise DockerError(
-            "no `docker` client on PATH: install Docker's CLI with the buildx plugin "
-            "(docker-ce-cli + docker-buildx-plugin) or Debian's docker.io"
-        )
-    key = _fingerprint(candidates)
-    cached = _cached_builder(key)
-    if cached is not None:
-        return cached
-    builder = _ask_clients(candidates)
-    _remember_builder(key, builder)
-    return builder
-
-
-def _ask_clients(candidates: list[str]) -> Builder:
-    from packaging.version import InvalidVersion, Version
-
-    # Ask every candidate both questions at once: each answer costs a client start-up (tens of ms).
-    from concurrent.futures import ThreadPoolExecutor
-
-    # `docker --version` answers from the client alone (`docker version` also asks the daemon).
-    questions = [[exe, "buildx", "version"] for exe in candidates]
-    questions += [[exe, "--version"] for exe in candidates]
-    with ThreadPoolExecutor(max_workers=len(questions)) as pool:
-        answers = list(pool.map(_run_quiet, questions))
-    buildx, versions = answers[: len(candidates)], answers[len(candidates):]
-    for exe, (rc, _) in zip(candidates, buildx):
-        if rc == 0:
-            return Builder(argv=(exe, "buildx", "build", "--load"), env=(), buildx=True)
-    for exe, (rc, out) in zip(candidates, versions):
-        # "Docker version 20.10.24+dfsg1, build 297e128"
-        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out) if rc == 0 else None
-        try:
-            legacy = bool(m) and Version(m.group(1)) < Version("23.0")
-        except InvalidVersion:
-            legacy = False
-        if legacy:
-            return Builder(argv=(exe, "build"), env=(("DOCKER_BUILDKIT", "1"),), buildx=False)
-    raise DockerError(
-        f"no BuildKit-capable docker client found (tried: {', '.join(candidates)}). Install the buildx plugin "
-        "(Debian/Ubuntu: `apt-get install docker-buildx` or docker-buildx-plugin), or set ENVBUILD_DOCKER to a "
-        "client that builds with BuildKit (e.g. Debian's docker.io 20.10 at /usr/bin/docker)."
-    )
-
-
-def image_id(c: Any, ref: str) -> str | None:
-    import docker
-
-    try:
-        return c.images.get(ref).id
-    except docker.errors.ImageNotFound:
-        return None
-    except docker.errors.APIError as exc:
-        raise DockerError(f"cannot inspect image {ref}: {exc.explanation or exc}") from None
+    status: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -205,42 +137,197 @@ def split_ref(ref: str) -> tuple[str, str]:
     return name, tag
 
 
-def tag_image(c: Any, image: str, refs: list[str]) -> None:
-    for ref in refs:
-        repo, tag = split_ref(ref)
-        if not c.images.get(image).tag(repo, tag):
-            raise DockerError(f"could not tag {image} as {ref}")
+def run_options(run: RunSpec) -> dict[str, Any]:
+    """The matrix's `docker run` needs, as the SDK's container options."""
+    import docker
+
+    kw: dict[str, Any] = {}
+    if run.gpus:
+        count = -1 if run.gpus == "all" else int(run.gpus)
+        kw["device_requests"] = [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]
+    if run.runtime:
+        kw["runtime"] = run.runtime
+    if run.devices:
+        kw["devices"] = [d if ":" in d else f"{d}:{d}:rwm" for d in run.devices]
+    if run.volumes:
+        kw["volumes"] = list(run.volumes)
+    if run.group_add:
+        kw["group_add"] = list(run.group_add)
+    if run.env:
+        kw["environment"] = dict(run.env)
+    if run.cap_add:
+        kw["cap_add"] = list(run.cap_add)
+    if run.security_opt:
+        kw["security_opt"] = list(run.security_opt)
+    if run.ipc:
+        kw["ipc_mode"] = run.ipc
+    if run.network:
+        kw["network_mode"] = run.network
+    if run.shm_size:
+        kw["shm_size"] = run.shm_size
+    if run.privileged:
+        kw["privileged"] = True
+    return kw
 
 
-def local_image_ids(refs: list[str]) -> dict[str, str | None] | None:
-    """The local engine's image id for each reference (None: no such image), asked over its unix socket in
-    plain HTTP/1.0: a few milliseconds, where importing the SDK (or even http.client) costs more than the
-    answer. None when the engine is not a local unix socket or does not answer (the caller then builds)."""
-    import json
-    import socket
-    from urllib.parse import quote
+class Engine:
+    """A Docker engine, reached through the SDK. Connects on first use; every SDK error becomes a DockerError
+    (EngineError when the engine refused, the unreachable message when it did not answer)."""
 
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    if not host.startswith("unix://"):
-        return None
-    ids: dict[str, str | None] = {}
-    try:
-        for ref in refs:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(5)
-                sock.connect(host[len("unix://"):])
-                sock.sendall(f"GET /images/{quote(ref, safe='/:@')}/json HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
-                chunks = []
-                while chunk := sock.recv(65536):
-                    chunks.append(chunk)
-            head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-            status = head.split(b" ", 2)[1] if head.count(b" ") >= 1 else b""
-            if status == b"200":
-                ids[ref] = json.loads(body)["Id"]
-            elif status == b"404":
-                ids[ref] = None
-            else:
+    def __init__(self, timeout: float | None = None, client: Any = None):
+        self.host = host()
+        self.timeout = timeout if timeout is not None else float(os.environ.get("ENVBUILD_DOCKER_TIMEOUT", TIMEOUT))
+        self._client = client
+
+    @classmethod
+    def connect(cls, timeout: float | None = None) -> "Engine":
+        """An engine that has answered a ping, or the DockerError that says what to do."""
+        engine = cls(timeout)
+        engine.ping()
+        return engine
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import docker
+
+            try:  # from_env reads DOCKER_TLS_VERIFY/DOCKER_CERT_PATH too, for a tcp DOCKER_HOST
+                if os.environ.get("DOCKER_HOST"):
+                    self._client = docker.from_env(timeout=int(self.timeout))
+                else:
+                    self._client = docker.DockerClient(base_url=self.host, timeout=int(self.timeout))
+            except docker.errors.DockerException as exc:
+                raise unreachable_error(str(exc), self.host) from None
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _call(self, what: str, fn: Any, *, missing_ok: bool = False) -> Any:
+        """fn(), its SDK errors as envbuild's; with missing_ok, None where the engine answers 404."""
+        import docker
+        import requests
+
+        try:
+            return fn()
+        except docker.errors.NotFound as exc:
+            if missing_ok:
                 return None
-    except (OSError, ValueError, KeyError, IndexError):
-        return None
-    return ids
+            raise EngineError(what, str(exc.explanation or exc), not_found=True) from None
+        except docker.errors.APIError as exc:
+            raise EngineError(what, str(exc.explanation or exc)) from None
+        except requests.exceptions.RequestException as exc:
+            raise unreachable_error(str(exc), self.host) from None
+        except docker.errors.DockerException as exc:
+            if unreachable(str(exc)):
+                raise unreachable_error(str(exc), self.host) from None
+            raise EngineError(what, str(exc)) from None
+
+    # -- the daemon ------------------------------------------------------------------------------------
+    def ping(self) -> None:
+        self._call("ping", lambda: self.client.ping())
+
+    def version(self) -> dict[str, Any]:
+        return self._call("asking the daemon's version", lambda: self.client.version())
+
+    def info(self) -> dict[str, Any]:
+        return self._call("asking the daemon", lambda: self.client.info())
+
+    def runtimes(self) -> set[str]:
+        """The container runtimes registered with the daemon, e.g. {'runc', 'nvidia'}."""
+        return set((self.info().get("Runtimes") or {}).keys())
+
+    # -- images -----------------------------------------------------------------------------------------
+    def image(self, ref: str) -> Image | None:
+        """The local image a reference (or id) names; None when there is none."""
+        attrs = self._call(f"cannot inspect image {ref}", lambda: self.client.api.inspect_image(ref), missing_ok=True)
+        if attrs is None:
+            return None
+        config = attrs.get("Config") or {}
+        return Image(attrs["Id"], dict(config.get("Labels") or {}), attrs.get("Os") or "linux",
+                     attrs.get("Architecture") or "unknown", tuple(attrs.get("RepoDigests") or ()), int(attrs.get("Size") or 0))
+
+    def image_id(self, ref: str) -> str | None:
+        image = self.image(ref)
+        return image.id if image else None
+
+    def tag(self, image: str, refs: list[str]) -> None:
+        for ref in refs:
+            repo, tag = split_ref(ref)
+            if not self._call(f"could not tag {image} as {ref}", lambda: self.client.api.tag(image, repo, tag)):
+                raise DockerError(f"could not tag {image} as {ref}")
+
+    def untag(self, ref: str) -> None:
+        """Remove one reference by name (the image stays while other tags hold it); an absent one is fine."""
+        self._call(f"cannot remove {ref}", lambda: self.client.api.remove_image(ref, noprune=False), missing_ok=True)
+
+    # -- containers ---------------------------------------------------------------------------------------
+    def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
+            volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float) -> Exited:
+        """Run a container to its end with the backend's `docker run` needs; it is removed whatever happens
+        (success, failure, timeout, KeyboardInterrupt)."""
+        import requests
+
+        kw = run_options(run)
+        if volumes:
+            kw["volumes"] = [*kw.get("volumes", []), *volumes]
+        kw["environment"] = {**kw.get("environment", {}), **(environment or {})}
+        container = None
+        try:
+            container = self._call(f"cannot run {image}", lambda: self.client.containers.create(
+                image, command=command, name=name, labels=labels, detach=True, **kw))
+            self._call(f"cannot run {image}", container.start)
+            try:
+                status = container.wait(timeout=timeout)
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                self._call(f"cannot stop {name}", container.kill)
+                return Exited(None, b"", self._logs(container, stderr=True), timed_out=True)
+            return Exited(status.get("StatusCode"), self._logs(container, stdout=True), self._logs(container, stderr=True), False)
+        finally:
+            if container is not None:
+                self.remove_container(container.id)
+
+    def _logs(self, container: Any, stdout: bool = False, stderr: bool = False) -> bytes:
+        return self._call("cannot read the container's output", lambda: container.logs(stdout=stdout, stderr=stderr))
+
+    def containers(self, label: str) -> list[str]:
+        """Names of the containers (running or not) that carry this label."""
+        found = self._call("cannot list containers", lambda: self.client.api.containers(all=True, filters={"label": label}))
+        return [c["Names"][0].lstrip("/") for c in found]
+
+    def remove_container(self, ref: str) -> None:
+        self._call(f"cannot remove container {ref}", lambda: self.client.api.remove_container(ref, force=True), missing_ok=True)
+
+    # -- registries -----------------------------------------------------------------------------------------
+    def login(self, host: str, username: str, password: str) -> None:
+        """Check credentials against a registry (the daemon's /auth); nothing is written to the Docker config."""
+        registry = None if host == "docker.io" else host
+        self._call(f"logging in to {host}", lambda: self.client.login(username, password, registry=registry, reauth=True))
+
+    def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
+        repo, tag = split_ref(ref)
+        lines = self._call(f"pushing {ref}", lambda: self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth))
+        return self._stream(lines, f"pushing {ref}")
+
+    def pull(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
+        repo, tag = split_ref(ref)
+        lines = self._call(f"pulling {ref}", lambda: self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth))
+        return self._stream(lines, f"pulling {ref}")
+
+    def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str:
+        """The digest the registry serves for a reference, without pulling it."""
+        data = self._call(f"asking the registry about {ref}", lambda: self.client.api.inspect_distribution(ref, auth_config=auth))
+        return str(data["Descriptor"]["digest"])
+
+    @staticmethod
+    def _stream(lines: Iterator[Any], what: str) -> Iterator[dict[str, Any]]:
+        import requests
+
+        try:
+            for line in lines:
+                if isinstance(line, dict):
+                    yield line
+        except requests.exceptions.RequestException as exc:
+            raise StreamBroken(f"{what} broke off ({type(exc).__name__}: {exc})") from None

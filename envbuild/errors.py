@@ -1,4 +1,8 @@
-"""One family of user-facing errors; the CLI turns each into a one-line message and an exit code."""
+"""One family of user-facing errors; the CLI turns each into 'Error: ...' and its exit code, in one place.
+
+exit 1: the input was fine and the world was not (a build, a smoke test, a push failed);
+exit 2: the input was invalid (the matrix, a backend name, an option).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,10 @@ class EnvbuildError(Exception):
     """An error the user can fix; printed without a traceback."""
 
     exit_code = 1
+
+
+class InvalidInput(EnvbuildError):
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -24,32 +32,63 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-class MatrixError(EnvbuildError):
+class MatrixError(InvalidInput):
     """The matrix (file or --set overrides) is invalid; carries every problem found."""
-
-    exit_code = 2
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
 
 
-class UnknownBackendError(EnvbuildError):
-    exit_code = 2
-
+class UnknownBackendError(InvalidInput):
     def __init__(self, name: str, valid: list[str]):
         self.name = name
         self.valid = valid
         super().__init__(f"unknown backend '{name}'; valid backends: {', '.join(valid)}")
 
 
-class NotContainerizableError(EnvbuildError):
-    exit_code = 2
+class NotContainerizableError(InvalidInput):
+    pass
+
+
+# --- the stages -----------------------------------------------------------------------------------------
 
 
 class DockerError(EnvbuildError):
-    """The engine is unreachable, or a build, run or push failed."""
+    """The engine is unreachable, or refused a request."""
 
 
-class StaleError(EnvbuildError):
-    """`render --check` found differences."""
+class BuildError(EnvbuildError):
+    pass
+
+
+class SmokeError(EnvbuildError):
+    """The smoke test could not run (the host lacks what the backend needs, the image is missing)."""
+
+
+class PublishError(EnvbuildError):
+    """A push or pull did not complete; nothing was recorded or tagged for it."""
+
+
+class RegistryAuthError(PublishError):
+    pass
+
+
+class RegistryUnreachableError(PublishError):
+    pass
+
+
+class DigestMismatchError(PublishError):
+    pass
+
+
+class ManifestError(EnvbuildError):
+    pass
+
+
+class EnvError(EnvbuildError):
+    """Creating a native environment failed; nothing was left at DIR."""
+
+
+class NativeEnvRefused(InvalidInput):
+    """This backend has no native environment on this host (or at all)."""

@@ -1,13 +1,14 @@
-"""Where envbuild finds its inputs; light to import (the quick up-to-date check needs it before any parsing)."""
+"""Where envbuild finds its inputs and keeps its caches; light to import."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-DEFAULT_MATRIX = "matrix.yaml"
-PACKAGED_MATRIX = Path(__file__).with_name("matrix.yaml")  # a copy of the checkout's, shipped in the wheel
 PACKAGE = Path(__file__).parent
+DEFAULT_MATRIX = "matrix.yaml"
+PACKAGED_MATRIX = PACKAGE / "matrix" / "matrix.yaml"  # the checkout's, shipped in the wheel
+PROBE = PACKAGE / "smoke" / "probe.py"  # copied into every image and every native environment
 
 
 def default_matrix() -> str:
@@ -18,3 +19,9 @@ def default_matrix() -> str:
     if Path(DEFAULT_MATRIX).exists() or not PACKAGED_MATRIX.exists():
         return DEFAULT_MATRIX
     return str(PACKAGED_MATRIX)
+
+
+def cache_dir(*parts: str) -> Path:
+    """envbuild's per-user cache: $XDG_CACHE_HOME/envbuild, else ~/.cache/envbuild (never needed for correctness)."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root, "envbuild", *parts)

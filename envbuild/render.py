@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import difflib
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from .errors import EnvbuildError
+from .files import write_atomic
 from .matrix import Backend, Matrix
+from .paths import cache_dir
 
 TEMPLATES = Path(__file__).parent / "templates"
 VENV = "/opt/venv"
@@ -36,8 +37,6 @@ class _BytecodeCache(jinja2.FileSystemBytecodeCache):
             pass
 
 
-_CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "envbuild", "templates")
-
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),
     undefined=jinja2.StrictUndefined,
@@ -45,7 +44,7 @@ _env = jinja2.Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
     autoescape=False,
-    bytecode_cache=_BytecodeCache(_CACHE_DIR, "envbuild-%s.cache"),
+    bytecode_cache=_BytecodeCache(str(cache_dir("templates")), "envbuild-%s.cache"),
 )
 
 
@@ -83,6 +82,8 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         uv=matrix.uv,
         torch_stage="torch" if torch_layers else "base",
         constraints=CONSTRAINTS,
+        # The probe's advice when the device is not visible: the flags the matrix says expose it.
+        run_flags=" ".join(backend.run.docker_args()),
         version_tag=matrix.tags(backend)[1].rsplit(":", 1)[1],
     )
     # Collapse runs of blank lines left by optional blocks, so output reads as if hand-written.
@@ -95,26 +96,6 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
 
 def render(matrix: Matrix, backends: list[Backend]) -> dict[str, str]:
     return {dockerfile_name(b): render_backend(matrix, b) for b in backends}
-
-
-def write_atomic(path: Path, text: str) -> bool:
-    """Write only when the content changes; a crash mid-write leaves the old file whole."""
-    data = text.encode("utf-8")
-    if path.exists() and path.read_bytes() == data:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return True
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,20 @@
-"""Human and machine-readable output: tables, backend descriptions, smoke summaries, JUnit."""
+"""Output for people and for tools, in one place: tables, backend descriptions, smoke summaries, JUnit,
+Markdown for CI job summaries, and the reports of detect, doctor and env."""
 
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .matrix import Backend, Matrix, not_containerizable_message
 
+if TYPE_CHECKING:
+    from .host.detect import Detection, Finding
+    from .host.doctor import Report
+    from .host.venv import EnvResult
 
-def backend_summary(m: Matrix, b: Backend) -> dict[str, Any]:
+
+def backend_summary(b: Backend) -> dict[str, Any]:
     return {
         "backend": b.name,
         "device": b.device,
@@ -184,3 +190,61 @@ def published_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "revision": (e.get("git_revision") or "-")[:12],
         })
     return rows
+
+
+# --- the host: detect, doctor, env ---------------------------------------------------------------------
+
+
+def detect_text(detection: Detection) -> str:
+    """Short human report: one line per detected backend, then hints about what is missing."""
+    found = [detection.finding(n) for n in detection.detected]
+    lines = [f"  {f.backend:<8} {f.description}: {_evidence_line(f)}" for f in found]
+    lines = ["Detected:", *lines] if lines else ["No accelerator detected."]
+    lines.append(f"  {detection.fallback:<8} always available (fallback)")
+    hints = []
+    for f in detection.findings:
+        if f.detected and f.missing and f.backend != detection.fallback:
+            hints.append(f"  {f.backend}: missing {'; '.join(f.missing)}")
+        elif not f.detected and any(e.kind != "note" for e in f.evidence):
+            hints.append(f"  {f.backend} not detected: found {_evidence_line(f)}; missing {'; '.join(f.missing)}")
+    if hints:
+        lines += ["Hints:", *hints]
+    return "\n".join(lines)
+
+
+def _evidence_line(f: Finding) -> str:
+    kinds: dict[str, list[str]] = {}
+    for e in f.evidence:
+        kinds.setdefault(e.kind, []).append(e.detail)
+    return "; ".join(f"{k} {', '.join(v)}" for k, v in kinds.items())
+
+
+def doctor_text(report: Report) -> str:
+    width = max(len(c.name) for c in report.checks)
+    lines = [f"envbuild doctor: {report.backend} ({report.description})"]
+    for c in report.checks:
+        lines.append(f"  {c.status:<4}  {c.name:<{width}}  {c.detail}")
+        if not c.ok and c.fix:
+            lines.append(f"        {'':<{width}}  fix: {c.fix}")
+    if report.ok:
+        warn = [c.name for c in report.checks if not c.ok and not c.skipped]
+        lines.append(f"Ready for {report.backend}" + (f" (warnings: {', '.join(warn)})." if warn else "."))
+    else:
+        names = ", ".join(c.name for c in report.blockers)
+        lines.append(f"Not ready for {report.backend}: {len(report.blockers)} blocking problem(s): {names}.")
+    return "\n".join(lines)
+
+
+def env_text(result: EnvResult) -> str:
+    p = result.plan
+    pins = " ".join(f"{d}=={v}" for d, v in p.pins.items())
+    lines = [f"{p.backend}: environment at {p.dir} (Python {result.python_version}, {p.platform}): {pins}"]
+    if result.probe is not None or result.probe_error:
+        if result.ok:
+            t = (result.probe or {}).get("timings", {}).get("total")
+            lines.append(f"{p.backend}: probe passed" + (f" in {t:.1f}s" if isinstance(t, (int, float)) else "")
+                         + f" on {p.device}")
+        else:
+            lines.append(f"{p.backend}: probe FAILED: {result.probe_error}")
+    lines.append(f"Use it: source {p.dir / 'bin' / 'activate'}; test it again: {shlex.join(p.probe_command())}")
+    return "\n".join(lines)

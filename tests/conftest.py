@@ -10,22 +10,6 @@ from typing import Callable
 import pytest
 from click.testing import CliRunner, Result
 
-REPO = Path(__file__).resolve().parents[1]
-TESTS = REPO / "tests"
-DATA = TESTS / "data"
-
-
-@pytest.fixture
-def repo_root() -> Path:
-    """The envbuild checkout (read-only for tests: never write into it)."""
-    return REPO
-
-
-@pytest.fixture
-def data_dir() -> Path:
-    """tests/data: fixed matrices that do not move with the product's pins."""
-    return DATA
-
 
 @pytest.fixture
 def runner() -> CliRunner:
@@ -98,5 +82,5 @@ def fake_docker():
     return make
 
 
-# Real engine and registry fixtures (tests/engine_fixtures.py).
-pytest_plugins = ["engine_fixtures"]
+# Real engine and registry fixtures (tests/support/fixtures.py).
+pytest_plugins = ["support.fixtures"]

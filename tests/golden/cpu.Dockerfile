@@ -98,6 +98,7 @@ ENV ENVBUILD_BACKEND="cpu" \
     ENVBUILD_DEVICE="cpu" \
     ENVBUILD_PLUGIN_IMPORT="" \
     ENVBUILD_AVAILABILITY="" \
+    ENVBUILD_RUN_FLAGS="" \
     ENVBUILD_EXPECT="torch=2.15.0 transformers=5.23.0 accelerate=1.15.0"
 
 # transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only

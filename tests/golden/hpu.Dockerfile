@@ -79,6 +79,7 @@ ENV ENVBUILD_BACKEND="hpu" \
     ENVBUILD_DEVICE="hpu" \
     ENVBUILD_PLUGIN_IMPORT="habana_frameworks.torch" \
     ENVBUILD_AVAILABILITY="torch.hpu.is_available" \
+    ENVBUILD_RUN_FLAGS="--runtime=habana -e HABANA_VISIBLE_DEVICES=all -e OMPI_MCA_btl_vader_single_copy_mechanism=none --cap-add=sys_nice --ipc=host --net=host" \
     ENVBUILD_EXPECT="torch=2.11.0 transformers=5.23.0 accelerate=1.15.0"
 
 # transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only

@@ -77,6 +77,7 @@ ENV ENVBUILD_BACKEND="musa" \
     ENVBUILD_DEVICE="musa" \
     ENVBUILD_PLUGIN_IMPORT="torch_musa" \
     ENVBUILD_AVAILABILITY="torch.musa.is_available" \
+    ENVBUILD_RUN_FLAGS="--runtime=mthreads -e MTHREADS_VISIBLE_DEVICES=all" \
     ENVBUILD_EXPECT="torch=2.9.1 torch-musa=2.9.1 transformers=5.23.0 accelerate=1.15.0"
 
 # transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only

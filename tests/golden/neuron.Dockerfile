@@ -77,6 +77,7 @@ ENV ENVBUILD_BACKEND="neuron" \
     ENVBUILD_DEVICE="neuron" \
     ENVBUILD_PLUGIN_IMPORT="torch_neuronx" \
     ENVBUILD_AVAILABILITY="torch.neuron.is_available" \
+    ENVBUILD_RUN_FLAGS="--device /dev/neuron0" \
     ENVBUILD_EXPECT="torch=2.14.0 torch-neuronx=2.14.3.0 transformers=5.23.0 accelerate=1.15.0"
 
 # transformers and accelerate last, without dependencies (all in place): a bump of either rebuilds only

@@ -1,0 +1,472 @@
+"""The benchmark: is a rebuild seconds, is the image lean, is the CLI quick? Every figure is a ratio to (or,
+for the no-op, a difference from) a baseline measured in the same run, on the same engine, with the same
+interpreter, so a noisy machine moves both sides.
+
+    python benchmarks/bench.py [--quick] [--json FILE] [--base IMAGE] [--wheelhouse DIR] [--ca-bundle FILE]
+
+Run it from a checkout. It builds the cpu backend through the CLI, as a user does. Without --base it makes
+its own base (a debootstrap Debian with python3, served by a loopback registry; see tests/support/testbed.py);
+without --wheelhouse it puts torch's CPU wheel from this machine's pip into one.
+
+Rows (targets from the performance issue):
+  cold      `envbuild build --no-cache` with empty cache mounts: a fresh ENVBUILD_CACHE_ID build arg
+            names new BuildKit cache mounts (uv, pip, apt), so nothing downloaded before is reused and no
+            cache of anyone else's is deleted;
+  bump      the same build after changing only the transformers pin, / cold (target <= 0.15);
+  noop      the same build again, nothing changed, - `docker build` of an unchanged trivial Dockerfile
+            (FROM base + LABEL) with the same client (target: at most 0.5 s more); the engine part (the
+            generated Dockerfile and context through the same client, without envbuild's Python) is shown apart;
+  size      image size / (base image + the installed Python packages, measured in the image) (<= 1.05);
+  smoke     `envbuild smoke` / `docker run IMAGE python -c "import torch"`, with where the time goes;
+  help      `envbuild --help` / `python -c pass` (target <= 3);
+  render    `envbuild render` of all backends / `python -c pass` (target <= 5).
+Timings are medians of several runs (fewer with --quick). Nothing is asserted: machines are noisy.
+
+Cleanup: the images it tagged (envbuild-bench/...) and the cache mounts its cold build created are
+removed at the end (--keep leaves them), its registry stopped; layer cache stays, as after any build, and
+so does its build context in ~/.cache/envbuild/bench (reused by the next run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPOSITORY = "envbuild-bench/envbuild"
+NOOP_TAG = "envbuild-bench/noop:latest"
+CHECKOUT = Path(__file__).resolve().parents[1]
+STEP_PREFIX = "[cpu] "
+sys.path.insert(0, str(CHECKOUT / "tests"))  # the test bed: a local registry, a debootstrap base, a wheelhouse
+
+# Measures a Python environment inside an image: the bytes under its site-packages folders (hard links
+# once) and how many of them are bytecode. Run with the image's python; folders given as arguments are
+# measured instead (the image's folders, in its base: a vendor base carries packages of its own).
+_SIZE_SCRIPT = r"""
+import json, os, site, sys
+dirs = sys.argv[1:] or [os.path.realpath(d) for d in site.getsitepackages()]
+dirs = [p for p in dict.fromkeys(dirs) if os.path.isdir(p)]
+seen, total, pyc = set(), 0, 0
+for top in dirs:
+    for root, subdirs, files in os.walk(top):
+        for name in files + subdirs:
+            st = os.lstat(os.path.join(root, name))
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
+            if name.endswith(".pyc"):
+                pyc += st.st_size
+print(json.dumps({"dirs": dirs, "bytes": total, "pyc": pyc}))
+"""
+
+
+@dataclass
+class Row:
+    key: str
+    what: str
+    value: float
+    baseline: float | None
+    unit: str
+    target: float | None = None  # the ratio to stay at or under
+    detail: dict[str, Any] = field(default_factory=dict)
+    margin: float | None = None  # instead of a ratio: at most this much more than the baseline (seconds)
+
+    @property
+    def ratio(self) -> float | None:
+        return round(self.value / self.baseline, 3) if self.baseline else None
+
+    @property
+    def over(self) -> float | None:
+        return round(self.value - self.baseline, 3) if self.baseline is not None else None
+
+    @property
+    def met(self) -> bool | None:
+        if self.margin is not None and self.over is not None:
+            return self.over <= self.margin
+        return None if self.target is None or self.ratio is None else self.ratio <= self.target
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc.update(ratio=self.ratio, over=self.over, met=self.met)
+        return doc
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# --- running things and timing them --------------------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    """The environment for envbuild subprocesses: this very envbuild, also from a clean clone."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def envbuild_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "envbuild.cli", *args]
+
+
+def run(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 3600,
+        check: bool = True) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    if check and proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        raise BenchError(f"`{' '.join(argv[:6])} ...` exited with {proc.returncode}:\n{tail}")
+    return seconds, proc
+
+
+def median_time(argv: list[str], repeat: int, **kw: Any) -> tuple[float, list[float]]:
+    times = [run(argv, **kw)[0] for _ in range(repeat)]
+    return statistics.median(times), [round(t, 3) for t in times]
+
+
+def steps_from(output: str) -> list[dict[str, Any]]:
+    """'[cpu] torch 1/1 RUN ... ... DONE 8.7s' -> [{'step': 'torch 1/1 RUN ...', 'seconds': 8.7}]."""
+    steps = []
+    for line in output.splitlines():
+        if line.startswith(STEP_PREFIX) and " ... DONE " in line:
+            text, _, done = line[len(STEP_PREFIX):].rpartition(" ... DONE ")
+            try:
+                seconds = float(done.rstrip("s"))
+            except ValueError:
+                continue
+            if seconds >= 0.05:
+                steps.append({"step": " ".join(text.split())[:70], "seconds": seconds})
+    return steps
+
+
+# --- the engine ------------------------------------------------------------------------------------------
+
+
+def _docker_client():
+    from envbuild.engine import Engine
+
+    return Engine.connect().client  # the SDK client itself: the benchmark asks what envbuild never needs
+
+
+def _image_size(client, ref: str) -> int:
+    return int(client.api.inspect_image(ref)["Size"])
+
+
+def _python_env_size(client, image: str, python: str, dirs: list[str] = ()) -> dict[str, Any]:
+    out = client.containers.run(image, [python, "-c", _SIZE_SCRIPT, *dirs], remove=True, stderr=False,
+                                entrypoint="", network_disabled=True)
+    return json.loads(out)
+
+
+def _cache_records(client) -> dict[str, str]:
+    """BuildKit's cache records: id -> type."""
+    return {r["ID"]: r.get("Type", "") for r in client.api.df().get("BuildCache") or []}
+
+
+def _cache_bytes(client, ids: set[str]) -> int:
+    return sum(int(r.get("Size") or 0) for r in client.api.df().get("BuildCache") or [] if r["ID"] in ids)
+
+
+def _prune_cache_records(client, ids: set[str]) -> int:
+    freed = 0
+    for rid in sorted(ids):
+        try:
+            freed += int(client.api.prune_builds(filters={"id": [rid]}).get("SpaceReclaimed") or 0)
+        except Exception:  # a record still in use by someone else's build: leave it
+            pass
+    return freed
+
+
+def _busy(client) -> list[str]:
+    """Other containers running now (their builds and smoke tests make every timing noisier)."""
+    try:
+        return [c.name for c in client.containers.list()]
+    except Exception:
+        return []
+
+
+# --- the benchmark -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    base: str
+    wheelhouse: Path
+    ca_bundle: Path | None
+    matrix: Path
+    work: Path
+    registry: Any = None
+
+
+def prepare(args: argparse.Namespace, work: Path, client) -> Setup:
+    from support import testbed
+
+    from envbuild import matrix as matrix_mod
+
+    registry = None
+    base = args.base
+    if not base:
+        print("bench: making the base (debootstrap Debian + python3, cached) in a loopback registry ...", file=sys.stderr)
+        registry = testbed.start_registry(work / "registry")
+        base = testbed.push_base(registry, client)[0]
+    wheelhouse = args.wheelhouse
+    if not wheelhouse:
+        print(f"bench: wheelhouse with torch {testbed.TORCH} from this machine's pip ...", file=sys.stderr)
+        wheelhouse = testbed.make_wheelhouse(work / "wheelhouse")
+    ca = None if args.no_ca_bundle else (args.ca_bundle or testbed.host_ca_bundle())
+    m = Path(args.matrix or matrix_mod.default_path()).resolve()
+    return Setup(base, Path(wheelhouse).resolve(), Path(ca).resolve() if ca else None, m, work, registry)
+
+
+def cleanup(client, setup: Setup | None, info: dict[str, Any]) -> None:
+    """Remove what the benchmark made: its images and tags, and the cache mounts of its cold build."""
+    refs = [NOOP_TAG]
+    try:  # only our tags: an image identical to one of the user's (same Dockerfile) carries theirs too
+        refs += [tag for img in client.images.list(name=REPOSITORY) for tag in img.tags if tag.startswith(REPOSITORY + ":")]
+    except Exception:
+        pass
+    if setup and setup.registry:  # the tags naming our registry's port; the image stays for the tests
+        refs += [setup.base, f"{setup.registry.host}/library/debian:bookworm-slim"]
+    for ref in refs:
+        try:
+            client.images.remove(ref)
+        except Exception:
+            pass
+    if info.get("cache_mounts"):
+        info["cache_mounts_freed"] = _prune_cache_records(client, set(info["cache_mounts"]))
+
+
+def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) -> list[Row]:
+    from support import testbed
+
+    from envbuild import build as build_mod
+    from envbuild import matrix as matrix_mod
+    from envbuild.build import builder as builder_mod
+    from envbuild.engine import Engine
+    from envbuild.paths import cache_dir
+
+    reps = 3 if args.quick else 7
+    cli_reps = 5 if args.quick else 15
+    smoke_reps = 1 if args.quick else 3
+    env = _env()
+    # A folder that stays from run to run: the build context lives under it, and BuildKit keeps one record
+    # of a context per folder (a new folder each run would leave 200 MB of wheelhouse behind every time).
+    cwd = cache_dir("bench")
+    cwd.mkdir(parents=True, exist_ok=True)
+    overrides = testbed.cpu_overrides(s.base, repository=REPOSITORY)
+    m = matrix_mod.load(s.matrix, [o for o in overrides if o != "--set"])
+    bump_to = args.bump_to or ("5.22.0" if m.transformers != "5.22.0" else "5.21.0")
+    cache_id = f"bench-{uuid.uuid4().hex[:8]}"
+    common = ["--backend", "cpu", "--matrix", str(s.matrix), *overrides, "--wheelhouse", str(s.wheelhouse),
+              "--build-arg", f"ENVBUILD_CACHE_ID={cache_id}"]
+    common += ["--ca-bundle", str(s.ca_bundle)] if s.ca_bundle else ["--no-ca-bundle"]
+    builder = builder_mod.find_builder()
+    rows: list[Row] = []
+    info.update(cache_id=cache_id, bump=f"{m.transformers} -> {bump_to}", builder=builder.describe())
+
+    # cold: no layer cache (--no-cache) and new, empty cache mounts (a fresh ENVBUILD_CACHE_ID)
+    print("bench: cold build ...", file=sys.stderr)
+    records_before = _cache_records(client)
+    cold, proc = run(envbuild_argv("build", *common, "--no-cache"), cwd=cwd, env=env)
+    info["cache_mounts"] = sorted(r for r, kind in _cache_records(client).items() if kind == "exec.cachemount" and r not in records_before)
+    rows.append(Row("cold", "cold build (no cache, empty cache mounts)", round(cold, 2), None, "s",
+                    detail={"steps": steps_from(proc.stderr)}))
+
+    print(f"bench: transformers {bump_to} ...", file=sys.stderr)
+    bump, proc = run(envbuild_argv("build", *common, "--set", f"transformers.version={bump_to}"), cwd=cwd, env=env)
+    rows.append(Row("bump", f"rebuild after a transformers-only bump ({m.transformers} -> {bump_to}), / cold",
+                    round(bump, 2), round(cold, 2), "s", 0.15, {"steps": steps_from(proc.stderr)}))
+
+    print("bench: unchanged rebuilds ...", file=sys.stderr)
+    noop_argv = envbuild_argv("build", *common, "--set", f"transformers.version={bump_to}")
+    noop, noop_runs = median_time(noop_argv, reps, cwd=cwd, env=env)
+    trivial_dir = s.work / "trivial"
+    trivial_dir.mkdir(exist_ok=True)
+    (trivial_dir / "Dockerfile").write_text(f"FROM {s.base}\nLABEL dev.envbuild.bench=noop\n")
+    benv = {**os.environ, **dict(builder.env)}
+    trivial_argv = [*builder.argv, "-q", "-t", NOOP_TAG, str(trivial_dir)]
+    run(trivial_argv, env=benv)  # the first one builds; the timed ones are no-ops
+    trivial, trivial_runs = median_time(trivial_argv, reps, env=benv)
+    # The engine part: the generated Dockerfile and context through the same client, without envbuild.
+    opts = build_mod.BuildOptions(ca_bundle=s.ca_bundle, build_args=(f"ENVBUILD_CACHE_ID={cache_id}",),
+                                  wheelhouse=s.wheelhouse, context_dir=cwd / ".envbuild" / "context")
+    mb = matrix_mod.load(s.matrix, [o for o in overrides if o != "--set"] + [f"transformers.version={bump_to}"])
+    planned = build_mod.make_plan(mb, mb.backend("cpu"), opts, Engine())
+    engine_part, engine_runs = median_time([*planned.argv[:-1], "--iidfile", str(s.work / "iid"), planned.argv[-1]],
+                                           reps, env=benv, cwd=cwd)
+    rows.append(Row("noop", "rebuild with nothing changed, - `docker build` of an unchanged trivial Dockerfile",
+                    round(noop, 3), round(trivial, 3), "s", margin=0.5,
+                    detail={"runs": noop_runs, "baseline_runs": trivial_runs, "engine_part": round(engine_part, 3),
+                            "engine_part_runs": engine_runs, "engine_part_ratio": round(engine_part / trivial, 3),
+                            "python_start": None}))
+
+    print("bench: image size ...", file=sys.stderr)
+    image = f"{REPOSITORY}:cpu"
+    size = _image_size(client, image)
+    base_size = _image_size(client, s.base)
+    b = mb.backend("cpu")
+    python = "/opt/venv/bin/python" if b.torch.source == "pip" else b.python.executable
+    inside = _python_env_size(client, image, python)
+    try:  # the same folders in the base (a vendor base carries packages of its own)
+        base_pkgs = _python_env_size(client, s.base, "python3", inside["dirs"])["bytes"]
+    except Exception:  # no python3 in the base: nothing of it to subtract
+        base_pkgs = 0
+    packages = inside["bytes"] - base_pkgs
+    rows.append(Row("size", "image size, / (base image + installed Python packages)", size, base_size + packages, "B", 1.05,
+                    {"base": base_size, "packages": packages, "bytecode": inside["pyc"],
+                     "overhead": size - base_size - packages, "site_packages": inside["dirs"]}))
+
+    print("bench: smoke ...", file=sys.stderr)
+    smoke_json = s.work / "smoke.json"
+    smoke_argv = envbuild_argv("smoke", "--backend", "cpu", "--matrix", str(s.matrix), *overrides,
+                               "--set", f"transformers.version={bump_to}", "--json", str(smoke_json))
+    smoke, smoke_runs = median_time(smoke_argv, smoke_reps, cwd=cwd, env=env)
+    docker = builder.argv[0]
+    bare, bare_runs = median_time([docker, "run", "--rm", image, "python", "-c", "import torch"], max(reps, 3))
+    doc = json.loads(smoke_json.read_text())
+    probe_total = ((doc.get("probe") or {}).get("timings") or {}).get("total") or 0.0
+    # Where the time goes, outside in: envbuild's CLI (Python, the docker SDK), the container's start and
+    # removal, the probe's interpreter start, then each check (import_torch, load, forward, ...).
+    parts = {"envbuild CLI": round(max(smoke - doc.get("seconds", smoke), 0.0), 3),
+             "container start/stop": round(max(doc.get("seconds", smoke) - probe_total, 0.0), 3)}
+    checks = {c["name"]: c.get("seconds") or 0.0 for c in doc.get("checks") or []}
+    parts["probe start"] = round(max(probe_total - sum(checks.values()), 0.0), 3)
+    parts.update((k, round(v, 3)) for k, v in checks.items())
+    rows.append(Row("smoke", 'smoke, / `docker run IMAGE python -c "import torch"`', round(smoke, 2), round(bare, 2), "s",
+                    None, {"runs": smoke_runs, "baseline_runs": bare_runs, "where": parts}))
+
+    print("bench: CLI start-up ...", file=sys.stderr)
+    bare_py, py_runs = median_time([sys.executable, "-c", "pass"], cli_reps, env=env)
+    help_t, help_runs = median_time(envbuild_argv("--help"), cli_reps, env=env, cwd=cwd)
+    out = s.work / "rendered"
+    render_t, render_runs = median_time(envbuild_argv("render", "--matrix", str(s.matrix), "--output", str(out)),
+                                        cli_reps, env=env, cwd=cwd)
+    rows.append(Row("help", "`envbuild --help`, / `python -c pass`", round(help_t, 3), round(bare_py, 3), "s", 3.0,
+                    {"runs": help_runs, "baseline_runs": py_runs}))
+    rows.append(Row("render", f"`envbuild render` ({len(m.containerizable())} backends), / `python -c pass`",
+                    round(render_t, 3), round(bare_py, 3), "s", 5.0, {"runs": render_runs}))
+    # What any Python CLI pays before its first line of work: the floor under the no-op row.
+    next(r for r in rows if r.key == "noop").detail["python_start"] = round(bare_py, 3)
+    return rows
+
+
+# --- output --------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "B":
+        return f"{value / 1e6:,.0f} MB"
+    return f"{value:.2f} s" if value >= 1 else f"{value * 1000:.0f} ms"
+
+
+def table(rows: list[Row]) -> str:
+    from envbuild.report import table as render_table
+
+    out = []
+    for r in rows:
+        target = f"<= +{r.margin:g} s" if r.margin is not None else f"<= {r.target:g}" if r.target is not None else "-"
+        verdict = {True: "yes", False: "NO", None: "-"}[r.met]
+        ratio = f"{r.ratio:.3g}" if r.ratio is not None else "-"
+        if r.margin is not None and r.over is not None:
+            ratio += f" (+{r.over * 1000:.0f} ms)"
+        out.append({"measure": r.what, "value": _fmt(r.value, r.unit), "baseline": _fmt(r.baseline, r.unit),
+                    "ratio": ratio, "target": target, "met": verdict})
+    text = render_table(out, ["measure", "value", "baseline", "ratio", "target", "met"])
+    notes = []
+    by = {r.key: r for r in rows}
+    if "cold" in by and by["cold"].detail.get("steps"):
+        top = sorted(by["cold"].detail["steps"], key=lambda s: -s["seconds"])[:4]
+        notes.append("cold build, slowest steps: " + "; ".join(f"{s['step'][:40]} {s['seconds']:.1f}s" for s in top))
+    if "bump" in by and by["bump"].detail.get("steps"):
+        notes.append("bump rebuilt: " + "; ".join(f"{s['step'][:40]} {s['seconds']:.1f}s" for s in by["bump"].detail["steps"]))
+    if "noop" in by:
+        d = by["noop"].detail
+        notes.append(f"no-op: the engine part (generated Dockerfile + context, same client, no envbuild) takes "
+                     f"{_fmt(d['engine_part'], 's')} ({d['engine_part_ratio']:.2g}x the trivial build); `python -c pass` "
+                     f"alone takes {_fmt(d['python_start'], 's')}")
+    if "size" in by:
+        d = by["size"].detail
+        notes.append(f"size: base {_fmt(d['base'], 'B')}, packages {_fmt(d['packages'], 'B')} (of which bytecode "
+                     f"{_fmt(d['bytecode'], 'B')}), everything else {d['overhead'] / 1e6:,.1f} MB")
+    if "smoke" in by:
+        w = by["smoke"].detail["where"]
+        notes.append("smoke, where the time goes: " + ", ".join(f"{k} {v:.2f}s" for k, v in w.items() if v >= 0.005))
+    return text + "\n\n" + "\n".join(f"- {n}" for n in notes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python benchmarks/bench.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Rows and their baselines: see the module docstring.")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (CI); every row is still measured")
+    p.add_argument("--json", dest="json_path", type=Path, help="also write the results as JSON to this file")
+    p.add_argument("--base", help="base image for the cpu backend (default: a debootstrap Debian in a loopback registry)")
+    p.add_argument("--wheelhouse", type=Path, help="a folder with torch's CPU wheel (default: made from this machine's pip)")
+    p.add_argument("--ca-bundle", type=Path, help="CA bundle for the builds (default: the host's)")
+    p.add_argument("--no-ca-bundle", action="store_true", help="pass no CA bundle")
+    p.add_argument("--matrix", type=Path, help="the matrix (default: as envbuild finds it)")
+    p.add_argument("--bump-to", help="the transformers release of the bump (default: 5.22.0)")
+    p.add_argument("--keep", action="store_true", help="keep the images and cache mounts it made")
+    args = p.parse_args(argv)
+
+    client = _docker_client()
+    work = Path(tempfile.mkdtemp(prefix="envbuild-bench-"))
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    busy = _busy(client)
+    records_at_start = set(_cache_records(client))
+    setup = None
+    rows: list[Row] = []
+    info: dict[str, Any] = {}
+    try:
+        setup = prepare(args, work, client)
+        rows = measure(args, setup, client, info)
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.keep:
+            cleanup(client, setup, info)
+        if setup and setup.registry:
+            setup.registry.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    # The layers of the cold build stay in BuildKit's cache, as after any build: say how much.
+    try:
+        info["build_cache_left"] = _cache_bytes(client, set(_cache_records(client)) - records_at_start)
+    except Exception:  # only a note
+        info["build_cache_left"] = None
+
+    doc = {
+        "benchmark": "envbuild", "quick": args.quick, "started": started, "backend": "cpu",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg(),
+                    "other_containers_at_start": busy},
+        "base": setup.base if setup else None, **info,
+        "rows": [r.to_json() for r in rows],
+    }
+    print(table(rows))
+    if busy:
+        print(f"- note: {len(busy)} other container(s) ran during the benchmark; timings are noisier")
+    if info.get("build_cache_left"):
+        print(f"- note: the cold build's layers stay in BuildKit's cache ({info['build_cache_left'] / 1e9:.1f} GB; "
+              "`docker builder prune` frees them)")
+    if args.json_path:
+        args.json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Stage 3: a rendered backend -> an image, built with BuildKit on the local engine.
+
+plan.py gathers everything that decides the image into one BuildPlan; records.py answers an unchanged
+plan from the last good build; builder.py runs BuildKit. BuildKit names the image only once the whole
+build succeeded (its id also lands in an --iidfile), so a failed build never moves a tag away from a good
+image. Secrets (CA bundle, index credentials) go in as BuildKit secrets: mounted for single RUN steps,
+never stored in a layer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from ..errors import BuildError
+from . import builder, records
+from .plan import BuildOptions, BuildPlan, default_ca_bundle, make_plan, write_context
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..matrix import Backend, Matrix
+    from .status import StatusBoard
+
+__all__ = ["BuildError", "BuildOptions", "BuildPlan", "BuildResult", "build", "build_many", "default_ca_bundle", "make_plan"]
+
+
+@dataclass
+class BuildResult:
+    backend: str
+    ok: bool
+    tags: list[str]
+    image_id: str | None = None
+    seconds: float = 0.0
+    log: Path | None = None
+    error: str | None = None
+    up_to_date: bool = False  # nothing changed since the last build: the builder did not run
+
+    def to_json(self) -> dict:
+        return {
+            "backend": self.backend,
+            "ok": self.ok,
+            "image_id": self.image_id,
+            "tags": self.tags,
+            "seconds": round(self.seconds, 2),
+            "log": str(self.log) if self.log else None,
+            "error": self.error,
+            "up_to_date": self.up_to_date,
+        }
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, *,
+          echo: Callable[[str], None] = _stderr, verbose: bool = False,
+          status: Callable[[str], None] | None = None) -> BuildResult:
+    """Build one backend's image and tag it; the old tags stay put when anything fails."""
+    start = time.monotonic()
+    with records.locked(opts.context_dir, backend.name):
+        plan = make_plan(matrix, backend, opts, engine)
+        unchanged = records.answer(plan, engine)
+        if unchanged:
+            return BuildResult(backend.name, True, list(plan.tags), unchanged, time.monotonic() - start, up_to_date=True)
+        records.forget(plan)
+        write_context(plan)
+        opts.log_dir.mkdir(parents=True, exist_ok=True)
+        log = opts.log_dir / f"build-{backend.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        target = plan.tags[0] if plan.tags else f"{opts.platform} (kept in the builder, not loaded)"
+        echo(f"[{backend.name}] building {plan.base_image} -> {target} (log: {log})")
+        with tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            argv = [*plan.argv[:-1], "--iidfile", str(iidfile), plan.argv[-1]]
+            env = {**os.environ, **dict(builder.find_builder().env)}
+            error = builder.run(argv, env, log, builder.Progress(backend.name, echo, verbose, status))
+            image_id = iidfile.read_text().strip() if error is None and iidfile.exists() else None
+        result = BuildResult(backend.name, False, list(plan.tags), seconds=time.monotonic() - start, log=log)
+        if image_id is None:
+            result.error = error or "the builder wrote no image id"
+            return result
+        records.remember(plan, image_id)
+    result.ok, result.image_id = True, image_id
+    return result
+
+
+def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: Engine, *, jobs: int = 1,
+               echo: Callable[[str], None] = _stderr, verbose: bool = False,
+               board: StatusBoard | None = None) -> list[BuildResult]:
+    """Build several backends, `jobs` at a time (threads, one builder process each); results in input order.
+
+    A backend that fails does not stop the others. When backends share steps (same base, same commands),
+    BuildKit on the one daemon runs each shared step once, whichever build reaches it first.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(backend: Backend) -> BuildResult:
+        name = backend.name
+        say = board.echo if board else echo
+        if board:
+            board.start(name)
+        try:
+            result = build(matrix, backend, opts, engine, echo=say, verbose=verbose,
+                           status=(lambda text: board.step(name, text)) if board else None)
+        except BuildError as exc:
+            if len(backends) == 1:
+                raise
+            result = BuildResult(backend=name, ok=False, tags=[], error=str(exc))
+        if board:
+            board.finish(name, result.ok, (result.image_id or "")[:19] if result.ok else (result.error or "failed"))
+        return result
+
+    if jobs <= 1 or len(backends) == 1:
+        return [one(b) for b in backends]
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="envbuild-build") as pool:
+        futures = [pool.submit(one, b) for b in backends]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise

@@ -1,0 +1,22 @@
+"""Stage 1: matrix.yaml -> validated, frozen backend objects (schema, loader, model)."""
+
+from __future__ import annotations
+
+from ..paths import DEFAULT_MATRIX, PACKAGED_MATRIX, default_matrix as default_path
+from .load import load, loads
+from .model import (
+    Backend,
+    Detect,
+    Image,
+    Matrix,
+    Plugin,
+    Python,
+    RunSpec,
+    Torch,
+    not_containerizable_message,
+)
+
+__all__ = [
+    "DEFAULT_MATRIX", "PACKAGED_MATRIX", "default_path", "load", "loads", "Backend", "Detect", "Image", "Matrix",
+    "Plugin", "Python", "RunSpec", "Torch", "not_containerizable_message",
+]

@@ -1,0 +1,362 @@
+"""matrix.yaml (plus --set overrides) -> a validated Matrix.
+
+Loading keeps the line of every key and value so that each problem names the file, the line and the
+field; all problems are collected before raising. Only this module reads the matrix file.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from ..errors import MatrixError, Problem
+from ..paths import DEFAULT_MATRIX
+from .model import Backend, Detect, Image, Matrix, Plugin, Python, RunSpec, Torch
+from .schema import BACKEND, TOP, Field, check_str, type_message
+
+# --------------------------------------------------------------------------------------------------
+# Loading YAML with locations, and rejecting duplicate keys (loaders silently keep the last one).
+
+Path_ = tuple[str, ...]
+
+
+class _Located:
+    def __init__(self, source: str):
+        self.source = source
+        self.lines: dict[Path_, int] = {}  # path -> line of its key (or of the value for the root)
+        self.override: dict[Path_, str] = {}  # path -> the --set text that produced it
+        self.problems: list[Problem] = []
+
+    def at(self, path: Path_, message: str) -> None:
+        for i in range(len(path), -1, -1):
+            if path[:i] in self.override:
+                self.problems.append(Problem(self.override[path[:i]], None, message))
+                return
+            if path[:i] in self.lines:
+                self.problems.append(Problem(self.source, self.lines[path[:i]], message))
+                return
+        self.problems.append(Problem(self.source, None, message))
+
+
+def _dotted(path: Path_) -> str:
+    return ".".join(path) if path else "the top level"
+
+
+def _to_python(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, loc: _Located) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                loc.problems.append(Problem(loc.source, key_node.start_mark.line + 1, f"a key in {_dotted(path)} must be a plain name"))
+                continue
+            key = str(loader.construct_object(key_node))
+            line = key_node.start_mark.line + 1
+            if key in out:
+                first = loc.lines.get(path + (key,))
+                loc.problems.append(
+                    Problem(loc.source, line, f"duplicate key '{key}' in {_dotted(path)} (first defined at line {first}; YAML would silently keep the last)")
+                )
+                continue
+            loc.lines[path + (key,)] = line
+            out[key] = _to_python(loader, value_node, path + (key,), loc)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        items = []
+        for i, item in enumerate(node.value):
+            loc.lines.setdefault(path + (str(i),), item.start_mark.line + 1)
+            items.append(_to_python(loader, item, path + (str(i),), loc))
+        return items
+    return loader.construct_object(node)
+
+
+# libyaml's loader when PyYAML has it: the same nodes and marks, parsed about ten times faster (every
+# command loads the matrix, also a no-op rebuild).
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _parse(text: str, source: str) -> tuple[Any, _Located]:
+    loc = _Located(source)
+    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
+        raise MatrixError([Problem(source, None, "the matrix is empty; expected a mapping with 'image', 'transformers', 'accelerate' and 'backends'")])
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise MatrixError([Problem(source, None, "the matrix is empty")])
+        loc.lines[()] = node.start_mark.line + 1
+        tree = _to_python(loader, node, (), loc)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        what = exc.problem or exc.context or "invalid YAML"
+        raise MatrixError([Problem(source, line, f"YAML syntax error: {what}")]) from None
+    except yaml.YAMLError as exc:
+        raise MatrixError([Problem(source, None, f"YAML error: {exc}")]) from None
+    finally:
+        loader.dispose()
+    return tree, loc
+
+
+# --------------------------------------------------------------------------------------------------
+# --set DOTTED.PATH=VALUE overrides, applied to the raw tree so they are validated like the file.
+
+
+def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
+    for text in overrides:
+        where = f"--set {text}"
+        key, sep, raw = text.partition("=")
+        path = tuple(p for p in key.strip().split("."))
+        if not sep or not key.strip() or any(not p for p in path):
+            loc.problems.append(Problem(where, None, "expected DOTTED.PATH=VALUE, e.g. backends.cpu.torch.version=2.13.0"))
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = raw.strip()  # versions such as 2.13 stay text
+        backends = tree.get("backends") if isinstance(tree, dict) else None
+        if path[0] == "backends" and len(path) > 2 and isinstance(backends, dict) and path[1] not in backends:
+            hint = difflib.get_close_matches(path[1], list(backends), n=1)
+            did_you_mean = f"did you mean '{hint[0]}'?" if hint else f"valid backends: {', '.join(backends)}"
+            loc.problems.append(Problem(where, None, f"unknown backend '{path[1]}' ({did_you_mean})"))
+            continue
+        node = tree
+        for i, part in enumerate(path[:-1]):
+            if not isinstance(node, dict):
+                loc.problems.append(Problem(where, None, f"{_dotted(path[:i])} is not a mapping"))
+                break
+            if part not in node:
+                loc.override[path[: i + 1]] = where  # a section this --set created is its own
+            node = node.setdefault(part, {})
+        else:
+            if not isinstance(node, dict):
+                loc.problems.append(Problem(where, None, f"{_dotted(path[:-1])} is not a mapping"))
+                continue
+            node[path[-1]] = value
+            loc.override[path] = where
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation.
+
+
+def _validate_section(data: Any, schema: dict[str, Field], path: Path_, loc: _Located) -> dict[str, Any] | None:
+    if not isinstance(data, dict):
+        loc.at(path, f"{_dotted(path)}: {type_message(data, 'a mapping')}")
+        return None
+    out: dict[str, Any] = {}
+    suggested: set[str] = set()  # a typo already reported: do not also call its target missing
+    for key in data:
+        if key not in schema:
+            hint = difflib.get_close_matches(key, list(schema), n=1)
+            suggested.update(hint)
+            did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else f" (known keys: {', '.join(schema)})"
+            loc.at(path + (key,), f"unknown key '{key}' in {_dotted(path)}{did_you_mean}")
+    for key, spec in schema.items():
+        sub = path + (key,)
+        if key not in data or data[key] is None and spec.required:
+            if spec.required and key not in suggested:
+                loc.at(path, f"missing required key '{key}' in {_dotted(path)}")
+            out[key] = spec.default
+            continue
+        out[key] = _validate_value(data[key], spec, sub, loc)
+    return out
+
+
+def _validate_value(value: Any, spec: Field, path: Path_, loc: _Located) -> Any:
+    name = _dotted(path)
+    if value is None:
+        return spec.default
+    if spec.section is not None:
+        return _validate_section(value, spec.section, path, loc)
+    if spec.list_of is not None:
+        if not isinstance(value, list):
+            loc.at(path, f"{name}: {type_message(value, 'a list')}")
+            return ()
+        items = []
+        for i, item in enumerate(value):
+            checked, why = spec.list_of(item)
+            if why:
+                loc.at(path + (str(i),), f"{name}[{i}]: {why}")
+            else:
+                items.append(checked)
+        if spec.required and not items and not any(p.message.startswith(name) for p in loc.problems):
+            loc.at(path, f"{name}: must list at least one entry")
+        return tuple(items)
+    if spec.map_of is not None:
+        if not isinstance(value, dict):
+            loc.at(path, f"{name}: {type_message(value, 'a mapping of NAME: value')}")
+            return {}
+        key_check, value_check = spec.map_of
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                v = str(v)
+            _, why_k = key_check(k)
+            checked, why_v = value_check(v)
+            if why_k or why_v:
+                loc.at(path + (k,), f"{name}.{k}: {why_k or why_v}")
+            else:
+                out[k] = checked
+        return out
+    if spec.check is None:  # validated by its owner (the backends mapping)
+        return value
+    checked, why = spec.check(value)
+    if why:
+        loc.at(path, f"{name}: {why}")
+        return spec.default
+    if spec.choices and checked not in spec.choices:
+        loc.at(path, f"{name}: {checked!r} is not one of: {', '.join(spec.choices)}")
+        return spec.default
+    return checked
+
+
+def _check_pairing(b: dict[str, Any], path: Path_, loc: _Located) -> None:
+    plugin, torch = b.get("plugin"), b.get("torch")
+    if not plugin or not torch or not plugin.get("version") or not torch.get("version"):
+        return
+    pv, tv = Version(plugin["version"]), Version(torch["version"])
+    release = lambda v: (v.release + (0, 0, 0))[:3]  # noqa: E731  ("2.14" is 2.14.0)
+    rule = plugin.get("pairing")
+    where = path + ("plugin", "version")
+    if rule == "same-release" and release(pv) != release(tv):
+        loc.at(
+            where,
+            f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} "
+            f"(rule same-release: the plugin's X.Y.Z must equal torch's)",
+        )
+    if rule == "same-minor" and pv.release[:2] != tv.release[:2]:
+        loc.at(
+            where,
+            f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} "
+            f"(rule same-minor: the plugin's X.Y must equal torch's)",
+        )
+    if rule == "local-torch" and pv.local != f"torch{tv.public}":
+        loc.at(
+            where,
+            f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} "
+            f"(rule local-torch: the version must end in '+torch{tv.public}')",
+        )
+    if plugin.get("torch") and not SpecifierSet(plugin["torch"]).contains(tv, prereleases=True):
+        loc.at(
+            path + ("plugin", "torch"),
+            f"{_dotted(path + ('plugin', 'torch'))}: torch {torch['version']} is outside the plugin's supported range '{plugin['torch']}'",
+        )
+
+
+def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located) -> None:
+    """Rules across fields. `raw` tells a missing key from one that was present but invalid (already reported)."""
+    typo = lambda key: any(difflib.get_close_matches(k, [key], n=1) for k in raw if k not in BACKEND)  # noqa: E731
+    if b.get("containerizable"):
+        if "base_image" not in raw and not typo("base_image"):
+            loc.at(path, f"missing required key 'base_image' in {_dotted(path)} (needed by a containerizable backend)")
+        if "ci" not in raw and not typo("ci"):
+            loc.at(path, f"missing required key 'ci' in {_dotted(path)} (runner labels for its CI jobs)")
+        if any(p.startswith("darwin/") for p in b.get("platforms") or ()):
+            loc.at(path + ("platforms",), f"{_dotted(path + ('platforms',))}: a container image cannot target darwin")
+    elif "reason" not in raw and not typo("reason"):
+        loc.at(path, f"missing required key 'reason' in {_dotted(path)} (say why it cannot run in a container)")
+    torch = b.get("torch") or {}
+    raw_torch = raw.get("torch") if isinstance(raw.get("torch"), dict) else {}
+    if torch.get("source") == "pip" and "index_url" not in raw_torch and b.get("containerizable") and torch.get("version"):
+        loc.at(path + ("torch",), f"missing required key 'index_url' in {_dotted(path + ('torch',))} (torch comes from pip)")
+    if b.get("device") and b.get("device") != "cpu" and "availability" not in raw and not typo("availability"):
+        loc.at(path, f"missing required key 'availability' in {_dotted(path)} (the API that proves the '{b.get('device')}' device)")
+    if b.get("plugin") and "import" not in raw and not typo("import"):
+        loc.at(path, f"missing required key 'import' in {_dotted(path)} (the module that registers the plugin's device)")
+    _check_pairing(b, path, loc)
+
+
+def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
+    top = _validate_section(data, TOP, (), loc)
+    backends_raw = data.get("backends") if isinstance(data, dict) else None
+    backends: list[Backend] = []
+    if isinstance(backends_raw, dict):
+        if not backends_raw:
+            loc.at(("backends",), "backends: lists no backend")
+        for name, raw in backends_raw.items():
+            path = ("backends", name)
+            _, why = check_str("name")(name)
+            if why:
+                loc.at(path, f"backend name {why}")
+                continue
+            b = _validate_section(raw, BACKEND, path, loc)
+            if b is None:
+                continue
+            _check_backend(b, raw, path, loc)
+            backends.append(_make_backend(name, b))
+    elif "backends" in (data or {}):
+        loc.at(("backends",), f"backends: {type_message(backends_raw, 'a mapping of backend name -> settings')}")
+    if loc.problems or top is None:
+        return None
+    return Matrix(
+        path=source,
+        image=Image(**top["image"]),
+        transformers=top["transformers"]["version"],
+        accelerate=top["accelerate"]["version"],
+        uv=top["uv"]["version"],
+        backends=tuple(backends),
+    )
+
+
+def _make_backend(name: str, b: dict[str, Any]) -> Backend:
+    run = b.get("run") or {}
+    det = b.get("detect") or {}
+    torch = b.get("torch") or {"source": "pip", "version": "0", "index_url": None}
+    return Backend(
+        name=name,
+        description=b["description"] or "",
+        device=b["device"] or "",
+        containerizable=bool(b["containerizable"]),
+        reason=b["reason"],
+        alternatives=b["alternatives"],
+        base_image=b["base_image"],
+        platforms=tuple(b["platforms"] or ()),
+        python=Python(**(b.get("python") or {})),
+        torch=Torch(**torch),
+        plugin=Plugin(**b["plugin"]) if b.get("plugin") else None,
+        import_module=b["import"],
+        availability=b["availability"],
+        env=tuple(sorted((b.get("env") or {}).items())),
+        run=RunSpec(**{**run, "env": tuple(sorted((run.get("env") or {}).items()))}) if run else RunSpec(),
+        detect=Detect(**det) if det else Detect(),
+        runs_on=tuple((b.get("ci") or {}).get("runs_on") or ()),
+    )
+
+
+def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Matrix:
+    tree, loc = _parse(text, source)
+    overrides = list(overrides)
+    if overrides:
+        if not isinstance(tree, dict):
+            tree = {}
+        apply_overrides(tree, overrides, loc)
+    if not isinstance(tree, dict):
+        loc.at((), f"the matrix must be a mapping with 'image', 'transformers', 'accelerate' and 'backends', got {type_message(tree, 'a mapping')[len('expected a mapping, got '):]}")
+        raise MatrixError(loc.problems)
+    matrix = _build(tree, source, loc)
+    if loc.problems or matrix is None:
+        raise MatrixError(loc.problems)
+    return matrix
+
+
+def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Matrix:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise MatrixError([Problem(str(path), None, "no such file (pass --matrix FILE, or run from the envbuild checkout)")]) from None
+    except OSError as exc:
+        raise MatrixError([Problem(str(path), None, f"cannot read: {exc.strerror}")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise MatrixError([Problem(str(path), line, "not UTF-8 text")]) from None
+    return loads(text, str(path), overrides)

@@ -1,0 +1,178 @@
+"""The typed, frozen objects the rest of envbuild sees: a Matrix of Backends."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ..errors import NotContainerizableError, UnknownBackendError
+
+@dataclass(frozen=True)
+class Torch:
+    source: str  # "pip": installed from index_url; "base": the base image carries it
+    version: str
+    index_url: str | None
+
+
+@dataclass(frozen=True)
+class Plugin:
+    package: str
+    version: str
+    source: str
+    index_url: str | None
+    pairing: str
+    torch: str | None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What `docker run` needs to expose the device."""
+
+    gpus: str | None = None
+    devices: tuple[str, ...] = ()
+    runtime: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    volumes: tuple[str, ...] = ()
+    group_add: tuple[str, ...] = ()
+    ipc: str | None = None
+    shm_size: str | None = None
+    privileged: bool = False
+    security_opt: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    network: str | None = None
+
+    def docker_args(self) -> list[str]:
+        """The `docker run` flags, in a stable order."""
+        args: list[str] = []
+        if self.gpus:
+            args.append(f"--gpus={self.gpus}")
+        if self.runtime:
+            args.append(f"--runtime={self.runtime}")
+        for dev in self.devices:
+            args += ["--device", dev]
+        for vol in self.volumes:
+            args += ["-v", vol]
+        for group in self.group_add:
+            args += ["--group-add", group]
+        for key, value in self.env:
+            args += ["-e", f"{key}={value}"]
+        for cap in self.cap_add:
+            args.append(f"--cap-add={cap}")
+        for opt in self.security_opt:
+            args += ["--security-opt", opt]
+        if self.ipc:
+            args.append(f"--ipc={self.ipc}")
+        if self.network:
+            args.append(f"--net={self.network}")
+        if self.shm_size:
+            args += ["--shm-size", self.shm_size]
+        if self.privileged:
+            args.append("--privileged")
+        return args
+
+
+@dataclass(frozen=True)
+class Detect:
+    device_nodes: tuple[str, ...] = ()
+    pci_vendors: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    runtimes: tuple[str, ...] = ()
+    os: str | None = None
+    arch: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Python:
+    executable: str = "python3"
+    apt: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    description: str
+    device: str
+    containerizable: bool
+    reason: str | None
+    alternatives: str | None
+    base_image: str | None
+    platforms: tuple[str, ...]
+    python: Python
+    torch: Torch
+    plugin: Plugin | None
+    import_module: str | None
+    availability: str | None
+    env: tuple[tuple[str, str], ...]
+    run: RunSpec
+    detect: Detect
+    runs_on: tuple[str, ...]
+
+    @property
+    def pins(self) -> dict[str, str]:
+        """Distribution -> version for what this backend's image must carry (plus the shared pins)."""
+        pins = {"torch": self.torch.version}
+        if self.plugin:
+            pins[self.plugin.package] = self.plugin.version
+        return pins
+
+
+@dataclass(frozen=True)
+class Image:
+    repository: str
+    source: str
+    licenses: str
+    vendor: str
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: str
+    image: Image
+    transformers: str
+    accelerate: str
+    uv: str  # the build-time installer, bind-mounted into install steps
+    backends: tuple[Backend, ...] = field(default=())
+
+    @property
+    def names(self) -> list[str]:
+        return [b.name for b in self.backends]
+
+    def backend(self, name: str) -> Backend:
+        for b in self.backends:
+            if b.name == name:
+                return b
+        raise UnknownBackendError(name, self.names)
+
+    def containerizable(self) -> list[Backend]:
+        return [b for b in self.backends if b.containerizable]
+
+    def select(self, names: Iterable[str], *, containers_only: bool = True) -> list[Backend]:
+        """Backends by name ('all' = every containerizable one); refuses non-containerizable ones."""
+        names = list(names)
+        if not names or "all" in names:
+            return self.containerizable()
+        chosen = [self.backend(n) for n in dict.fromkeys(names)]
+        if containers_only:
+            for b in chosen:
+                if not b.containerizable:
+                    raise NotContainerizableError(not_containerizable_message(b))
+        return chosen
+
+    def tags(self, backend: Backend) -> list[str]:
+        """Default image tags: a moving one and a fully pinned one."""
+        pinned = f"{backend.name}-torch{backend.torch.version}"
+        if backend.plugin:
+            pinned += f"-{backend.plugin.package}{backend.plugin.version}"
+        pinned += f"-transformers{self.transformers}"
+        pinned = re.sub(r"[^A-Za-z0-9_.-]", "_", pinned)[:128]
+        return [f"{self.image.repository}:{backend.name}", f"{self.image.repository}:{pinned}"]
+
+
+def not_containerizable_message(backend: Backend) -> str:
+    msg = f"backend '{backend.name}' cannot run in a container: {backend.reason or 'no container can reach it'}"
+    if backend.alternatives:
+        msg += f" Instead: {backend.alternatives}"
+    return msg
+
+

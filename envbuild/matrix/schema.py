@@ -1,0 +1,223 @@
+"""The matrix schema: what each field may hold, as data.
+
+Strings that reach a Dockerfile are held to narrow patterns so that no value can inject an instruction
+(a line break) or break quoting. A field is a leaf checker, a list of a leaf, a string map, or a section.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+# --------------------------------------------------------------------------------------------------
+# Value checkers. Each returns (value, None) or (None, "why").
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TEXT = re.compile(r'^[^"\\$`\x00-\x1f\x7f]*$')
+_PATTERNS = {
+    "name": (re.compile(r"^[a-z][a-z0-9_-]*$"), "a lower-case name (letters, digits, '-', '_')"),
+    "image": (
+        re.compile(
+            r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+            r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+        ),
+        "an image reference such as 'debian:bookworm-slim' or 'host:5000/repo/name:tag'",
+    ),
+    "repository": (
+        re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"),
+        "an image repository without a tag, such as 'ghcr.io/org/envbuild'",
+    ),
+    "url": (re.compile(r"^(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!+,=%-]+$"), "an http(s):// or file:// URL without shell metacharacters"),
+    "module": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$"), "a dotted module name"),
+    "api": (re.compile(r"^torch(?:\.[A-Za-z_][A-Za-z0-9_]*)+$"), "a dotted torch API such as 'torch.cuda.is_available'"),
+    "dist": (re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$"), "a Python distribution name"),
+    "apt": (re.compile(r"^[a-z0-9][a-z0-9+.-]+(?:=[A-Za-z0-9.+:~-]+)?$"), "a Debian package name"),
+    "executable": (re.compile(r"^(?:/[A-Za-z0-9_.+-]+)*/?[A-Za-z0-9_.+-]+$"), "an executable name or absolute path"),
+    "env_key": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "an environment variable name"),
+    "env_value": (re.compile(r"^[^\"\\`\x00-\x1f\x7f]*$"), "a value without quotes, backslashes or control characters"),
+    "device_node": (re.compile(r"^/dev/[A-Za-z0-9_./-]+(?::/dev/[A-Za-z0-9_./-]+)?$"), "a device path such as '/dev/kfd'"),
+    "volume": (re.compile(r"^/[^\s:\"'`$]+:/[^\s:\"'`$]+(?::(?:ro|rw))?$"), "'HOST:CONTAINER[:ro]' with absolute paths"),
+    "glob": (re.compile(r"^/[A-Za-z0-9_./*?\[\]-]+$"), "an absolute path glob such as '/dev/nvidia[0-9]*'"),
+    "label": (re.compile(r"^[A-Za-z0-9_.:-]+$"), "a runner label"),
+    "platform": (re.compile(r"^(?:linux|darwin)/(?:amd64|arm64|ppc64le|s390x)$"), "a platform such as 'linux/amd64'"),
+    "size": (re.compile(r"^[0-9]+[bkmgBKMG]?$"), "a size such as '8g'"),
+    "word": (re.compile(r"^[A-Za-z0-9_.:=-]+$"), "a single word"),
+    "pci": (re.compile(r"^0x[0-9a-f]{4}$"), "a PCI vendor id such as '0x10de'"),
+    "text": (_TEXT, "text without quotes, backslashes, '$', backticks or control characters"),
+}
+
+
+def check_str(kind: str) -> Callable[[Any], tuple[Any, str | None]]:
+    pattern, hint = _PATTERNS[kind]
+
+    def check(value: Any) -> tuple[Any, str | None]:
+        if not isinstance(value, str):
+            return None, type_message(value, "a string")
+        if _CONTROL.search(value):
+            return None, f"{value!r} contains a newline or control character (it would inject into a Dockerfile)"
+        if not pattern.match(value):
+            return None, f"{value!r} is not {hint}"
+        return value, None
+
+    return check
+
+
+def _check_prose(value: Any) -> tuple[Any, str | None]:
+    """Free text for people (reasons, alternatives): never rendered into a Dockerfile."""
+    if not isinstance(value, str):
+        return None, type_message(value, "a string")
+    if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", value):
+        return None, f"{value!r} contains a control character"
+    return value.strip(), None
+
+
+def _check_version(value: Any) -> tuple[Any, str | None]:
+    if not isinstance(value, str):
+        return None, type_message(value, "a version string") + " (quote it, e.g. \"2.13.0\")"
+    if _CONTROL.search(value):
+        return None, f"{value!r} contains a newline or control character (it would inject into a Dockerfile)"
+    if value != value.strip():
+        return None, f"{value!r} has leading or trailing spaces"
+    try:
+        Version(value)
+    except InvalidVersion:
+        return None, f"{value!r} is not a valid version (PEP 440), e.g. \"2.13.0\""
+    return value, None
+
+
+def _check_specifier(value: Any) -> tuple[Any, str | None]:
+    if not isinstance(value, str):
+        return None, type_message(value, "a version specifier string") + " (e.g. \">=2.5,<2.6\")"
+    if _CONTROL.search(value):
+        return None, f"{value!r} contains a newline or control character"
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        return None, f"{value!r} is not a valid version specifier (PEP 440), e.g. \">=2.5,<2.6\""
+    return value, None
+
+
+def _check_bool(value: Any) -> tuple[Any, str | None]:
+    if isinstance(value, bool):
+        return value, None
+    return None, type_message(value, "true or false")
+
+
+def type_message(value: Any, expected: str) -> str:
+    kinds = {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "a mapping", str: "a string"}
+    got = "nothing (null)" if value is None else kinds.get(type(value), type(value).__name__)
+    shown = "" if isinstance(value, (list, dict)) or value is None else f" {value!r}"
+    return f"expected {expected}, got {got}{shown}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The schema: data, not code.
+
+
+@dataclass(frozen=True)
+class Field:
+    check: Callable[[Any], tuple[Any, str | None]] | None = None
+    required: bool = False
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    list_of: Callable[[Any], tuple[Any, str | None]] | None = None
+    map_of: tuple[Callable, Callable] | None = None
+    section: dict[str, "Field"] | None = None
+
+
+def _leaf(kind: str, **kw: Any) -> Field:
+    return Field(check=check_str(kind), **kw)
+
+
+def _list(kind: str, **kw: Any) -> Field:
+    return Field(list_of=check_str(kind), default=(), **kw)
+
+
+_VERSIONED = {"version": Field(check=_check_version, required=True)}
+
+_RUN = {
+    "gpus": _leaf("word"),
+    "devices": _list("device_node"),
+    "runtime": _leaf("word"),
+    "env": Field(map_of=(check_str("env_key"), check_str("env_value")), default={}),
+    "volumes": _list("volume"),
+    "group_add": _list("word"),
+    "ipc": _leaf("word"),
+    "shm_size": _leaf("size"),
+    "privileged": Field(check=_check_bool, default=False),
+    "security_opt": _list("word"),
+    "cap_add": _list("word"),
+    "network": _leaf("word"),
+}
+
+BACKEND = {
+    "description": _leaf("text", required=True),
+    "device": _leaf("name", required=True),
+    "containerizable": Field(check=_check_bool, default=True),
+    "reason": Field(check=_check_prose),
+    "alternatives": Field(check=_check_prose),
+    "base_image": _leaf("image"),
+    "platforms": _list("platform", required=True),
+    "python": Field(
+        section={
+            "executable": _leaf("executable", default="python3"),
+            "apt": _list("apt"),
+        }
+    ),
+    "torch": Field(
+        required=True,
+        section={
+            "source": _leaf("word", default="pip", choices=("pip", "base")),
+            "version": Field(check=_check_version, required=True),
+            "index_url": _leaf("url"),
+        },
+    ),
+    "plugin": Field(
+        section={
+            "package": _leaf("dist", required=True),
+            "version": Field(check=_check_version, required=True),
+            "source": _leaf("word", default="pip", choices=("pip", "base")),
+            "index_url": _leaf("url"),
+            "pairing": _leaf("word", default="none", choices=("same-release", "same-minor", "local-torch", "none")),
+            "torch": Field(check=_check_specifier),
+        }
+    ),
+    "import": _leaf("module"),
+    "availability": _leaf("api"),
+    "env": Field(map_of=(check_str("env_key"), check_str("env_value")), default={}),
+    "run": Field(section=_RUN),
+    "detect": Field(
+        section={
+            "device_nodes": _list("glob"),
+            "pci_vendors": _list("pci"),
+            "tools": _list("word"),
+            "runtimes": _list("word"),
+            "os": _leaf("word", choices=("linux", "darwin")),
+            "arch": _list("word"),
+        }
+    ),
+    "ci": Field(section={"runs_on": _list("label", required=True)}),
+}
+
+TOP = {
+    "image": Field(
+        required=True,
+        section={
+            "repository": _leaf("repository", required=True),
+            "source": _leaf("url", required=True),
+            "licenses": _leaf("word", default="Apache-2.0"),
+            "vendor": _leaf("text", default="envbuild"),
+        },
+    ),
+    "transformers": Field(section=_VERSIONED, required=True),
+    "accelerate": Field(section=_VERSIONED, required=True),
+    # The installer used inside image builds (never shipped in an image): pinned here, and only here.
+    "uv": Field(section=_VERSIONED, required=True),
+    "backends": Field(required=True),  # a mapping of name -> BACKEND, checked below
+}
+
+

@@ -1,0 +1,99 @@
+"""Registry credentials, looked up in one place and the same way for publish, pull and doctor.
+
+In order: ENVBUILD_REGISTRY_USER + ENVBUILD_REGISTRY_PASSWORD; for ghcr.io also GITHUB_ACTOR + GITHUB_TOKEN
+(GitHub Actions); else the Docker config (`docker login`, credential helpers), which the engine reads itself.
+Never from the command line; never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import RegistryAuthError
+
+USER_ENV = "ENVBUILD_REGISTRY_USER"
+PASSWORD_ENV = "ENVBUILD_REGISTRY_PASSWORD"
+_DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str
+    password: str = field(repr=False)
+    source: str = ""  # the variables they came from, for messages (never the values)
+
+    def auth_config(self) -> dict[str, str]:
+        return {"username": self.username, "password": self.password}
+
+
+def from_env(host: str, environ: Mapping[str, str] | None = None) -> Credentials | None:
+    """Credentials from the environment, or None (then the Docker config decides). Half a pair is an error."""
+    env = os.environ if environ is None else environ
+    user, password = env.get(USER_ENV, ""), env.get(PASSWORD_ENV, "")
+    if user or password:
+        if not (user and password):
+            missing = PASSWORD_ENV if user else USER_ENV
+            raise RegistryAuthError(f"{missing} is not set: set both {USER_ENV} and {PASSWORD_ENV}, or neither to use the Docker config")
+        return Credentials(user, password, f"{USER_ENV}/{PASSWORD_ENV}")
+    if host == "ghcr.io" and env.get("GITHUB_TOKEN"):
+        if not env.get("GITHUB_ACTOR"):
+            raise RegistryAuthError("GITHUB_TOKEN is set but GITHUB_ACTOR is not: GHCR needs both (the user and the token)")
+        return Credentials(env["GITHUB_ACTOR"], env["GITHUB_TOKEN"], "GITHUB_ACTOR/GITHUB_TOKEN")
+    return None
+
+
+def docker_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    base = env.get("DOCKER_CONFIG")
+    return Path(base) / "config.json" if base else Path.home() / ".docker" / "config.json"
+
+
+def login_fix(host: str) -> str:
+    return f"`docker login{'' if host == 'docker.io' else ' ' + host}` (or set {USER_ENV} and {PASSWORD_ENV})"
+
+
+def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """(found, where): where credentials for `host` would come from, as publish and pull take them; never what
+    they are. A half-set pair raises RegistryAuthError, as it does for publish."""
+    creds = from_env(host, environ)
+    if creds:
+        return True, f"{creds.source} are set"
+    path = docker_config_path(environ)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False, f"no {USER_ENV}/{PASSWORD_ENV} variables and no {path}"
+    except (OSError, ValueError) as exc:
+        return False, f"cannot read {path}: {exc}"
+    if not isinstance(config, dict):
+        return False, f"{path} is not a JSON object"
+    keys = _DOCKER_HUB_KEYS if host == "docker.io" else (
+        host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/")
+    helpers = config.get("credHelpers") if isinstance(config.get("credHelpers"), dict) else {}
+    helper = next((helpers[k] for k in keys if k in helpers), None)
+    if helper:
+        return True, f"credential helper docker-credential-{helper} ({path}; not read)"
+    auths = config.get("auths") if isinstance(config.get("auths"), dict) else {}
+    entry = next((auths[k] for k in keys if k in auths), None)
+    if isinstance(entry, dict) and (entry.get("auth") or entry.get("identitytoken")):
+        return True, f"a login in {path}"
+    store = config.get("credsStore")
+    if entry is not None and store:
+        return True, f"a login kept by docker-credential-{store} ({path}; not read)"
+    return False, f"no login for it in {path}"
+
+
+class Scrubber:
+    """Masks secrets in any text that reaches the user."""
+
+    def __init__(self, creds: Credentials | None):
+        self.secrets = [creds.password] if creds and creds.password else []
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text

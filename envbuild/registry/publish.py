@@ -1,0 +1,170 @@
+"""Stage 5: image -> registry + manifest. Each backend's tags are pushed under `--registry REG`
+(REG:<backend>, REG:<pinned tag>); only when every tag landed and the registry confirmed one digest is the
+backend's manifest entry replaced. The entry says what the image is (versions from its labels), where it
+came from (git revision, date) and what tested it (the summary of a `smoke --json` result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from ..errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
+from . import manifest
+from .refs import check_repository, with_tags
+from .session import Session
+
+if TYPE_CHECKING:
+    from ..engine import Engine, Image
+    from ..matrix import Backend, Matrix
+
+
+@dataclass
+class Published:
+    backend: str
+    ok: bool
+    image: str | None = None
+    refs: list[str] = field(default_factory=list)
+    digest: str | None = None
+    error: str | None = None
+    entry: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "ok": self.ok, "image": self.image, "tags": self.refs, "digest": self.digest, "error": self.error}
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    registry: str | None = None
+    image: str | None = None
+    manifest: Path = Path(manifest.DEFAULT)
+    smoke_json: Path | None = None
+    force: bool = False
+
+
+def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> list[str]:
+    """Why the image is not what the matrix's tags say it is (empty when it is)."""
+    label = manifest.LABEL
+    if not labels.get(label + "backend"):
+        return ["it has no dev.envbuild.* labels (it was not built by `envbuild build`)"]
+    expected = {
+        "backend": backend.name,
+        "torch": backend.torch.version,
+        "plugin": f"{backend.plugin.package}=={backend.plugin.version}" if backend.plugin else "",
+        "transformers": m.transformers,
+        "accelerate": m.accelerate,
+    }
+    return [
+        f"{key} is {labels.get(label + key)!r} in the image but {value!r} in the matrix"
+        for key, value in expected.items()
+        if (labels.get(label + key) or "") != value
+    ]
+
+
+def publish(m: Matrix, backends: list[Backend], opts: PublishOptions, engine: Engine, *,
+            echo: Callable[[str], None] = lambda s: None, environ: Mapping[str, str] | None = None) -> list[Published]:
+    """Push each backend's tags and record each that fully landed. One backend: errors raise; several:
+    the others go on past an image problem, but an authentication or network failure stops them all."""
+    if opts.image and len(backends) > 1:
+        raise InvalidInput("--image needs a single backend")
+    registry = check_repository(opts.registry or m.image.repository, "--registry" if opts.registry else "image.repository")
+    session = Session(engine, registry, environ)
+    smoke_results = manifest.load_smoke_results(opts.smoke_json) if opts.smoke_json else {}
+    manifest.load(opts.manifest, must_exist=False)  # refuse a broken manifest before pushing anything
+    session.login(echo)
+    results = []
+    for backend in backends:
+        try:
+            results.append(_publish_one(m, backend, registry, session, smoke_results, opts, echo))
+        except (RegistryAuthError, RegistryUnreachableError):
+            raise
+        except EnvbuildError as exc:
+            if len(backends) == 1:
+                raise
+            results.append(Published(backend.name, False, error=str(exc)))
+    return results
+
+
+def _smoke(backend: Backend, image: Image, source: str, smoke_results: dict[str, dict[str, Any]],
+           opts: PublishOptions, echo: Callable[[str], None]) -> dict[str, Any] | None:
+    """The manifest's summary of this image's smoke result; refuses a failed one, or one of another image."""
+    if not opts.smoke_json:
+        return None
+    result = smoke_results.get(backend.name)
+    if result is None:
+        echo(f"[{backend.name}] note: {opts.smoke_json} has no result for {backend.name}; the manifest records no smoke test")
+        return None
+    smoke = manifest.smoke_summary(result, opts.smoke_json)
+    if not smoke["ok"] and not opts.force:
+        raise PublishError(
+            f"refusing to publish {backend.name}: its smoke test failed ({smoke['error'] or ', '.join(smoke['failed_checks'])}); "
+            "fix it and smoke again, or pass --force"
+        )
+    if smoke["image_id"] and smoke["image_id"] != image.id and not opts.force:
+        raise PublishError(
+            f"refusing to publish {backend.name}: the smoke result is for image {smoke['image_id'][:19]}, not {image.id[:19]} "
+            f"({source}); smoke this image, or pass --force"
+        )
+    return smoke
+
+
+def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
+                 smoke_results: dict[str, dict[str, Any]], opts: PublishOptions, echo: Callable[[str], None]) -> Published:
+    engine = session.engine
+    source = opts.image or m.tags(backend)[0]
+    image = engine.image(source)
+    if image is None:
+        raise PublishError(
+            f"image {source} is not on this Docker engine: build it with `envbuild build --backend {backend.name}` (or pass --image)"
+        )
+    problems = label_mismatches(m, backend, image.labels)
+    if problems and not opts.force:
+        raise PublishError(
+            f"refusing to publish {source} as {backend.name}: {'; '.join(problems)}. Its tags would not say what it "
+            "carries; build it from this matrix (same --set), or pass --force"
+        )
+    smoke = _smoke(backend, image, source, smoke_results, opts, echo)
+    refs = with_tags(registry, m.tags(backend))
+    created = [r for r in refs if engine.image_id(r) != image.id]
+    engine.tag(image.id, created)
+    digests: dict[str, str] = {}
+    try:
+        for ref in refs:
+            echo(f"[{backend.name}] pushing {ref}")
+            digests[ref] = session.push(ref, lambda s: echo(f"[{backend.name}] {s}"))
+    except BaseException:
+        for ref in created:  # tags made only for this push: gone with it
+            try:
+                engine.untag(ref)
+            except EnvbuildError:
+                pass
+        raise
+    if len(set(digests.values())) != 1:
+        raise PublishError(f"the registry confirmed different digests for the tags of {backend.name}: {digests}; nothing was recorded")
+    digest = next(iter(digests.values()))
+    revision = image.labels.get(manifest.REVISION_LABEL)
+    head, dirty = manifest.git_revision(Path(m.path).resolve().parent)
+    entry = {
+        "backend": backend.name,
+        "device": backend.device,
+        "repository": registry,
+        "tags": refs,
+        "digest": digest,
+        "image_id": image.id,
+        "platform": f"{image.os}/{image.architecture}",
+        "versions": manifest.image_versions(image.labels) if image.labels.get(manifest.LABEL + "backend") else {
+            "torch": backend.torch.version,
+            "plugin": {"package": backend.plugin.package, "version": backend.plugin.version} if backend.plugin else None,
+            "transformers": m.transformers,
+            "accelerate": m.accelerate,
+        },
+        "git_revision": revision or head,
+        "git_dirty": None if revision else dirty,
+        "date": manifest.utc_now(),
+        "smoke": smoke,
+        "forced": bool(problems or (smoke and not smoke["ok"])) or None,
+    }
+    entry = {k: v for k, v in entry.items() if v is not None or k in ("git_revision", "smoke")}
+    manifest.record(opts.manifest, entry)
+    return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry)

@@ -1,0 +1,151 @@
+"""Can this host start the backend's container the way the matrix says? One copy of each check and its fix,
+for `doctor` (which lists them all) and `smoke` (which refuses at the first blocking failure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DockerError, SmokeError
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..matrix import Backend
+
+# How to register each container runtime a matrix backend names (run.runtime, or nvidia for run.gpus).
+RUNTIME_FIXES = {
+    "nvidia": (
+        "install the NVIDIA driver and the NVIDIA Container Toolkit (`sudo apt-get install nvidia-container-toolkit` "
+        "from NVIDIA's repository), then `sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl "
+        "restart docker` (or write CDI specs: `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)"
+    ),
+    "habana": (
+        "install habanalabs-container-runtime from the Gaudi software release, register it in /etc/docker/daemon.json "
+        '(`"runtimes": {"habana": {"path": "/usr/bin/habana-container-runtime", "runtimeArgs": []}}`), then '
+        "`sudo systemctl restart docker`"
+    ),
+    "mthreads": (
+        "install Moore Threads' mt-container-toolkit, register its runtime as \"mthreads\" under \"runtimes\" in "
+        "/etc/docker/daemon.json, then `sudo systemctl restart docker`"
+    ),
+}
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+    blocking: bool = True
+    skipped: bool = False
+
+    @property
+    def status(self) -> str:
+        if self.ok:
+            return "ok"
+        if self.skipped:
+            return "skip"
+        return "FAIL" if self.blocking else "warn"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "ok": self.ok, "blocking": self.blocking,
+                "detail": self.detail, "fix": self.fix}
+
+
+def skip(name: str, why: str) -> Check:
+    return Check(name, False, f"not checked: {why}", blocking=False, skipped=True)
+
+
+def wanted_runtime(backend: Backend) -> str | None:
+    """The Docker runtime the backend's `docker run` needs: nvidia for --gpus, else run.runtime."""
+    return "nvidia" if backend.run.gpus else backend.run.runtime
+
+
+def runtime(backend: Backend, runtimes: set[str] | None, root: Path) -> Check:
+    """`runtimes`: what the daemon has registered; None when it could not be asked."""
+    run, wanted = backend.run, wanted_runtime(backend)
+    if not wanted:
+        return Check("runtime", True, "no special container runtime needed (runc)")
+    if runtimes is None:
+        return skip("runtime", f"needs the Docker runtime '{wanted}', but the daemon is unreachable")
+    if wanted in runtimes:
+        return Check("runtime", True, f"Docker runtime '{wanted}' registered")
+    if run.gpus and (root / "etc/cdi").is_dir():
+        return Check("runtime", True, f"CDI specs in {root / 'etc/cdi'} (for --gpus={run.gpus})")
+    fix = RUNTIME_FIXES.get(wanted) or (
+        f"install the {backend.description} container runtime, register it as \"{wanted}\" under \"runtimes\" "
+        "in /etc/docker/daemon.json, then `sudo systemctl restart docker`"
+    )
+    flag = f"--gpus={run.gpus}" if run.gpus else f"--runtime={wanted}"
+    return Check("runtime", False, f"`{flag}` needs the Docker runtime '{wanted}'; the daemon has: "
+                 f"{', '.join(sorted(runtimes)) or 'none'}", fix)
+
+
+def device_nodes(backend: Backend, root: Path) -> Check | None:
+    """Every node `docker run --device` passes exists on the host."""
+    nodes = [d.split(":")[0] for d in backend.run.devices]
+    if not nodes:
+        return None
+    missing = [n for n in nodes if not (root / n.lstrip("/")).exists()]
+    if missing:
+        return Check("device nodes", False, f"`docker run --device` needs {', '.join(missing)}, absent on this host",
+                     f"load the {backend.description} driver (these nodes come with it); "
+                     "`envbuild detect` shows what this host has")
+    return Check("device nodes", True, ", ".join(nodes))
+
+
+def _group_gid(name: str, root: Path) -> int | None:
+    if root == Path("/"):
+        import grp
+
+        try:
+            return grp.getgrnam(name).gr_gid
+        except KeyError:
+            return None
+    try:
+        lines = (root / "etc/group").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split(":")
+        if len(fields) >= 3 and fields[0] == name and fields[2].isdigit():
+            return int(fields[2])
+    return None
+
+
+def groups(backend: Backend, root: Path) -> Check | None:
+    """Every `--group-add` group exists on the host (its device nodes belong to it)."""
+    wanted = backend.run.group_add
+    if not wanted:
+        return None
+    found = {g: _group_gid(g, root) for g in wanted}
+    missing = [g for g, gid in found.items() if gid is None]
+    if missing:
+        return Check(
+            "groups", False, f"`--group-add {' '.join(missing)}`: no such group on this host",
+            f"the {backend.description} driver's packages create it with the udev rules that give it the device "
+            f"nodes; otherwise `sudo groupadd --system {missing[0]}`; users who run the container need it too: "
+            f"`sudo usermod -aG {','.join(wanted)} $USER`",
+        )
+    return Check("groups", True, ", ".join(f"{g} (gid {gid})" for g, gid in found.items()))
+
+
+def daemon_runtimes(engine: Engine | None) -> set[str] | None:
+    """The daemon's runtimes, or None when there is no engine to ask or it does not answer."""
+    if engine is None:
+        return None
+    try:
+        return engine.runtimes()
+    except DockerError:
+        return None
+
+
+def require(backend: Backend, engine: Engine, root: Path = Path("/")) -> None:
+    """Refuse early, with the fix, when the host cannot expose the device the way the matrix says."""
+    runtimes = engine.runtimes() if wanted_runtime(backend) else set()
+    for check in (runtime(backend, runtimes, root), device_nodes(backend, root)):
+        if check is not None and not check.ok:
+            raise SmokeError(f"backend '{backend.name}': {check.detail}. Fix: {check.fix}")

@@ -1,0 +1,467 @@
+#!/usr/bin/env python3
+"""envbuild probe: smoke-test torch + transformers on one accelerator, inside an image.
+
+Copied alone into every image as /opt/envbuild/probe.py, so it needs nothing beyond the standard
+library, torch, transformers and accelerate, and never imports the envbuild package. torch and
+transformers are imported inside the checks: `--help` stays fast and a broken torch becomes a
+failed check in the JSON report instead of a traceback.
+
+Each check is a function of its inputs alone, with its own entry in the report; `run` passes what one
+check found to the checks that need it, and skips those whose inputs failed.
+
+stdout carries exactly one JSON document; progress lines go to stderr.
+Exit status: 0 every check passed, 1 a check failed, 2 bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.metadata as metadata
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+PROBE_FORMAT = 1
+PROMPT = "Hello from the envbuild probe"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                   "vocab.txt", "vocab.json", "spiece.model")
+ENV_DEFAULTS = ("BACKEND", "DEVICE", "PLUGIN_IMPORT", "AVAILABILITY", "RUN_FLAGS", "EXPECT")
+
+
+class CheckFailed(Exception):
+    """A check failed for a reason its message already explains (no exception type prefix)."""
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _pin(text: str) -> tuple[str, str]:
+    dist, sep, version = text.partition("=")
+    if not sep or not dist.strip() or not version.strip():
+        raise argparse.ArgumentTypeError(f"expected DIST=VERSION, got {text!r}")
+    return dist.strip(), version.strip().lstrip("=")  # tolerate "dist==version"
+
+
+def _version_matches(installed: str, expected: str) -> bool:
+    # "2.13.0" accepts "2.13.0+cpu"; an expected local label must match exactly.
+    return installed == expected or ("+" not in expected and installed.split("+")[0] == expected)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """'5.23.0' -> (5, 23, 0); '4.56.0.dev0' -> (4, 56, 0): enough to compare releases."""
+    return tuple(int(n) for n in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _module_dist_version(module: str) -> str | None:
+    dists = metadata.packages_distributions().get(module.split(".")[0], [])
+    return _dist_version(dists[0]) if dists else None
+
+
+def _resolve(dotted: str) -> Any:
+    """Resolve "torch.npu.is_available", importing submodules that are not attributes yet."""
+    parts = dotted.split(".")
+    obj = importlib.import_module(parts[0])
+    for i, part in enumerate(parts[1:], 1):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            try:
+                obj = importlib.import_module(".".join(parts[: i + 1]))
+            except ImportError:
+                raise CheckFailed(f"{dotted} does not exist: {'.'.join(parts[:i])} has no "
+                                  f"attribute {part!r} (is the device plugin imported?)") from None
+    return obj
+
+
+# --- the checks: each a function of its inputs -----------------------------------------------------------
+
+
+def check_import_torch() -> tuple[str, Any]:
+    import torch
+    return f"torch {torch.__version__}", torch
+
+
+def check_import_plugin(module: str, backend: str) -> str:
+    if not module:
+        return "none needed"
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise CheckFailed(f"cannot import plugin module {module!r} for backend {backend}: {exc} "
+                          "(is the plugin installed in this image?)") from None
+    return f"{module} {_module_dist_version(module) or '(version unknown)'}"
+
+
+def flavor(torch: Any, backend: str, device: str) -> str:
+    """What the torch build is for the device asked: 'cuda' and 'rocm' share the device string."""
+    if device.split(":")[0] == "cuda":
+        return "rocm" if torch.version.hip else "cuda"
+    return "cpu" if backend == "cpu" else backend
+
+
+def check_device(torch: Any, backend: str, device: str, availability: str, run_flags: str) -> tuple[str, dict[str, Any]]:
+    """The backend's device is visible (never the CPU in its place); returns its name and count."""
+    device_type = device.split(":")[0]
+    hip, cuda = torch.version.hip, getattr(torch.version, "cuda", None)
+    if backend == "cpu":
+        if device_type != "cpu":
+            raise CheckFailed(f"backend cpu must use device 'cpu', not {device!r}")
+        name = platform.processor() or platform.machine()
+        return f"cpu: {name}", {"name": name, "count": 1}
+    if device_type == "cpu":
+        raise CheckFailed(f"backend {backend} was given device 'cpu': refusing to run on CPU")
+    if backend == "rocm" and hip is None:
+        raise CheckFailed(f"this torch is not a ROCm build (torch {torch.__version__}, torch.version.hip is None)")
+    if backend == "cuda" and hip is not None:
+        raise CheckFailed(f"this torch is a ROCm build (HIP {hip}), not a CUDA build: use the rocm backend")
+    if backend == "cuda" and cuda is None:
+        raise CheckFailed(f"this torch is not a CUDA build (torch {torch.__version__}, torch.version.cuda is None)")
+    available = bool(_resolve(availability)())
+    namespace = _resolve(availability.rpartition(".")[0])
+    count = int(namespace.device_count()) if hasattr(namespace, "device_count") else int(available)
+    if not available or count == 0:
+        hint = f"the docker run flags that expose it ({run_flags})" if run_flags else "the vendor's docker run device flags"
+        raise CheckFailed(f"no {backend} device is visible in the container ({availability}() = {available}, "
+                          f"device_count() = {count}); {hint} may be missing")
+    name = str(namespace.get_device_name(0)) if hasattr(namespace, "get_device_name") else None
+    return f"{count} x {name or device}", {"name": name, "count": count}
+
+
+def check_versions(expect: list[tuple[str, str]]) -> str:
+    if not expect:
+        return "no pins to check"
+    found, bad = [], []
+    for dist, want in expect:
+        have = _dist_version(dist)
+        if have is None:
+            bad.append(f"{dist} is not installed (expected {want})")
+        elif not _version_matches(have, want):
+            bad.append(f"{dist} is {have}, expected {want}")
+        else:
+            found.append(f"{dist}={have}")
+    if bad:
+        raise CheckFailed("; ".join(bad))
+    return " ".join(found)
+
+
+@dataclass
+class Loaded:
+    """A model on the device, and what forward, generate and cpu_match need of it."""
+
+    transformers: Any
+    cls: Any
+    source: str
+    config: Any
+    model: Any
+    inputs: dict[str, Any]
+    info: dict[str, Any]
+
+
+def from_pretrained(transformers: Any, cls: Any, source: str, device: str, torch: Any) -> Any:
+    # transformers renamed torch_dtype= to dtype= in 4.56; the image pins one release, so ask which.
+    dtype = "dtype" if _release(transformers.__version__) >= (4, 56) else "torch_dtype"
+    return cls.from_pretrained(source, device_map=device, **{dtype: torch.float32})
+
+
+def _synthetic(transformers: Any, torch: Any, folder: str) -> str:
+    """A tiny random Llama saved to a folder, so the real from_pretrained path (safetensors, device_map) runs offline."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def _model_class(transformers: Any, config: Any) -> Any:
+    archs = list(getattr(config, "architectures", None) or [])
+    cls = getattr(transformers, archs[0], None) if archs else None
+    if cls is not None:
+        return cls
+    # No usable architecture recorded: a causal LM head only where the family has a real *ForCausalLM
+    # class (BERT maps to BertLMHeadModel, which is not what it was saved as).
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    causal = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type, "")
+    return transformers.AutoModelForCausalLM if causal.endswith("ForCausalLM") else transformers.AutoModel
+
+
+def _inputs(transformers: Any, torch: Any, source: str, config: Any, info: dict[str, Any]) -> dict[str, Any]:
+    tokenizer = None
+    if os.path.isdir(source):
+        if any(os.path.exists(os.path.join(source, f)) for f in TOKENIZER_FILES):
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    else:
+        with contextlib.suppress(OSError, ValueError):  # a hub repo without a tokenizer
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    if tokenizer is not None:
+        info["tokenizer"] = type(tokenizer).__name__
+        inputs = dict(tokenizer(PROMPT, return_tensors="pt"))
+    else:
+        vocab = int(getattr(config.get_text_config(), "vocab_size", None) or 100)
+        ids = torch.tensor([[(7 * i + 3) % vocab for i in range(8)]])
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if getattr(config, "is_encoder_decoder", False):
+        start = getattr(config, "decoder_start_token_id", None) or 0
+        inputs["decoder_input_ids"] = torch.full((1, 1), start, dtype=torch.long)
+    return inputs
+
+
+def check_load(torch: Any, model: str, device: str, scratch: str) -> tuple[str, Loaded]:
+    """from_pretrained(..., device_map=device) of a synthetic model, a local folder or a hub id; the weights
+    must land on the device asked for."""
+    import transformers
+    source = model
+    if model == "synthetic":
+        source = _synthetic(transformers, torch, scratch)
+    elif model.startswith(("/", ".", "~")) or os.path.exists(model):
+        source = os.path.expanduser(model)
+        if not os.path.isdir(source):
+            raise CheckFailed(f"model directory not found: {model}")
+    config = transformers.AutoConfig.from_pretrained(source)
+    cls = _model_class(transformers, config)
+    loaded = from_pretrained(transformers, cls, source, device, torch)
+    param = next(loaded.parameters())
+    archs = list(getattr(config, "architectures", None) or [])
+    info = {"class": type(loaded).__name__, "device": str(param.device),
+            "architecture": archs[0] if archs else config.model_type,
+            "parameters": sum(p.numel() for p in loaded.parameters())}
+    if param.device.type != device.split(":")[0]:
+        raise CheckFailed(f"the model was loaded on {param.device}, not on the requested device {device}")
+    inputs = _inputs(transformers, torch, source, config, info)
+    return (f"{info['class']} ({info['parameters']} parameters) on {param.device}",
+            Loaded(transformers, cls, source, config, loaded, inputs, info))
+
+
+def _pick_tensor(out: Any) -> Any:
+    for key in ("logits", "last_hidden_state"):
+        value = getattr(out, key, None)
+        if value is not None:
+            return value
+    return out[0] if isinstance(out, (tuple, list)) else out.to_tuple()[0]
+
+
+def check_forward(torch: Any, loaded: Loaded, device: str) -> tuple[str, Any]:
+    """One forward pass on the device; returns the output, copied to the CPU as float32."""
+    with torch.no_grad():
+        out = loaded.model(**{k: v.to(device) for k, v in loaded.inputs.items()})
+    output = _pick_tensor(out).float().cpu()  # the copy also waits for the device
+    if not torch.isfinite(output).all():
+        raise CheckFailed(f"the output {tuple(output.shape)} contains NaN or Inf")
+    return f"output {tuple(output.shape)}", output
+
+
+def check_generate(loaded: Loaded, device: str, n: int) -> tuple[str, list[int] | None]:
+    model = loaded.model
+    name = type(model).__name__
+    if not (hasattr(model, "generate") and (name.endswith("ForCausalLM") or model.can_generate())):
+        return f"not applicable: {name} is not a causal LM", None
+    inputs = {k: v.to(device) for k, v in loaded.inputs.items() if k in ("input_ids", "attention_mask")}
+    # min_new_tokens keeps an early EOS from making the token count depend on the weights.
+    out = model.generate(**inputs, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    prompt_len = 1 if getattr(loaded.config, "is_encoder_decoder", False) else inputs["input_ids"].shape[1]
+    new_ids = [int(t) for t in out[0, prompt_len:].tolist()]
+    if len(new_ids) != n:
+        raise CheckFailed(f"generate returned {len(new_ids)} new tokens, expected {n}")
+    return f"{n} new tokens {new_ids}", new_ids
+
+
+def check_cpu_match(torch: Any, loaded: Loaded, output: Any, tolerance: float) -> str:
+    """The device's output equals the CPU's, within the tolerance."""
+    cpu_model = from_pretrained(loaded.transformers, loaded.cls, loaded.source, "cpu", torch)
+    with torch.no_grad():
+        reference = _pick_tensor(cpu_model(**loaded.inputs)).float()
+    if reference.shape != output.shape:
+        raise CheckFailed(f"output shapes differ: {tuple(output.shape)} on the device, {tuple(reference.shape)} on cpu")
+    diff = (output - reference).abs().max().item()
+    if not diff <= tolerance:  # also catches NaN
+        raise CheckFailed(f"max abs diff to CPU is {diff:.3g}, above the tolerance {tolerance:g}")
+    return f"max abs diff to CPU {diff:.3g} <= {tolerance:g}"
+
+
+# --- running them --------------------------------------------------------------------------------------------
+
+
+class Report:
+    """The checks' entries, in order; a check whose inputs failed is skipped, not run."""
+
+    def __init__(self) -> None:
+        self.checks: list[dict[str, Any]] = []
+
+    def step(self, name: str, fn: Callable[[], Any], needs: tuple[str, ...] = ()) -> Any:
+        """Run one check; its value (None when it failed or was skipped)."""
+        done = {c["name"]: c for c in self.checks}
+        blocker = next((done[n] for n in needs if not done[n]["ok"]), None)
+        start = time.perf_counter()
+        value = None
+        if blocker is not None:
+            ok = False
+            msg = blocker["message"] if blocker["message"].startswith("skipped:") else f"skipped: {blocker['name']} failed"
+        else:
+            try:
+                result = fn()
+                msg, value = result if isinstance(result, tuple) else (result, None)
+                ok = True
+            except CheckFailed as exc:
+                ok, msg = False, str(exc)
+            except Exception as exc:  # torch, a plugin or transformers failing: a report entry, never a traceback
+                ok, msg = False, f"{type(exc).__name__}: {exc}"
+        seconds = round(time.perf_counter() - start, 3)
+        self.checks.append({"name": name, "ok": ok, "message": _one_line(msg), "seconds": seconds})
+        print(f"[probe] {name}: {'ok' if ok else 'FAILED'} ({seconds:.2f}s) {_one_line(msg, 200)}",
+              file=sys.stderr, flush=True)
+        return value
+
+    def seconds(self, *names: str) -> float:
+        return round(float(sum(c["seconds"] for c in self.checks if c["name"] in names)), 3)
+
+
+def run_checks(args: argparse.Namespace) -> dict[str, Any]:
+    start = time.perf_counter()
+    r = Report()
+    device_info: dict[str, Any] = {"name": None, "count": None, "flavor": None}
+    model_info: dict[str, Any] = {"source": args.model, "class": None, "architecture": None, "parameters": None,
+                                  "device": None, "tokenizer": None, "generated_ids": None}
+    timings: dict[str, float | None] = {"import": None, "load": None, "first_forward": None, "generate": None, "total": None}
+    torch = None
+    scratch = tempfile.mkdtemp(prefix="envbuild-probe-")
+    try:
+        if args.pins_only:
+            r.step("versions", lambda: check_versions(args.expect))
+        else:
+            torch = r.step("import_torch", check_import_torch)
+            if args.versions_only:
+                # At image build time no device (nor, for some plugins, driver library) exists: importing the
+                # plugin or touching the device there would fail for no fault.
+                r.step("versions", lambda: check_versions(args.expect))
+            else:
+                if torch is not None:
+                    device_info["flavor"] = flavor(torch, args.backend, args.device)
+                r.step("import_plugin", lambda: check_import_plugin(args.plugin_import, args.backend), ("import_torch",))
+                device_info.update(r.step("device", lambda: check_device(
+                    torch, args.backend, args.device, args.availability, args.run_flags), ("import_torch", "import_plugin")) or {})
+                r.step("versions", lambda: check_versions(args.expect))
+                loaded = r.step("load", lambda: check_load(torch, args.model, args.device, scratch), ("device",))
+                if loaded is not None:
+                    model_info.update(loaded.info)
+                output = r.step("forward", lambda: check_forward(torch, loaded, args.device), ("load",))
+                ids = r.step("generate", lambda: check_generate(loaded, args.device, args.max_new_tokens), ("load",))
+                model_info["generated_ids"] = ids
+                r.step("cpu_match", lambda: check_cpu_match(torch, loaded, output, args.tolerance), ("forward",))
+                timings.update(load=r.seconds("load"), first_forward=r.seconds("forward"), generate=r.seconds("generate"))
+        timings["import"] = r.seconds("import_torch", "import_plugin")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    timings["total"] = round(time.perf_counter() - start, 3)
+    return {
+        "probe": PROBE_FORMAT, "backend": args.backend, "device": args.device,
+        "ok": all(c["ok"] for c in r.checks), "checks": r.checks,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__ if torch else _dist_version("torch"),
+            "torch_cuda": getattr(torch.version, "cuda", None) if torch else None,
+            "torch_hip": getattr(torch.version, "hip", None) if torch else None,
+            "plugin": _module_dist_version(args.plugin_import) if args.plugin_import else None,
+            "transformers": _dist_version("transformers"),
+            "accelerate": _dist_version("accelerate")},
+        "device_info": device_info, "model": model_info, "timings": timings,
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = {k: os.environ.get(f"ENVBUILD_{k}", "").strip() for k in ENV_DEFAULTS}
+    p = argparse.ArgumentParser(prog="envbuild-probe",
+                                description="Smoke-test torch + transformers on this image's device.")
+    p.add_argument("--backend", default=env["BACKEND"] or "cpu")
+    p.add_argument("--device", help="device string for device_map (default: ENVBUILD_DEVICE)")
+    p.add_argument("--plugin-import", help="module that registers the device")
+    p.add_argument("--availability", help="dotted availability API, e.g. torch.cuda.is_available")
+    p.add_argument("--run-flags", help="the docker run flags that expose the device, for the advice when it is not "
+                                       "visible (default: ENVBUILD_RUN_FLAGS, from the matrix)")
+    p.add_argument("--model", default="synthetic", help="synthetic, a hub id or a local directory")
+    p.add_argument("--expect", nargs="+", action="extend", type=_pin, metavar="DIST=VERSION")
+    p.add_argument("--tolerance", type=float, default=1e-3)
+    p.add_argument("--max-new-tokens", type=int, default=4)
+    p.add_argument("--output", help="also write the JSON report to this file")
+    p.add_argument("--versions-only", action="store_true",
+                   help="only import torch and check the pins (image builds: no device, no model)")
+    p.add_argument("--pins-only", action="store_true",
+                   help="only check the pins, from package metadata, importing nothing (the last image "
+                        "build step: a transformers bump need not pay for importing torch)")
+    args = p.parse_args(argv)
+    # The image's ENVBUILD_* defaults describe its own backend; a --backend naming another one
+    # must not inherit them (e.g. ENVBUILD_DEVICE=cpu from a cpu image).
+    own = not env["BACKEND"] or args.backend == env["BACKEND"]
+    if args.device is None:
+        args.device = (own and env["DEVICE"]) or ("cuda" if args.backend == "rocm" else args.backend)
+    if args.plugin_import is None:
+        args.plugin_import = env["PLUGIN_IMPORT"] if own else ""
+    if args.run_flags is None:
+        args.run_flags = env["RUN_FLAGS"] if own else ""
+    if args.availability is None:
+        args.availability = (own and env["AVAILABILITY"]) or ""
+    if not args.availability and args.backend != "cpu":
+        args.availability = f"torch.{args.device.split(':')[0]}.is_available"
+    if args.expect is None:
+        try:
+            args.expect = [_pin(token) for token in env["EXPECT"].split()]
+        except argparse.ArgumentTypeError as exc:
+            p.error(f"ENVBUILD_EXPECT: {exc}")
+    if args.max_new_tokens < 1:
+        p.error("--max-new-tokens must be at least 1")
+    return args
+
+
+def run(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run every check and return the report; writes it to --output too when given."""
+    args = parse_args(argv)
+    # Libraries sometimes print to stdout; stdout belongs to the JSON report alone.
+    with contextlib.redirect_stdout(sys.stderr):
+        doc = run_checks(args)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, indent=2)
+                fh.write("\n")
+        except OSError as exc:
+            print(f"[probe] cannot write --output {args.output}: {exc}", file=sys.stderr)
+            doc["ok"] = False
+            doc["output_error"] = _one_line(f"{type(exc).__name__}: {exc}")
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parse_args(argv)  # --help and usage errors (exit 2) before stdout is diverted
+    # Native libraries can write to file descriptor 1 directly, past redirect_stdout: point it at
+    # stderr for the run and restore it for the report.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        doc = run(argv)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    print(json.dumps(doc, indent=2), flush=True)
+    return 0 if doc["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

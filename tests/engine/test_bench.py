@@ -1,0 +1,47 @@
+"""The benchmark, quick mode, on the real engine with the session's base, wheelhouse and CA bundle.
+
+It prints its table to the terminal (the figures are the point of running it); it asserts the shape of
+the result only, never a timing: machines are noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from support.constants import MATRIX, REPO
+
+pytestmark = pytest.mark.docker
+ROWS = ["cold", "bump", "noop", "size", "smoke", "help", "render"]
+
+
+def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, docker_client, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--quick", "--base", base_image, "--wheelhouse", str(wheelhouse),
+         "--ca-bundle", str(ca_bundle), "--matrix", str(MATRIX), "--json", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )
+    with capsys.disabled():
+        print("\n" + proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["quick"] is True and doc["backend"] == "cpu"
+    rows = {r["key"]: r for r in doc["rows"]}
+    assert list(rows) == ROWS
+    for key, row in rows.items():
+        assert isinstance(row["value"], (int, float)) and row["value"] > 0, row
+        if key != "cold":
+            assert isinstance(row["ratio"], (int, float)) and row["ratio"] > 0, row
+    assert rows["bump"]["baseline"] == rows["cold"]["value"]
+    assert rows["size"]["detail"]["packages"] > 0 and rows["size"]["detail"]["base"] > 0
+    assert "import_torch" in rows["smoke"]["detail"]["where"]
+    for line in ("cold build", "transformers-only bump", "nothing changed", "image size", "smoke", "--help", "render"):
+        assert line in proc.stdout
+    # It cleans up after itself: its images and the cache mounts of its cold build.
+    assert not docker_client.images.list(name="envbuild-bench/envbuild")
+    live = {r["ID"] for r in docker_client.api.df().get("BuildCache") or []}
+    assert not live & set(doc["cache_mounts"])

@@ -1,0 +1,276 @@
+"""Tests for envbuild/smoke/probe.py, run natively (no Docker) on a CPU-only machine, offline.
+
+The probe is loaded from its file rather than imported from the envbuild package: in images it
+lives alone at /opt/envbuild/probe.py and must work without the package.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.constants import REPO
+
+PROBE_PATH = REPO / "envbuild" / "smoke" / "probe.py"
+CHECK_NAMES = ["import_torch", "import_plugin", "device", "versions", "load", "forward",
+               "generate", "cpu_match"]
+
+
+
+def _load_probe() -> Any:
+    spec = importlib.util.spec_from_file_location("envbuild_probe_under_test", PROBE_PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import would (dataclasses look their module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
+probe = _load_probe()
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in probe.ENV_DEFAULTS:
+        monkeypatch.delenv(f"ENVBUILD_{name}", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+    """Run the probe as the images do; return (exit code, the parsed JSON, stderr)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ENVBUILD_")}
+    full_env.update(HF_HUB_OFFLINE="1", **(env or {}))
+    proc = subprocess.run([sys.executable, str(PROBE_PATH), *args], capture_output=True,
+                          text=True, env=full_env, timeout=120)
+    # stdout must be exactly one JSON document: json.loads refuses anything before or after it.
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def checks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    assert [c["name"] for c in doc["checks"]] == CHECK_NAMES
+    for c in doc["checks"]:
+        assert set(c) == {"name", "ok", "message", "seconds"}
+        assert "\n" not in c["message"]
+    return {c["name"]: c for c in doc["checks"]}
+
+
+def assert_skipped_after(doc: dict[str, Any], failed: str) -> None:
+    by_name = checks(doc)
+    for name in CHECK_NAMES[max(CHECK_NAMES.index(failed) + 1, CHECK_NAMES.index("load")):]:
+        assert by_name[name]["ok"] is False
+        assert by_name[name]["message"] == f"skipped: {failed} failed"
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny non-causal model with its own tokenizer, built offline."""
+    import torch
+    import transformers
+
+    path = tmp_path_factory.mktemp("bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "from", "the", "envbuild",
+             "probe"]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    # transformers 5: BertTokenizer(vocab_file=...) silently ignores the file; from_pretrained reads it.
+    tokenizer = transformers.BertTokenizer.from_pretrained(str(path))
+    assert tokenizer("hello probe")["input_ids"] == [2, 5, 9, 3]
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=32, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64)
+    transformers.BertModel(config).save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+# -- success ----------------------------------------------------------------------------------------
+
+def test_synthetic_cpu_cli(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    rc, doc, stderr = run_cli("--max-new-tokens", "3", "--output", str(out))
+    assert rc == 0, stderr
+    assert doc["ok"] is True and doc["probe"] == 1
+    assert doc["backend"] == "cpu" and doc["device"] == "cpu"
+    assert all(c["ok"] for c in checks(doc).values())
+    assert doc["model"]["source"] == "synthetic"
+    assert doc["model"]["class"] == "LlamaForCausalLM" and doc["model"]["device"] == "cpu"
+    assert doc["model"]["parameters"] > 0
+    assert len(doc["model"]["generated_ids"]) == 3
+    assert all(isinstance(doc["timings"][k], float) for k in
+               ("import", "load", "first_forward", "generate", "total"))
+    assert doc["device_info"]["flavor"] == "cpu" and doc["device_info"]["count"] == 1
+    assert set(doc["versions"]) == {"python", "torch", "torch_cuda", "torch_hip", "plugin",
+                                    "transformers", "accelerate"}
+    assert doc["versions"]["transformers"] == importlib.metadata.version("transformers")
+    assert json.loads(out.read_text()) == doc
+    assert "[probe] load: ok" in stderr
+
+
+def test_synthetic_cpu_run_with_env_defaults(monkeypatch: pytest.MonkeyPatch,
+                                             capfd: pytest.CaptureFixture[str]) -> None:
+    torch_version = importlib.metadata.version("torch")
+    monkeypatch.setenv("ENVBUILD_BACKEND", "cpu")
+    monkeypatch.setenv("ENVBUILD_DEVICE", "cpu")
+    # A pin without the local label matches an installed local build ("2.13.0" ~ "2.13.0+cpu").
+    monkeypatch.setenv("ENVBUILD_EXPECT", f"torch={torch_version.split('+')[0]} "
+                       f"transformers={importlib.metadata.version('transformers')}")
+    doc = probe.run([])
+    assert doc["ok"] is True, doc["checks"]
+    assert checks(doc)["versions"]["message"].startswith(f"torch={torch_version}")
+    assert len(doc["model"]["generated_ids"]) == 4  # the default --max-new-tokens
+    assert "max abs diff to CPU 0 " in checks(doc)["cpu_match"]["message"]
+    assert capfd.readouterr().out == ""  # run() never writes to stdout
+
+
+def test_local_non_causal_model_with_tokenizer(bert_dir: Path) -> None:
+    doc = probe.run(["--model", str(bert_dir)])
+    by_name = checks(doc)
+    assert doc["ok"] is True, doc["checks"]
+    assert doc["model"]["class"] == "BertModel"
+    assert doc["model"]["architecture"] == "BertModel"
+    assert doc["model"]["tokenizer"] == "BertTokenizer"
+    # The prompt "Hello from the envbuild probe" tokenised with the test's vocabulary.
+    assert "output (1, 7, 32)" in by_name["forward"]["message"]
+    assert by_name["generate"]["message"].startswith("not applicable")
+    assert doc["model"]["generated_ids"] is None
+
+
+# -- refusals on a CPU-only machine -----------------------------------------------------------------
+
+def test_cuda_backend_fails_on_cpu_machine() -> None:
+    rc, doc, _ = run_cli("--backend", "cuda")
+    assert rc == 1 and doc["ok"] is False
+    assert doc["device"] == "cuda"
+    device = checks(doc)["device"]
+    assert device["ok"] is False and "not a CUDA build" in device["message"]
+    assert_skipped_after(doc, "device")
+    assert doc["model"]["device"] is None and doc["model"]["class"] is None
+
+
+def test_invisible_device_names_docker_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    monkeypatch.setenv("ENVBUILD_RUN_FLAGS", "--gpus all")  # as the image has it from the matrix
+    monkeypatch.setattr(torch.version, "cuda", "12.8")  # pretend to be a CUDA build
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    doc = probe.run(["--backend", "cuda"])
+    message = checks(doc)["device"]["message"]
+    assert "no cuda device is visible in the container" in message and "--gpus all" in message
+    assert_skipped_after(doc, "device")
+
+
+def test_device_without_plugin_namespace_fails() -> None:
+    doc = probe.run(["--backend", "npu"])
+    assert "torch has no attribute 'npu'" in checks(doc)["device"]["message"]
+    assert_skipped_after(doc, "device")
+
+
+def test_model_silently_on_cpu_is_not_success(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "Fake GPU")
+    original = probe.from_pretrained
+    # Simulate a stack that ignores device_map and leaves the weights on the CPU.
+    monkeypatch.setattr(probe, "from_pretrained", lambda transformers, cls, source, device, torch: original(
+        transformers, cls, source, "cpu", torch))
+    doc = probe.run(["--backend", "cuda"])
+    by_name = checks(doc)
+    assert by_name["device"]["ok"] is True and doc["device_info"]["name"] == "Fake GPU"
+    assert by_name["load"]["ok"] is False
+    assert "loaded on cpu, not on the requested device cuda" in by_name["load"]["message"]
+    assert doc["ok"] is False
+
+
+def test_rocm_backend_needs_rocm_torch() -> None:
+    doc = probe.run(["--backend", "rocm"])
+    assert doc["device"] == "cuda"  # ROCm uses the cuda device string
+    assert "this torch is not a ROCm build" in checks(doc)["device"]["message"]
+    assert doc["ok"] is False
+
+
+def test_cuda_backend_refuses_rocm_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    monkeypatch.setattr(torch.version, "hip", "7.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    doc = probe.run(["--backend", "cuda"])
+    assert "is a ROCm build" in checks(doc)["device"]["message"]
+    assert doc["device_info"]["flavor"] == "rocm"
+
+
+# -- versions, plugin, model path, usage ------------------------------------------------------------
+
+def test_wrong_and_missing_pins_fail_versions() -> None:
+    doc = probe.run(["--expect", "torch=1.0.0", "no-such-dist-envbuild=1.0"])
+    message = checks(doc)["versions"]["message"]
+    assert "torch is " in message and "expected 1.0.0" in message
+    assert "no-such-dist-envbuild is not installed" in message
+    assert doc["ok"] is False
+    assert checks(doc)["load"]["ok"] is True  # a version mismatch does not hide the smoke test
+
+
+def test_local_label_must_match_when_given() -> None:
+    installed = importlib.metadata.version("torch")
+    base = installed.split("+")[0]
+    assert probe._version_matches(installed, base)
+    assert probe._version_matches(base + "+cpu", base)
+    assert not probe._version_matches(base + "+cpu", base + "+cu128")
+    assert not probe._version_matches("2.13.1", "2.13.0")
+
+
+def test_missing_plugin_fails_cleanly() -> None:
+    rc, doc, stderr = run_cli("--backend", "npu", "--plugin-import", "torch_npu")
+    assert rc == 1 and "Traceback" not in stderr
+    plugin = checks(doc)["import_plugin"]
+    assert plugin["ok"] is False
+    assert "cannot import plugin module 'torch_npu'" in plugin["message"]
+    assert checks(doc)["device"]["message"] == "skipped: import_plugin failed"
+    assert_skipped_after(doc, "import_plugin")
+
+
+def test_missing_model_path_fails_load(tmp_path: Path) -> None:
+    doc = probe.run(["--model", str(tmp_path / "nope")])
+    load = checks(doc)["load"]
+    assert load["ok"] is False and load["message"].startswith("model directory not found")
+    assert_skipped_after(doc, "load")
+
+
+def test_usage_errors_exit_2() -> None:
+    proc = subprocess.run([sys.executable, str(PROBE_PATH), "--expect", "torch"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    proc = subprocess.run([sys.executable, str(PROBE_PATH), "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--plugin-import" in proc.stdout
+
+
+def test_versions_only_for_image_builds() -> None:
+    # The Dockerfiles run `envbuild-probe --versions-only` at build time, with no device present.
+    torch_pin = importlib.metadata.version("torch").split("+")[0]
+    rc, doc, _ = run_cli("--versions-only", env={
+        "ENVBUILD_BACKEND": "npu", "ENVBUILD_DEVICE": "npu", "ENVBUILD_PLUGIN_IMPORT": "torch_npu",
+        "ENVBUILD_AVAILABILITY": "torch.npu.is_available", "ENVBUILD_EXPECT": f"torch={torch_pin}"})
+    assert rc == 0 and doc["ok"] is True
+    assert [c["name"] for c in doc["checks"]] == ["import_torch", "versions"]
+    rc, doc, _ = run_cli("--versions-only", "--expect", "torch=0.1")
+    assert rc == 1 and doc["checks"][1]["ok"] is False
+
+
+def test_pins_only_reads_metadata_and_imports_nothing() -> None:
+    # The last build step of every image: a transformers bump must not pay for importing torch.
+    torch_pin = importlib.metadata.version("torch").split("+")[0]
+    code = ("import runpy, sys; sys.argv = ['envbuild-probe', '--pins-only', '--expect', 'torch=%s'];"
+            "sys.modules['torch'] = None; runpy.run_path(%r, run_name='__main__')" % (torch_pin, str(PROBE_PATH)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["ok"] is True, proc.stderr
+    assert [c["name"] for c in doc["checks"]] == ["versions"]
+    assert doc["versions"]["torch"].startswith(torch_pin)
+    rc, doc, _ = run_cli("--pins-only", "--expect", "torch=0.1")
+    assert rc == 1 and [c["name"] for c in doc["checks"]] == ["versions"] and doc["checks"][0]["ok"] is False

@@ -1,0 +1,152 @@
+"""A local stand-in for the outside world, for tests and the benchmark: no Docker Hub needed.
+
+- a Debian bookworm base with Debian's Python 3.11 and nothing else, made with debootstrap and cached;
+- a real registry (Debian's docker-registry, distribution 2.8) on a free loopback port, serving that base
+  so builds address it like any remote image;
+- a wheelhouse with torch's CPU wheel, taken from this machine's disk the way pip finds it;
+- the host's CA bundle (TLS to PyPI may be intercepted; builds pass it as a BuildKit secret).
+
+Nothing here imports pytest: support/fixtures.py turns `Unavailable` into a skip (or a failure in CI), and
+the benchmark (benchmarks/bench.py) uses it too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .constants import CPU_SET, TORCH
+
+CACHE = Path(os.environ.get("ENVBUILD_TEST_CACHE", Path.home() / ".cache" / "envbuild-tests"))
+BASE_TAR = CACHE / "debian-bookworm-python3.tar"
+BASE_NAME = "envbuild-test/debian-python3:bookworm"
+HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
+
+
+class Unavailable(RuntimeError):
+    """A tool the testbed needs is missing (the message says which and how to get it)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Registry:
+    host: str  # 127.0.0.1:PORT
+    proc: subprocess.Popen
+    user: str | None = None
+    password: str | None = None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_registry(workdir: Path, *, auth: tuple[str, str] | None = None) -> Registry:
+    """Debian's docker-registry on a free loopback port; with auth, htpasswd (bcrypt) users."""
+    exe = shutil.which("docker-registry")
+    if not exe:
+        raise Unavailable("docker-registry is not installed (Debian: apt-get install docker-registry; scripts/test installs it)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    config = [
+        "version: 0.1",
+        "log: {level: warn}",
+        f"storage: {{filesystem: {{rootdirectory: {workdir / 'data'}}}, delete: {{enabled: true}}}}",
+        f"http: {{addr: 127.0.0.1:{port}}}",
+    ]
+    if auth:
+        htpasswd = workdir / "htpasswd"
+        out = subprocess.run(["htpasswd", "-Bbn", auth[0], auth[1]], capture_output=True, text=True, check=True).stdout
+        htpasswd.write_text(out)
+        config.append(f"auth: {{htpasswd: {{realm: envbuild-test, path: {htpasswd}}}}}")
+    (workdir / "config.yml").write_text("\n".join(config) + "\n")
+    with open(workdir / "registry.log", "wb") as log:
+        proc = subprocess.Popen([exe, "serve", str(workdir / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"registry exited: {(workdir / 'registry.log').read_text()}") from None
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise RuntimeError(f"registry did not listen on 127.0.0.1:{port} within 30s")
+    return Registry(f"127.0.0.1:{port}", proc, *(auth or (None, None)))
+
+
+def debootstrap_base(tar: Path = BASE_TAR) -> Path:
+    """A Debian bookworm rootfs with Debian's python3 and nothing else, as a tarball (cached)."""
+    if tar.exists():
+        return tar
+    if not shutil.which("debootstrap"):
+        raise Unavailable("debootstrap is not installed (Debian: apt-get install debootstrap; scripts/test installs it)")
+    tar.parent.mkdir(parents=True, exist_ok=True)
+    rootfs = tar.parent / "rootfs.tmp"
+    shutil.rmtree(rootfs, ignore_errors=True)
+    subprocess.run(
+        ["debootstrap", "--variant=minbase", "--include=python3", "bookworm", str(rootfs), "http://deb.debian.org/debian"],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    tmp = tar.with_suffix(".part")
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tmp), "."], check=True)
+    tmp.replace(tar)
+    shutil.rmtree(rootfs, ignore_errors=True)
+    return tar
+
+
+def push_base(registry: Registry, docker_client, *, tar: Path | None = None, local: str = BASE_NAME) -> list[str]:
+    """Import the Debian base and push it to the registry, also as library/debian:bookworm-slim there
+    (so `--mirror docker.io=REGISTRY` can stand in for Docker Hub). Returns both references."""
+    tar = tar or debootstrap_base()
+    with open(tar, "rb") as fh:
+        subprocess.run(["docker", "import", "-", local], stdin=fh, check=True, stdout=subprocess.DEVNULL)
+    refs = [f"{registry.host}/{local}", f"{registry.host}/library/debian:bookworm-slim"]
+    for ref in refs:
+        repo, tag = ref.rsplit(":", 1)
+        docker_client.images.get(local).tag(repo, tag)
+        for line in docker_client.images.push(repo, tag=tag, stream=True, decode=True):
+            if "error" in line:
+                raise RuntimeError(f"push {ref}: {line['error']}")
+    return refs
+
+
+def make_wheelhouse(into: Path, torch: str = TORCH) -> Path:
+    """torch's CPU wheel, taken from this machine's disk the way pip finds it."""
+    into.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"torch=={torch}", "-d", str(into)],
+        check=True,
+    )
+    if not list(into.glob("torch-*.whl")):
+        raise RuntimeError(f"pip download put no torch wheel into {into}")
+    return into
+
+
+def host_ca_bundle() -> Path:
+    """The bundle the host trusts: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE, $PIP_CERT, else Debian's."""
+    from envbuild.build import default_ca_bundle
+
+    return default_ca_bundle() or Path(HOST_CA)
+
+
+def cpu_overrides(base_image: str, repository: str = "envbuild-test/envbuild") -> list[str]:
+    """The --set arguments that build the cpu image from the local base and the wheelhouse."""
+    return ["--set", f"backends.cpu.base_image={base_image}", *CPU_SET, "--set", f"image.repository={repository}"]

@@ -1,0 +1,112 @@
+"""The builder process without an engine: which docker client builds, BuildKit's output as one line per step,
+and the live status board of parallel builds. tests/engine/ builds for real."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+
+from envbuild.build import builder
+from envbuild.build.status import StatusBoard
+from envbuild.errors import DockerError
+
+
+@pytest.fixture(autouse=True)
+def fresh_builder():
+    builder.find_builder.cache_clear()
+    yield
+    builder.find_builder.cache_clear()
+
+
+def test_find_builder_skips_a_new_client_without_buildx(tmp_path, monkeypatch, fake_docker):
+    new = fake_docker(tmp_path / "new", "28.2.2", buildx=False)
+    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
+    monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
+    monkeypatch.setenv("PATH", f"{new.parent}{os.pathsep}{old.parent}")
+    b = builder.find_builder()
+    assert b.argv == (str(old), "build") and dict(b.env) == {"DOCKER_BUILDKIT": "1"}
+    monkeypatch.setenv("PATH", str(new.parent))
+    builder.find_builder.cache_clear()
+    with pytest.raises(DockerError, match="buildx plugin"):
+        builder.find_builder()
+    fake_docker(tmp_path / "bx", "28.2.2", buildx=True)
+    monkeypatch.setenv("PATH", f"{new.parent}{os.pathsep}{tmp_path / 'bx'}")
+    builder.find_builder.cache_clear()
+    assert builder.find_builder().argv[1:] == ("buildx", "build", "--load")
+
+
+def test_envbuild_docker_picks_the_client(tmp_path, monkeypatch, fake_docker):
+    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
+    fake_docker(tmp_path / "bx", "28.2.2", buildx=True)
+    monkeypatch.setenv("PATH", str(tmp_path / "bx"))
+    monkeypatch.setenv("ENVBUILD_DOCKER", str(old))
+    assert builder.find_builder().argv == (str(old), "build")
+
+
+def test_progress_prints_a_line_per_finished_step():
+    lines: list[str] = []
+    p = builder.Progress("cpu", lines.append)
+    for raw in [
+        "#5 [2/7] RUN apt-get update",
+        "#5 0.3 Get:1 http://deb.debian.org bookworm InRelease",
+        "#5 DONE 7.3s",
+        "#6 [3/7] RUN python3 -m venv /opt/venv",
+        "#6 CACHED",
+    ]:
+        p.feed(raw)
+    assert lines == ["[cpu] 2/7 RUN apt-get update ... DONE 7.3s", "[cpu] 3/7 RUN python3 -m venv /opt/venv ... CACHED"]
+
+
+def test_step_summaries_drop_mounts_and_installer_boilerplate():
+    run = ('RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv     --mount=type=secret,id=ca_bundle,'
+           'target=/run/secrets/ca_bundle     if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi'
+           '     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never     && /run/uv/uv pip install --python /opt/venv/bin/python'
+           ' --compile-bytecode --find-links /run/wheelhouse         --index-url "https://pypi.org/simple" "torch==2.13.0"')
+    assert builder.summarize(run) == 'RUN uv pip install "torch==2.13.0"'
+    assert builder.summarize("COPY probe.py /opt/envbuild/probe.py") == "COPY probe.py /opt/envbuild/probe.py"
+    lines, status = [], []
+    p = builder.Progress("cpu", lines.append, status=status.append)
+    for raw in ["#8 [torch 1/1] " + run, "#8 DONE 8.7s", "#9 [stage-4 2/3] RUN apt-get update", "#9 CACHED"]:
+        p.feed(raw)
+    assert lines == ['[cpu] torch 1/1 RUN uv pip install "torch==2.13.0" ... DONE 8.7s', "[cpu] 2/3 RUN apt-get update ... CACHED"]
+    assert status[0] == 'torch 1/1 RUN uv pip install "torch==2.13.0"'
+
+
+def test_verbose_progress_passes_every_line_through():
+    lines: list[str] = []
+    p = builder.Progress("cpu", lines.append, verbose=True)
+    for raw in ["#5 [2/7] RUN apt-get update", "#5 0.3 Get:1 http://deb.debian.org", "#5 DONE 7.3s"]:
+        p.feed(raw)
+    assert lines == ["[cpu] #5 [2/7] RUN apt-get update", "[cpu] #5 0.3 Get:1 http://deb.debian.org", "[cpu] #5 DONE 7.3s"]
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_status_board_rewrites_one_line_per_backend_on_a_terminal():
+    out = _Tty()
+    with StatusBoard(["cpu", "cuda"], stream=out, tick=60) as board:
+        board.echo("[cpu] a step line")  # the board says it instead
+        board.start("cpu")
+        board.step("cpu", "torch 1/1 RUN uv pip install torch")
+        board.finish("cpu", True, "sha256:abc")
+        board.start("cuda")
+        board.finish("cuda", False, "ERROR: pull access denied")
+    text = out.getvalue()
+    assert "a step line" not in text
+    assert "\x1b[2F" in text and "\x1b[2K" in text  # up two lines, clear, redraw
+    last = text.rsplit("\x1b[2F", 1)[1]
+    assert "cpu   ok" in last and "sha256:abc" in last and "cuda  FAILED" in last
+
+
+def test_status_board_prints_plain_prefixed_lines_elsewhere():
+    out = io.StringIO()
+    with StatusBoard(["cpu"], stream=out) as board:
+        board.start("cpu")
+        board.echo("[cpu] 2/3 RUN apt-get update ... DONE 4.4s")
+        board.finish("cpu", True, "sha256:abc")
+    assert out.getvalue() == "[cpu] 2/3 RUN apt-get update ... DONE 4.4s\n"

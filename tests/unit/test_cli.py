@@ -1,0 +1,418 @@
+"""Tests for the envbuild command line (envbuild.cli.cli) through click.testing.CliRunner.
+
+Every invocation goes through the `invoke` fixture (conftest.py), which fails the test on any traceback
+or unexpected exception. Outputs go to tmp_path; the committed dockerfiles/ are only ever read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from support.constants import ALL, CONTAINERIZABLE, DOCKERFILES, FIXED, GOLDEN, MATRIX
+
+from envbuild import files, matrix
+from envbuild.errors import MatrixError
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folder.iterdir())} if folder.exists() else {}
+
+
+# --------------------------------------------------------------------------------------------------
+# Help and version.
+
+
+@pytest.mark.parametrize("args", [["--help"], ["validate", "--help"], ["render", "--help"], ["list", "--help"],
+                                  ["show", "--help"], ["--version"]])
+def test_help(args: list[str], invoke) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 0
+    assert result.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# validate.
+
+
+def test_validate_ok(invoke) -> None:
+    result = invoke("validate", "--matrix", FIXED)
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"{FIXED}: ok (11 backends, 10 containerizable)"
+    assert result.stderr == ""
+
+
+def test_validate_uses_matrix_yaml_in_the_current_folder(invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(MATRIX.parent)
+    result = invoke("validate")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("matrix.yaml: ok")
+
+
+def test_validate_without_matrix_file_uses_the_installed_one(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a checkout, commands fall back to the matrix installed with envbuild."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
+    result = invoke("validate")
+    assert result.exit_code == 0, result.output
+    assert "envbuild/matrix/matrix.yaml: ok (11 backends, 10 containerizable)" in result.stdout
+
+
+def test_validate_missing_matrix_file(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("validate", "--matrix", "matrix.yaml")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "Error: matrix.yaml: no such file (pass --matrix FILE, or run from the envbuild checkout)"
+
+
+# --------------------------------------------------------------------------------------------------
+# No command shows a traceback for a user error; each exits non-zero with a located message.
+
+
+BROKEN = FIXED.read_text(encoding="utf-8").replace("    base_image: debian:bookworm-slim", "    base_image: 'debian:bookworm-slim'\n    device: cpu", 1)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["validate"], ["render"], ["render", "--check"], ["render", "--backend", "cpu"], ["list"], ["list", "--json"],
+     ["show", "cpu"], ["show", "cpu", "--json"]],
+    ids=lambda c: " ".join(c),
+)
+@pytest.mark.parametrize("problem", ["duplicate-key", "missing-file", "yaml-syntax", "bad-set"])
+def test_user_errors_never_show_a_traceback(command: list[str], problem: str, invoke, write_matrix,
+                                            tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    extra = ["--output", str(out)] if command[0] == "render" else []
+    if problem == "duplicate-key":
+        path, expect = write_matrix(BROKEN), "duplicate key 'device' in backends.cpu"
+    elif problem == "missing-file":
+        path, expect = tmp_path / "absent.yaml", "no such file"
+    elif problem == "yaml-syntax":
+        path, expect = write_matrix("image: [\n"), "YAML syntax error"
+    else:
+        path, expect = FIXED, "--set backends.cpu.torch.version=abc"
+    sets = ["--set", "backends.cpu.torch.version=abc"] if problem == "bad-set" else []
+    result = invoke(*command, *extra, "--matrix", path, *sets)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.stderr.startswith("Error: ")
+    assert expect in result.stderr
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# render.
+
+
+def test_render_writes_every_containerizable_backend(invoke, tmp_path: Path) -> None:
+    out = tmp_path / "dockerfiles"
+    result = invoke("render", "--matrix", FIXED, "--output", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{n}.Dockerfile" for n in CONTAINERIZABLE)
+    assert result.stdout.splitlines() == [f"wrote {out / n}.Dockerfile" for n in CONTAINERIZABLE]
+    for name in CONTAINERIZABLE:  # the same bytes as the goldens (same fixed matrix)
+        assert (out / f"{name}.Dockerfile").read_bytes() == (GOLDEN / f"{name}.Dockerfile").read_bytes()
+    assert not (out / "mps.Dockerfile").exists()
+
+
+def test_render_twice_is_byte_identical_and_leaves_unchanged_files_alone(invoke, tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert invoke("render", "--matrix", FIXED, "-o", first).exit_code == 0
+    assert invoke("render", "--matrix", FIXED, "-o", second).exit_code == 0
+    assert snapshot(first).keys() == snapshot(second).keys()
+    assert all((first / n).read_bytes() == (second / n).read_bytes() for n in snapshot(first))
+
+    past = 1_000_000_000_000_000_000
+    for p in first.iterdir():
+        os.utime(p, ns=(past, past))
+    before = snapshot(first)
+    result = invoke("render", "--matrix", FIXED, "-o", first)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == [f"unchanged {first / n}.Dockerfile" for n in CONTAINERIZABLE]
+    assert snapshot(first) == before
+
+
+def test_render_selected_backends(invoke, tmp_path: Path) -> None:
+    result = invoke("render", "--matrix", FIXED, "-o", tmp_path, "--backend", "rocm", "-b", "cpu", "-b", "rocm")
+    assert result.exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cpu.Dockerfile", "rocm.Dockerfile"]
+
+
+def test_render_all_keyword(invoke, tmp_path: Path) -> None:
+    assert invoke("render", "--matrix", FIXED, "-o", tmp_path, "-b", "all").exit_code == 0
+    assert len(list(tmp_path.iterdir())) == 10
+
+
+def test_render_mps_explains_why_and_what_instead(invoke, tmp_path: Path) -> None:
+    result = invoke("render", "--matrix", FIXED, "-o", tmp_path / "out", "--backend", "mps")
+    assert result.exit_code != 0
+    message = result.stderr
+    assert message.startswith("Error: backend 'mps' cannot run in a container")
+    assert "Metal" in message and "MPS" in message and "Linux containers" in message
+    assert "Instead:" in message and "cpu image" in message and "envbuild env --backend mps" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_render_unknown_backend_lists_the_valid_ones(invoke, tmp_path: Path) -> None:
+    result = invoke("render", "--matrix", FIXED, "-o", tmp_path / "out", "--backend", "cdua")
+    assert result.exit_code != 0
+    assert "unknown backend 'cdua'" in result.stderr
+    for name in CONTAINERIZABLE:
+        assert name in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_render_with_set_changes_the_dockerfile(invoke, tmp_path: Path) -> None:
+    plain, changed = tmp_path / "plain", tmp_path / "changed"
+    assert invoke("render", "--matrix", FIXED, "-o", plain, "-b", "cpu").exit_code == 0
+    result = invoke("render", "--matrix", FIXED, "-o", changed, "-b", "cpu", "--set", "transformers.version=5.0.0")
+    assert result.exit_code == 0, result.output
+    new = (changed / "cpu.Dockerfile").read_text()
+    assert new != (plain / "cpu.Dockerfile").read_text()
+    assert '"transformers==5.0.0"' in new and "transformers==5.23.0" not in new
+
+
+def test_render_failure_keeps_old_file(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "cpu.Dockerfile"
+    target.write_text("the old, complete file\n")
+
+    def boom(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "replace", boom)
+    result = invoke("render", "--matrix", FIXED, "-o", tmp_path, "-b", "cpu")
+    monkeypatch.undo()
+    assert result.exit_code != 0
+    assert "No space left on device" in result.stderr
+    assert target.read_text() == "the old, complete file\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["cpu.Dockerfile"]
+
+
+# --------------------------------------------------------------------------------------------------
+# render --check.
+
+
+@pytest.fixture
+def fresh(invoke, tmp_path: Path) -> Path:
+    out = tmp_path / "dockerfiles"
+    assert invoke("render", "--matrix", FIXED, "-o", out).exit_code == 0
+    return out
+
+
+def test_check_fresh(invoke, fresh: Path) -> None:
+    before = snapshot(fresh)
+    result = invoke("render", "--check", "--matrix", FIXED, "-o", fresh)
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"10 Dockerfile(s) up to date in {fresh}/"
+    assert snapshot(fresh) == before
+
+
+def test_check_stale(invoke, fresh: Path) -> None:
+    (fresh / "cuda.Dockerfile").write_text((fresh / "cuda.Dockerfile").read_text().replace("2.15.0", "2.14.0"))
+    before = snapshot(fresh)
+    result = invoke("render", "--check", "--matrix", FIXED, "-o", fresh)
+    assert result.exit_code == 1
+    assert result.stdout.startswith("stale: cuda.Dockerfile (")
+    assert len(result.stdout.splitlines()) == 1
+    assert "1 Dockerfile(s) out of date: run `envbuild render`." in result.stderr
+    assert snapshot(fresh) == before
+
+
+def test_check_stale_after_set(invoke, fresh: Path) -> None:
+    result = invoke("render", "--check", "--matrix", FIXED, "-o", fresh, "--set", "accelerate.version=1.0.0")
+    assert result.exit_code == 1
+    assert len(result.stdout.splitlines()) == 10
+    assert all(line.startswith("stale: ") for line in result.stdout.splitlines())
+
+
+def test_check_missing_and_extra(invoke, fresh: Path) -> None:
+    (fresh / "rocm.Dockerfile").unlink()
+    (fresh / "gone.Dockerfile").write_text("FROM scratch\n")
+    before = snapshot(fresh)
+    result = invoke("render", "--check", "--matrix", FIXED, "-o", fresh)
+    assert result.exit_code == 1
+    assert sorted(result.stdout.splitlines()) == [
+        "extra: gone.Dockerfile (no backend in the matrix renders it)", "missing: rocm.Dockerfile"]
+    assert "2 Dockerfile(s) out of date" in result.stderr
+    assert snapshot(fresh) == before  # nothing written, nothing deleted
+
+
+def test_check_of_selected_backends_ignores_the_others(invoke, fresh: Path) -> None:
+    (fresh / "gone.Dockerfile").write_text("FROM scratch\n")
+    (fresh / "cuda.Dockerfile").write_text("stale\n")
+    result = invoke("render", "--check", "--matrix", FIXED, "-o", fresh, "-b", "cpu")
+    assert result.exit_code == 0
+    assert invoke("render", "--check", "--matrix", FIXED, "-o", fresh, "-b", "cuda").exit_code == 1
+
+
+def test_check_into_an_absent_folder_writes_nothing(invoke, tmp_path: Path) -> None:
+    out = tmp_path / "absent"
+    result = invoke("render", "--check", "--matrix", FIXED, "-o", out)
+    assert result.exit_code == 1
+    assert len(result.stdout.splitlines()) == 10
+    assert not out.exists()
+
+
+def test_check_committed_dockerfiles_with_repo_matrix(invoke) -> None:
+    result = invoke("render", "--check", "--matrix", MATRIX, "-o", DOCKERFILES)
+    assert result.exit_code == 0, result.output
+
+
+# --------------------------------------------------------------------------------------------------
+# list.
+
+
+def test_list_table(invoke) -> None:
+    result = invoke("list", "--matrix", FIXED)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["BACKEND", "DEVICE", "CONTAINERIZABLE", "BASE_IMAGE", "TORCH", "PLUGIN"]
+    assert [ln.split()[0] for ln in lines[1:]] == ALL
+    mps = next(ln for ln in lines if ln.startswith("mps "))
+    assert "False" in mps
+    rocm = next(ln for ln in lines if ln.startswith("rocm "))
+    assert "(base image)" in rocm
+
+
+def test_list_json(invoke) -> None:
+    result = invoke("list", "--json", "--matrix", FIXED)
+    assert result.exit_code == 0
+    rows = json.loads(result.stdout)
+    assert [row["backend"] for row in rows] == ALL
+    by_name = {row["backend"]: row for row in rows}
+    assert by_name["mps"]["containerizable"] is False
+    assert by_name["cpu"] == {
+        "backend": "cpu", "device": "cpu", "description": "CPU", "containerizable": True,
+        "base_image": "debian:bookworm-slim", "torch": "2.15.0", "plugin": "-"}
+    assert by_name["npu"]["plugin"] == "torch-npu==2.14.0"
+    assert by_name["rocm"]["device"] == "cuda"
+
+
+# --------------------------------------------------------------------------------------------------
+# show.
+
+
+def test_show_rocm_prints_the_device_flags(invoke) -> None:
+    result = invoke("show", "rocm", "--matrix", FIXED)
+    assert result.exit_code == 0
+    out = result.stdout
+    for flag in ("--device /dev/kfd", "--device /dev/dri", "--group-add video"):
+        assert flag in out
+    assert "docker run --rm --device /dev/kfd --device /dev/dri --group-add video" in out
+    assert "rocm/pytorch:" in out
+
+
+def test_show_rocm_json(invoke) -> None:
+    result = invoke("show", "rocm", "--json", "--matrix", FIXED)
+    assert result.exit_code == 0
+    detail = json.loads(result.stdout)
+    flags = detail["docker_run_flags"]
+    for pair in (["--device", "/dev/kfd"], ["--device", "/dev/dri"], ["--group-add", "video"]):
+        assert any(flags[i:i + 2] == pair for i in range(len(flags) - 1)), pair
+    assert detail["torch"] == {"version": "2.14.0", "source": "base", "index_url": None}
+    assert detail["tags"][0] == "ghcr.io/envbuild/envbuild:rocm"
+    assert detail["docker_run"].startswith("docker run --rm --device /dev/kfd")
+
+
+def test_show_cuda_uses_gpus_all(invoke) -> None:
+    detail = json.loads(invoke("show", "cuda", "--json", "--matrix", FIXED).stdout)
+    assert detail["docker_run_flags"] == ["--gpus=all"]
+
+
+def test_show_mps_says_it_is_not_containerizable(invoke) -> None:
+    result = invoke("show", "mps", "--matrix", FIXED)
+    assert result.exit_code == 0
+    assert "not containerizable" in result.stdout and "Metal" in result.stdout
+    detail = json.loads(invoke("show", "mps", "--json", "--matrix", FIXED).stdout)
+    assert detail["containerizable"] is False and "tags" not in detail and "Metal" in detail["reason"]
+
+
+def test_show_unknown_backend(invoke) -> None:
+    result = invoke("show", "nope", "--matrix", FIXED)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"Error: unknown backend 'nope'; valid backends: {', '.join(ALL)}"
+
+
+# --------------------------------------------------------------------------------------------------
+# --set.
+
+
+def test_set_applies_to_show(invoke) -> None:
+    result = invoke("show", "cpu", "--json", "--matrix", FIXED, "--set", "backends.cpu.torch.version=2.13.0")
+    assert result.exit_code == 0, result.output
+    detail = json.loads(result.stdout)
+    assert detail["torch"]["version"] == "2.13.0"
+    assert "2.13.0" in detail["tags"][1]
+
+
+def test_set_applies_to_list(invoke) -> None:
+    rows = json.loads(invoke("list", "--json", "--matrix", FIXED, "--set", "backends.cpu.torch.version=2.13.0").stdout)
+    assert rows[0]["torch"] == "2.13.0"
+
+
+def test_set_several(invoke) -> None:
+    result = invoke("show", "npu", "--json", "--matrix", FIXED, "--set", "backends.npu.torch.version=2.13.0",
+                    "--set", "backends.npu.plugin.version=2.13.0")
+    assert result.exit_code == 0, result.output
+    detail = json.loads(result.stdout)
+    assert (detail["torch"]["version"], detail["plugin"]["version"]) == ("2.13.0", "2.13.0")
+
+
+def test_set_invalid_version(invoke) -> None:
+    result = invoke("validate", "--matrix", FIXED, "--set", "backends.cpu.torch.version=abc")
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("Error: --set backends.cpu.torch.version=abc: backends.cpu.torch.version:")
+    assert "'abc' is not a valid version" in line
+
+
+def test_set_that_breaks_a_pairing_rule(invoke) -> None:
+    result = invoke("validate", "--matrix", FIXED, "--set", "backends.npu.torch.version=2.13.0")
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert "backends.npu.plugin.version" in line and "rule same-release" in line
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [("backends.cpu.torch", "expected DOTTED.PATH=VALUE"),
+     ("backends.cpu.torch.verison=2.13.0", "unknown key 'verison' in backends.cpu.torch (did you mean 'version'?)"),
+     # A typo in an intermediate part of the path creates a new section: still the --set's fault.
+     ("backends.cpu.torhc.version=2.13.0", "unknown key 'torhc' in backends.cpu (did you mean 'torch'?)"),
+     ("backends.cpuu.torch.version=2.13.0", "backends.cpuu"),
+     ('backends.cpu.description="x\\ny"', "newline"),
+     ('image.vendor=a"b', "without quotes")],
+    ids=["no-equals", "typo-leaf", "typo-intermediate", "typo-backend", "newline", "quote"],
+)
+def test_set_errors(override: str, fragment: str, invoke) -> None:
+    result = invoke("validate", "--matrix", FIXED, "--set", override)
+    assert result.exit_code == 2
+    assert fragment in result.stderr
+    # Every message blames the --set, not a line of the file the override never touched.
+    for line in result.stderr.splitlines():
+        assert line.startswith(f"Error: --set {override}: "), result.stderr
+
+
+def test_matrix_is_a_folder(invoke, tmp_path: Path) -> None:
+    result = invoke("validate", "--matrix", tmp_path)
+    assert result.exit_code == 2
+    assert "is a directory" in result.stderr
+
+
+def test_relative_matrix_path_in_messages(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copyfile(FIXED, tmp_path / "m.yaml")
+    text = (tmp_path / "m.yaml").read_text().replace("  cpu:\n    description: CPU\n", "  cpu:\n    descripton: CPU\n    description: CPU\n", 1)
+    (tmp_path / "m.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("validate", "--matrix", "m.yaml")
+    assert result.exit_code == 2
+    line = text[: text.index("descripton")].count("\n") + 1
+    assert result.stderr.strip() == f"Error: m.yaml:{line}: unknown key 'descripton' in backends.cpu (did you mean 'description'?)"
+    # The library reports the same.
+    with pytest.raises(MatrixError) as info:
+        matrix.load("m.yaml")
+    assert str(info.value) == f"m.yaml:{line}: unknown key 'descripton' in backends.cpu (did you mean 'description'?)"

@@ -1,0 +1,116 @@
+"""The one Docker boundary: where the engine is, how an unreachable one reads (in the words of real docker
+clients, 20.10 to 28.x), and the matrix's run flags as SDK options."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+
+import pytest
+from support.constants import MATRIX as MATRIX_PATH
+
+from envbuild import engine
+from envbuild.errors import DockerError
+from envbuild.matrix import RunSpec, load
+
+MATRIX = load(MATRIX_PATH)
+
+# What docker clients print when no engine answers, as they print it.
+RECORDED = [
+    "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",  # 20.10 to 28.2
+    "failed to dial gRPC: cannot connect to the Docker daemon. Is 'docker daemon' running on this host?: dial unix "
+    "/var/run/docker.sock: connect: no such file or directory",  # 20.10's `DOCKER_BUILDKIT=1 docker build`
+    "failed to connect to the docker API at unix:///var/run/docker.sock; check if the path is correct and if the "
+    "daemon is running: dial unix /var/run/docker.sock: connect: no such file or directory",  # 28.3 and later
+    "error during connect: Get \"http://%2F%2F.%2Fpipe%2Fdocker_engine/v1.24/version\": open //./pipe/docker_engine: "
+    "The system cannot find the file specified.",  # a remote or Windows engine
+    "permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock: Get "
+    "\"http://%2Fvar%2Frun%2Fdocker.sock/v1.45/version\": dial unix /var/run/docker.sock: connect: permission denied",
+    "Error while fetching server API version: ('Connection aborted.', FileNotFoundError(2, 'No such file or directory'))",
+]
+NOT_THE_DAEMON = [
+    "cp: cannot stat 'x': No such file or directory",
+    "#7 ERROR: process \"/bin/sh -c pip install torch\" did not complete successfully: exit code: 1",
+    "ERROR: failed to solve: connection refused by the package index",
+]
+
+
+@pytest.mark.parametrize("text", RECORDED)
+def test_unreachable_wording_of_every_client(text):
+    assert engine.unreachable(text)
+
+
+@pytest.mark.parametrize("text", NOT_THE_DAEMON)
+def test_a_failed_build_step_is_not_an_unreachable_engine(text):
+    assert not engine.unreachable(text)
+
+
+def _clients() -> list[str]:
+    found = []
+    for exe in ("/usr/bin/docker", "/usr/local/bin/docker", shutil.which("docker")):
+        if exe and exe not in found and shutil.which(exe):
+            found.append(exe)
+    return found
+
+
+def test_real_clients_say_it_in_words_we_recognise(tmp_path):
+    """Every docker client on this machine (CI installs Debian's 20.10 beside whatever is there), asked for
+    the daemon's version and for a build against a socket nobody listens on."""
+    clients = _clients()
+    assert clients, "no docker client on this machine (scripts/test installs docker.io)"
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/absent.sock", "DOCKER_BUILDKIT": "1", "HOME": str(tmp_path)}
+    for exe in clients:
+        proc = subprocess.run([exe, "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, env=env, timeout=60)
+        assert proc.returncode != 0 and engine.unreachable(proc.stderr), (exe, proc.stderr)
+        built = subprocess.run([exe, "build", "-q", str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
+        said = built.stdout + built.stderr
+        assert built.returncode != 0
+        if "buildx component is missing" not in said:  # a new client without buildx says that first
+            assert engine.unreachable(said), (exe, said)
+
+
+def test_the_sdk_s_words_too(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/absent.sock")
+    with pytest.raises(DockerError, match="no daemon socket there.*apt-get install docker.io"):
+        engine.Engine().ping()
+
+
+def test_permission_denied_says_how_to_get_it():
+    err = engine.unreachable_error(next(t for t in RECORDED if "permission" in t), "unix:///var/run/docker.sock")
+    assert "usermod -aG docker" in str(err) and err.reason == "permission denied"
+
+
+def test_where_the_engine_is(tmp_path):
+    assert engine.host({}) == engine.DEFAULT_HOST
+    assert engine.host({"DOCKER_HOST": "tcp://10.0.0.1:2376"}) == "tcp://10.0.0.1:2376"
+    # a Docker context, as `docker context use` leaves it
+    meta = tmp_path / "contexts" / "meta" / hashlib.sha256(b"remote").hexdigest()
+    meta.mkdir(parents=True)
+    (meta / "meta.json").write_text(json.dumps({"Name": "remote", "Endpoints": {"docker": {"Host": "ssh://me@box"}}}))
+    (tmp_path / "config.json").write_text(json.dumps({"currentContext": "remote"}))
+    assert engine.host({"DOCKER_CONFIG": str(tmp_path)}) == "ssh://me@box"
+    assert engine.host({"DOCKER_CONFIG": str(tmp_path), "DOCKER_CONTEXT": "default"}) == engine.DEFAULT_HOST
+    assert engine.host({"DOCKER_CONFIG": str(tmp_path), "DOCKER_HOST": "unix:///x.sock"}) == "unix:///x.sock"
+
+
+def test_run_options_translate_the_matrix_flags():
+    kw = engine.run_options(MATRIX.backend("rocm").run)
+    assert kw["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert kw["group_add"] == ["video"] and kw["ipc_mode"] == "host" and kw["shm_size"] == "8g"
+    assert kw["security_opt"] == ["seccomp=unconfined"] and kw["cap_add"] == ["SYS_PTRACE"]
+    cuda = engine.run_options(MATRIX.backend("cuda").run)
+    (req,) = cuda["device_requests"]
+    assert req["Count"] == -1 and req["Capabilities"] == [["gpu"]]
+    hpu = engine.run_options(MATRIX.backend("hpu").run)
+    assert hpu["runtime"] == "habana" and hpu["environment"]["HABANA_VISIBLE_DEVICES"] == "all"
+    assert engine.run_options(RunSpec()) == {}
+
+
+def test_only_the_engine_module_imports_the_docker_sdk():
+    from envbuild.paths import PACKAGE
+
+    users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                   if "import docker" in p.read_text() or "from docker" in p.read_text())
+    assert users == ["engine.py"]

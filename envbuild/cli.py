@@ -5,6 +5,7 @@ Heavy modules (docker, jinja2) are imported inside the commands that need them, 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -47,6 +48,45 @@ def _matrix_options(f):
     f = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help=SET_HELP)(f)
     f = click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help=MATRIX_HELP)(f)
     return f
+
+
+class _Inputs:
+    """What build and lock read besides the matrix: base mirrors, wheels, secrets, the network, the locks."""
+
+    def __init__(self, mirrors, wheelhouse, ca_bundle, no_ca_bundle, netrc, network, locks_dir):
+        self.values = dict(mirrors=mirrors, wheelhouse=wheelhouse, netrc=netrc, network=network, locks_dir=locks_dir)
+        self.ca_bundle, self.no_ca_bundle = ca_bundle, no_ca_bundle
+
+    def options(self, **more: Any):
+        from .build import BuildOptions, default_ca_bundle
+        from .errors import BuildError
+
+        ca = None if self.no_ca_bundle else (self.ca_bundle or default_ca_bundle())
+        if ca and not ca.is_file():
+            raise BuildError(f"CA bundle {ca} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
+        return BuildOptions(ca_bundle=ca, **self.values, **more)
+
+
+def _input_options(f):
+    options = [
+        click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable)."),
+        click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path), help="A folder of wheels pip may use besides the indexes."),
+        click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
+        click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle."),
+        click.option("--netrc", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="A netrc file with package index credentials, passed as a BuildKit secret."),
+        click.option("--network", metavar="MODE", help="The network of the build's RUN steps, e.g. host (an index on this machine's loopback)."),
+        click.option("--locks", "locks_dir", default="locks", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Where the locks are (BACKEND.txt)."),
+    ]
+
+    @functools.wraps(f)  # with the options already on f
+    def wrapper(**kw):
+        names = ("mirrors", "wheelhouse", "ca_bundle", "no_ca_bundle", "netrc", "network", "locks_dir")
+        kw["inputs"] = _Inputs(*(kw.pop(n) for n in names))
+        return f(**kw)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
 
 
 def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
@@ -180,11 +220,8 @@ def _write_output(path: str, text: str) -> None:
 @cli.command()
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to build, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
 @_matrix_options
-@click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable).")
-@click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path), help="A folder of wheels pip may use besides the indexes.")
-@click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT].")
-@click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle.")
-@click.option("--netrc", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="A netrc file with package index credentials, passed as a BuildKit secret.")
+@_input_options
+@click.option("--locked", is_flag=True, help="Build only from a current lock: refuse, naming the command to run, when locks/BACKEND.txt is missing or stale (CI and publish use it).")
 @click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="Passed to the build (repeatable).")
 @click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
@@ -196,10 +233,12 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1), help="Build this many backends at once (one live status line each on a terminal).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the build results as JSON to this file.")
 @click.option("--verbose", "-v", is_flag=True, help="Show the builder's full output.")
-def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_ca_bundle, netrc, build_args, tags, labels,
+def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, labels,
           no_cache, platform, builder, cache_from, cache_to, jobs, json_path, verbose) -> None:
     """Build the image of one backend (or all) with BuildKit on the local Docker engine.
 
+    The image installs exactly its lock (locks/BACKEND.txt, hash-checked, nothing resolved). A missing or
+    stale lock is resolved first and written (the output says so), like cargo; --locked refuses instead.
     The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
     build succeeded: a failed build never moves an existing tag. The full log is kept under
     .envbuild/logs/ and its path is printed on failure. With several backends the build goes on past a
@@ -224,23 +263,8 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
     chosen = _choose(m, backends)
     if tags and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
-    ca = None if no_ca_bundle else (ca_bundle or b.default_ca_bundle())
-    opts = b.BuildOptions(
-        wheelhouse=wheelhouse,
-        ca_bundle=ca,
-        netrc=netrc,
-        tags=tags,
-        build_args=build_args,
-        labels=labels,
-        mirrors=mirrors,
-        no_cache=no_cache,
-        platform=platform,
-        builder=builder,
-        cache_from=cache_from,
-        cache_to=cache_to,
-    )
-    if opts.ca_bundle and not opts.ca_bundle.is_file():
-        raise b.BuildError(f"CA bundle {opts.ca_bundle} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
+    opts = inputs.options(tags=tags, build_args=build_args, labels=labels, no_cache=no_cache, platform=platform,
+                          builder=builder, cache_from=cache_from, cache_to=cache_to)
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     engine = Engine()
     if jobs > 1 and len(chosen) > 1:
@@ -249,10 +273,61 @@ def build(backends, matrix_path, overrides, mirrors, wheelhouse, ca_bundle, no_c
         # -v wants every line of every builder: then no live board, only prefixed lines
         live = False if verbose else None
         with StatusBoard([x.name for x in chosen], stream=click.get_text_stream("stderr"), live=live) as board:
-            built = b.build_many(m, chosen, opts, engine, jobs=jobs, echo=echo, verbose=verbose, board=board)
+            built = b.build_many(m, chosen, opts, engine, jobs=jobs, echo=echo, verbose=verbose, locked=locked, board=board)
     else:
-        built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose)
+        built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
     _report_builds(built, json_path, platform)
+
+
+@cli.command("lock")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to lock, or 'all' (repeatable) [default: all; with --check, the locks there are].")
+@_matrix_options
+@_input_options
+@click.option("--upgrade", is_flag=True, help="Resolve afresh: take the newest releases the pins allow, keeping nothing of the old lock.")
+@click.option("--upgrade-package", "upgrade_packages", multiple=True, metavar="NAME", help="Let this distribution move to its newest fitting release; everything else keeps its locked version where it fits (repeatable).")
+@click.option("--check", is_flag=True, help="Write nothing, resolve nothing: exit 1 naming each stale lock (and each missing one named with --backend).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--verbose", "-v", is_flag=True, help="Show the resolver's full output.")
+def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, as_json, verbose) -> None:
+    """Write locks/BACKEND.txt: every distribution the image adds on top of its base, pinned and hashed.
+
+    The lock is resolved in the backend's own base on the engine that builds (pip in that environment,
+    so a vendor's torch and plugin are kept, never replaced), with the same --mirror, --wheelhouse,
+    --ca-bundle and --netrc as build. Its header records what it was resolved from; an unchanged lock is
+    not resolved again. Same inputs, same bytes. Builds install it with hash checking.
+
+    \b
+    Examples:
+      envbuild lock --backend cpu
+      envbuild lock --backend cpu --upgrade-package huggingface-hub
+      envbuild lock --check            # CI: are the locks this repository carries current?
+    """
+    from . import lock as locks
+    from .engine import Engine
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends) if backends else m.containerizable()
+    opts = inputs.options()
+    if check:
+        if upgrade or upgrade_packages:
+            raise click.UsageError("--check writes nothing: it takes no --upgrade or --upgrade-package")
+        results = locks.check(m, chosen, opts, Engine(), require=bool(backends))
+    else:
+        echo = lambda line: click.echo(line, err=True)  # noqa: E731
+        lock_opts = locks.LockOptions(upgrade=upgrade, upgrade_packages=upgrade_packages)
+        results = locks.lock(m, chosen, opts, lock_opts, Engine(), echo=echo, verbose=verbose)
+    if as_json:
+        _emit_json([r.to_json() for r in results])
+    else:
+        for r in results:
+            why = f": {'; '.join(r.why)}" if r.why and r.status != "up to date" else ""
+            count = f" ({r.count} distributions)" if r.count else ""
+            click.echo(f"{r.backend}: {r.path} {r.status}{count}{why}")
+        if check and not results:
+            click.echo(f"no locks to check in {opts.locks_dir}/")
+    if check and any(r.status in ("stale", "missing") for r in results):
+        click.secho(f"{sum(r.status in ('stale', 'missing') for r in results)} lock(s) out of date: run `envbuild lock`.", fg="red", err=True)
+        sys.exit(1)
 
 
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
@@ -542,6 +617,30 @@ def pull(backends, registry, tag, manifest, as_json, matrix_path, overrides) -> 
         click.echo(f"smoke-test it:       envbuild smoke --backend {r.backend}")
     if as_json:
         _emit_json([r.to_json() for r in results])
+
+
+@cli.command("sbom")
+@click.option("--backend", "-b", required=True, metavar="NAME", help="The backend whose image to describe.")
+@click.option("--image", help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the SBOM to this file [default: standard output].")
+@_matrix_options
+def sbom_(backend, image, output, matrix_path, overrides) -> None:
+    """The image's software bill of materials, as CycloneDX 1.6 JSON.
+
+    Read from the image without running it: every Python distribution installed in it with its version
+    (those it locked with their sha256, and those of its base), its labels and its base image. `publish`
+    writes one beside the manifest. Read one with `jq '.components[] | [.name, .version] | @tsv'`.
+    """
+    from .engine import Engine
+    from .sbom import sbom
+
+    m = _load(matrix_path, overrides)
+    b = m.select([backend])[0]
+    text = sbom(Engine(), image or m.tags(b)[0])
+    if output:
+        _write_output(output, text)
+    else:
+        click.echo(text, nl=False)
 
 
 @cli.command("matrix")

@@ -13,6 +13,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
@@ -117,6 +118,7 @@ class Image:
     architecture: str
     repo_digests: tuple[str, ...]
     size: int
+    created: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,15 @@ class Exited:
     stdout: bytes
     stderr: bytes
     timed_out: bool
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    """Docker's '2026-12-01T15:00:10.123456789Z' (nanoseconds) as a datetime."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)?$", text or "")
+    if not m:
+        return None
+    zone = "+00:00" if m.group(3) in (None, "Z") else m.group(3)
+    return datetime.fromisoformat(m.group(1) + (m.group(2) or "")[:7] + zone)
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -247,7 +258,8 @@ class Engine:
             return None
         config = attrs.get("Config") or {}
         return Image(attrs["Id"], dict(config.get("Labels") or {}), attrs.get("Os") or "linux",
-                     attrs.get("Architecture") or "unknown", tuple(attrs.get("RepoDigests") or ()), int(attrs.get("Size") or 0))
+                     attrs.get("Architecture") or "unknown", tuple(attrs.get("RepoDigests") or ()), int(attrs.get("Size") or 0),
+                     _timestamp(attrs.get("Created")))
 
     def image_id(self, ref: str) -> str | None:
         image = self.image(ref)
@@ -291,6 +303,28 @@ class Engine:
 
     def _logs(self, container: Any, stdout: bool = False, stderr: bool = False) -> bytes:
         return self._call("cannot read the container's output", lambda: container.logs(stdout=stdout, stderr=stderr))
+
+    def read_file(self, image: str, path: str, limit: int = 64 << 20) -> bytes | None:
+        """One regular file of an image, read without running it (a container is created, never started, and
+        removed); None when the image has no such file."""
+        import io
+        import tarfile
+
+        container = self._call(f"cannot read {path} from {image}", lambda: self.client.api.create_container(image, command=["true"]))
+        try:
+            got = self._call(f"cannot read {path} from {image}", lambda: self.client.api.get_archive(container["Id"], path),
+                             missing_ok=True)
+            if got is None:
+                return None
+            stream, stat = got
+            if int(stat.get("size") or 0) > limit:
+                raise DockerError(f"{path} in {image} is larger than {limit >> 20} MiB")
+            data = b"".join(stream)
+        finally:
+            self.remove_container(container["Id"])
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = next((m for m in tar.getmembers() if m.isfile()), None)
+            return tar.extractfile(member).read() if member else None
 
     def containers(self, label: str) -> list[str]:
         """Names of the containers (running or not) that carry this label."""

@@ -92,3 +92,15 @@ class EnvError(EnvbuildError):
 
 class NativeEnvRefused(InvalidInput):
     """This backend has no native environment on this host (or at all)."""
+
+
+class LockError(EnvbuildError):
+    """A lock could not be resolved, read or used; `log` is the resolver's full output, when it ran."""
+
+    def __init__(self, message: str, log: object = None):
+        super().__init__(message)
+        self.log = log
+
+
+class StaleLock(LockError):
+    """`--locked` (or `lock --check`) found a lock missing or not made from the current inputs."""

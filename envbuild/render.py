@@ -66,6 +66,11 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
     # externally managed (PEP 668), and installing into it is the point.
     python_flag = f"--python {python}"
     torch_layers = backend.torch.source == "pip" or bool(backend.plugin and backend.plugin.source == "pip")
+    # Every index the lock may take a package from, torch's first; locked installs take exactly the hashed
+    # files, so the best match among them is safe.
+    indexes = list(dict.fromkeys(u for u in (matrix.index.url, *matrix.index.extra_urls, backend.torch.index_url,
+                                             backend.plugin.index_url if backend.plugin else None) if u))
+    index_args = " ".join([f'--index-url "{indexes[0]}"', *(f'--extra-index-url "{u}"' for u in indexes[1:])])
     text = _env.get_template("Dockerfile.j2").render(
         b=backend,
         image=matrix.image,
@@ -81,6 +86,10 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         pip=f"{VENV}/bin/pip" if own_venv else f"{backend.python.executable} -m pip",
         uv=matrix.uv,
         torch_stage="torch" if torch_layers else "base",
+        indexes=index_args,
+        locked=f"--require-hashes --no-deps --index-strategy unsafe-best-match {index_args} --find-links /run/wheelhouse",
+        keep_base=backend.torch.source == "base" or bool(backend.plugin and backend.plugin.source == "base"),
+        extras=matrix.packages_for(backend),
         constraints=CONSTRAINTS,
         # The probe's advice when the device is not visible: the flags the matrix says expose it.
         run_flags=" ".join(backend.run.docker_args()),

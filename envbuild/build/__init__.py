@@ -9,7 +9,7 @@ never stored in a layer.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import sys
 import tempfile
 import time
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import BuildError
+from ..errors import BuildError, LockError, StaleLock
 from . import builder, records
 from .plan import BuildOptions, BuildPlan, default_ca_bundle, make_plan, write_context
 
@@ -58,12 +58,22 @@ def _stderr(line: str) -> None:
 
 
 def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, *,
-          echo: Callable[[str], None] = _stderr, verbose: bool = False,
+          echo: Callable[[str], None] = _stderr, verbose: bool = False, locked: bool = False,
           status: Callable[[str], None] | None = None) -> BuildResult:
-    """Build one backend's image and tag it; the old tags stay put when anything fails."""
+    """Build one backend's image from its lock and tag it; the old tags stay put when anything fails.
+    A missing or stale lock is resolved and written first (said so), or refused with `locked`."""
+    from .. import lock as locks
+
     start = time.monotonic()
     with records.locked(opts.context_dir, backend.name):
         plan = make_plan(matrix, backend, opts, engine)
+        try:
+            lockfile = locks.ensure(matrix, backend, plan, opts, engine, locked=locked, echo=echo, verbose=verbose)
+        except StaleLock:
+            raise
+        except LockError as exc:  # the image could not be resolved: a failed build, with the resolver's log
+            return BuildResult(backend.name, False, [], seconds=time.monotonic() - start, log=exc.log, error=str(exc))
+        plan = dataclasses.replace(plan, lock=lockfile.text().encode("utf-8"))
         unchanged = records.answer(plan, engine)
         if unchanged:
             return BuildResult(backend.name, True, list(plan.tags), unchanged, time.monotonic() - start, up_to_date=True)
@@ -76,8 +86,7 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
         with tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
             iidfile = Path(tmp) / "iid"
             argv = [*plan.argv[:-1], "--iidfile", str(iidfile), plan.argv[-1]]
-            env = {**os.environ, **dict(builder.find_builder().env)}
-            error = builder.run(argv, env, log, builder.Progress(backend.name, echo, verbose, status))
+            error = builder.run(argv, builder.environment(), log, builder.Progress(backend.name, echo, verbose, status))
             image_id = iidfile.read_text().strip() if error is None and iidfile.exists() else None
         result = BuildResult(backend.name, False, list(plan.tags), seconds=time.monotonic() - start, log=log)
         if image_id is None:
@@ -89,7 +98,7 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
 
 
 def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: Engine, *, jobs: int = 1,
-               echo: Callable[[str], None] = _stderr, verbose: bool = False,
+               echo: Callable[[str], None] = _stderr, verbose: bool = False, locked: bool = False,
                board: StatusBoard | None = None) -> list[BuildResult]:
     """Build several backends, `jobs` at a time (threads, one builder process each); results in input order.
 
@@ -104,9 +113,9 @@ def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engi
         if board:
             board.start(name)
         try:
-            result = build(matrix, backend, opts, engine, echo=say, verbose=verbose,
+            result = build(matrix, backend, opts, engine, echo=say, verbose=verbose, locked=locked,
                            status=(lambda text: board.step(name, text)) if board else None)
-        except BuildError as exc:
+        except (BuildError, LockError) as exc:
             if len(backends) == 1:
                 raise
             result = BuildResult(backend=name, ok=False, tags=[], error=str(exc))

@@ -8,6 +8,7 @@ from .model import (
     Backend,
     Detect,
     Image,
+    Index,
     Matrix,
     Plugin,
     Python,
@@ -17,6 +18,6 @@ from .model import (
 )
 
 __all__ = [
-    "DEFAULT_MATRIX", "PACKAGED_MATRIX", "default_path", "load", "loads", "Backend", "Detect", "Image", "Matrix",
+    "DEFAULT_MATRIX", "PACKAGED_MATRIX", "default_path", "load", "loads", "Backend", "Detect", "Image", "Index", "Matrix",
     "Plugin", "Python", "RunSpec", "Torch", "not_containerizable_message",
 ]

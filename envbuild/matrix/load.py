@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from ..errors import MatrixError, Problem
 from ..paths import DEFAULT_MATRIX
-from .model import Backend, Detect, Image, Matrix, Plugin, Python, RunSpec, Torch
+from .model import Backend, Detect, Image, Index, Matrix, Plugin, Python, RunSpec, Torch
 from .schema import BACKEND, TOP, Field, check_str, type_message
 
 # --------------------------------------------------------------------------------------------------
@@ -302,6 +302,8 @@ def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
         accelerate=top["accelerate"]["version"],
         uv=top["uv"]["version"],
         backends=tuple(backends),
+        packages=tuple(top["packages"] or ()),
+        index=Index(**(top.get("index") or {"url": "https://pypi.org/simple", "extra_urls": ()})),
     )
 
 
@@ -327,6 +329,7 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
         run=RunSpec(**{**run, "env": tuple(sorted((run.get("env") or {}).items()))}) if run else RunSpec(),
         detect=Detect(**det) if det else Detect(),
         runs_on=tuple((b.get("ci") or {}).get("runs_on") or ()),
+        packages=tuple(b.get("packages") or ()),
     )
 
 

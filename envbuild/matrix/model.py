@@ -107,6 +107,7 @@ class Backend:
     run: RunSpec
     detect: Detect
     runs_on: tuple[str, ...]
+    packages: tuple[str, ...] = ()  # this backend's extras (PEP 508)
 
     @property
     def pins(self) -> dict[str, str]:
@@ -115,6 +116,14 @@ class Backend:
         if self.plugin:
             pins[self.plugin.package] = self.plugin.version
         return pins
+
+
+@dataclass(frozen=True)
+class Index:
+    """Where every package but torch and the plugin comes from."""
+
+    url: str = "https://pypi.org/simple"
+    extra_urls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,8 @@ class Matrix:
     accelerate: str
     uv: str  # the build-time installer, bind-mounted into install steps
     backends: tuple[Backend, ...] = field(default=())
+    packages: tuple[str, ...] = ()  # extras every image carries (PEP 508)
+    index: Index = field(default_factory=Index)
 
     @property
     def names(self) -> list[str]:
@@ -158,6 +169,10 @@ class Matrix:
                 if not b.containerizable:
                     raise NotContainerizableError(not_containerizable_message(b))
         return chosen
+
+    def packages_for(self, backend: Backend) -> tuple[str, ...]:
+        """The extras an image of this backend carries: everyone's, then its own."""
+        return (*self.packages, *backend.packages)
 
     def tags(self, backend: Backend) -> list[str]:
         """Default image tags: a moving one and a fully pinned one."""

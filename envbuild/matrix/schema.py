@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -99,6 +100,24 @@ def _check_specifier(value: Any) -> tuple[Any, str | None]:
     except InvalidSpecifier:
         return None, f"{value!r} is not a valid version specifier (PEP 440), e.g. \">=2.5,<2.6\""
     return value, None
+
+
+_REQUIREMENT_CHARS = re.compile(r'["\\$`\x00-\x1f\x7f]')
+
+
+def _check_requirement(value: Any) -> tuple[Any, str | None]:
+    """A PEP 508 requirement from an index (name, extras, specifier, marker): what a lock can pin and hash."""
+    if not isinstance(value, str):
+        return None, type_message(value, "a requirement string") + " (e.g. \"datasets>=4\")"
+    if _REQUIREMENT_CHARS.search(value):
+        return None, f"{value!r} contains a quote, backslash, '$', backtick or control character"
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        return None, f"{value!r} is not a PEP 508 requirement ({str(exc).splitlines()[0]})"
+    if req.url:
+        return None, f"{value!r} names a URL: a lock pins packages from an index (publish it there, or use --wheelhouse)"
+    return str(req), None
 
 
 def _check_bool(value: Any) -> tuple[Any, str | None]:
@@ -201,6 +220,8 @@ BACKEND = {
         }
     ),
     "ci": Field(section={"runs_on": _list("label", required=True)}),
+    # This backend's own extra packages (PEP 508), locked and installed in its image only.
+    "packages": Field(list_of=_check_requirement, default=()),
 }
 
 TOP = {
@@ -217,6 +238,14 @@ TOP = {
     "accelerate": Field(section=_VERSIONED, required=True),
     # The installer used inside image builds (never shipped in an image): pinned here, and only here.
     "uv": Field(section=_VERSIONED, required=True),
+    # Extra packages every image carries (PEP 508): locked with transformers and accelerate, under the torch
+    # and plugin of each backend.
+    "packages": Field(list_of=_check_requirement, default=()),
+    # Where every package but torch and the plugin comes from (the lock records them; builds install from them).
+    "index": Field(section={
+        "url": _leaf("url", default="https://pypi.org/simple"),
+        "extra_urls": _list("url"),
+    }),
     "backends": Field(required=True),  # a mapping of name -> BACKEND, checked below
 }
 

@@ -62,6 +62,24 @@ def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> 
     ]
 
 
+def _write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOptions,
+                echo: Callable[[str], None]) -> dict[str, str] | None:
+    """The image's SBOM beside the manifest; what the manifest records of it (its file and sha256)."""
+    import hashlib
+
+    from ..files import write_atomic
+    from ..sbom import sbom
+
+    try:
+        text = sbom(engine, image_id)
+    except EnvbuildError as exc:
+        echo(f"[{backend.name}] note: no SBOM: {exc}")
+        return None
+    name = f"envbuild-sbom-{backend.name}.cdx.json"
+    write_atomic(opts.manifest.parent / name, text)
+    return {"file": name, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+
+
 def publish(m: Matrix, backends: list[Backend], opts: PublishOptions, engine: Engine, *,
             echo: Callable[[str], None] = lambda s: None, environ: Mapping[str, str] | None = None) -> list[Published]:
     """Push each backend's tags and record each that fully landed. One backend: errors raise; several:
@@ -165,6 +183,7 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
         "smoke": smoke,
         "forced": bool(problems or (smoke and not smoke["ok"])) or None,
     }
+    entry["sbom"] = _write_sbom(engine, image.id, backend, opts, echo)
     entry = {k: v for k, v in entry.items() if v is not None or k in ("git_revision", "smoke")}
     manifest.record(opts.manifest, entry)
     return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry)

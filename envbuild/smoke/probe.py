@@ -33,7 +33,7 @@ PROBE_FORMAT = 1
 PROMPT = "Hello from the envbuild probe"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "vocab.txt", "vocab.json", "spiece.model")
-ENV_DEFAULTS = ("BACKEND", "DEVICE", "PLUGIN_IMPORT", "AVAILABILITY", "RUN_FLAGS", "EXPECT")
+ENV_DEFAULTS = ("BACKEND", "DEVICE", "PLUGIN_IMPORT", "AVAILABILITY", "RUN_FLAGS", "EXPECT", "LOCK")
 
 
 class CheckFailed(Exception):
@@ -144,11 +144,23 @@ def check_device(torch: Any, backend: str, device: str, availability: str, run_f
     return f"{count} x {name or device}", {"name": name, "count": count}
 
 
-def check_versions(expect: list[tuple[str, str]]) -> str:
+def _locked(lock: str) -> list[tuple[str, str]]:
+    """The NAME==VERSION lines of the image's lock (every distribution the image added to its base)."""
+    try:
+        with open(lock, encoding="utf-8") as fh:
+            lines = [ln.strip().rstrip("\\").strip() for ln in fh]
+    except OSError as exc:
+        raise CheckFailed(f"cannot read the image's lock {lock}: {exc.strerror}") from None
+    return [tuple(ln.split("==", 1)) for ln in lines if "==" in ln and not ln.startswith(("#", "--"))]
+
+
+def check_versions(expect: list[tuple[str, str]], lock: str = "") -> str:
+    """Every pin (and, with the image's lock, every locked distribution) is installed at its version."""
+    expect = [*expect, *(_locked(lock) if lock else [])]
     if not expect:
         return "no pins to check"
     found, bad = [], []
-    for dist, want in expect:
+    for dist, want in dict.fromkeys(expect):
         have = _dist_version(dist)
         if have is None:
             bad.append(f"{dist} is not installed (expected {want})")
@@ -158,7 +170,7 @@ def check_versions(expect: list[tuple[str, str]]) -> str:
             found.append(f"{dist}={have}")
     if bad:
         raise CheckFailed("; ".join(bad))
-    return " ".join(found)
+    return " ".join(found) if len(found) <= 8 else f"{len(found)} distributions as pinned: {' '.join(found[:4])} ..."
 
 
 @dataclass
@@ -343,20 +355,20 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
     scratch = tempfile.mkdtemp(prefix="envbuild-probe-")
     try:
         if args.pins_only:
-            r.step("versions", lambda: check_versions(args.expect))
+            r.step("versions", lambda: check_versions(args.expect, args.lock))
         else:
             torch = r.step("import_torch", check_import_torch)
             if args.versions_only:
                 # At image build time no device (nor, for some plugins, driver library) exists: importing the
                 # plugin or touching the device there would fail for no fault.
-                r.step("versions", lambda: check_versions(args.expect))
+                r.step("versions", lambda: check_versions(args.expect, args.lock))
             else:
                 if torch is not None:
                     device_info["flavor"] = flavor(torch, args.backend, args.device)
                 r.step("import_plugin", lambda: check_import_plugin(args.plugin_import, args.backend), ("import_torch",))
                 device_info.update(r.step("device", lambda: check_device(
                     torch, args.backend, args.device, args.availability, args.run_flags), ("import_torch", "import_plugin")) or {})
-                r.step("versions", lambda: check_versions(args.expect))
+                r.step("versions", lambda: check_versions(args.expect, args.lock))
                 loaded = r.step("load", lambda: check_load(torch, args.model, args.device, scratch), ("device",))
                 if loaded is not None:
                     model_info.update(loaded.info)
@@ -396,6 +408,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                        "visible (default: ENVBUILD_RUN_FLAGS, from the matrix)")
     p.add_argument("--model", default="synthetic", help="synthetic, a hub id or a local directory")
     p.add_argument("--expect", nargs="+", action="extend", type=_pin, metavar="DIST=VERSION")
+    p.add_argument("--lock", help="a lock whose every distribution must be installed at its version "
+                                  "(default: ENVBUILD_LOCK, the image's own)")
     p.add_argument("--tolerance", type=float, default=1e-3)
     p.add_argument("--max-new-tokens", type=int, default=4)
     p.add_argument("--output", help="also write the JSON report to this file")
@@ -414,6 +428,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.plugin_import = env["PLUGIN_IMPORT"] if own else ""
     if args.run_flags is None:
         args.run_flags = env["RUN_FLAGS"] if own else ""
+    if args.lock is None:
+        args.lock = env["LOCK"] if own else ""
     if args.availability is None:
         args.availability = (own and env["AVAILABILITY"]) or ""
     if not args.availability and args.backend != "cpu":

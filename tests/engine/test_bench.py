@@ -15,7 +15,7 @@ import pytest
 from support.constants import MATRIX, REPO
 
 pytestmark = pytest.mark.docker
-ROWS = ["cold", "bump", "noop", "size", "smoke", "help", "render"]
+ROWS = ["lock", "cold", "bump", "noop", "size", "smoke", "help", "render"]
 
 
 def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, docker_client, tmp_path, capsys):
@@ -34,12 +34,12 @@ def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, d
     assert list(rows) == ROWS
     for key, row in rows.items():
         assert isinstance(row["value"], (int, float)) and row["value"] > 0, row
-        if key != "cold":
+        if key not in ("cold", "lock"):
             assert isinstance(row["ratio"], (int, float)) and row["ratio"] > 0, row
     assert rows["bump"]["baseline"] == rows["cold"]["value"]
     assert rows["size"]["detail"]["packages"] > 0 and rows["size"]["detail"]["base"] > 0
     assert "import_torch" in rows["smoke"]["detail"]["where"]
-    for line in ("cold build", "transformers-only bump", "nothing changed", "image size", "smoke", "--help", "render"):
+    for line in ("envbuild lock", "cold build", "transformers-only bump", "nothing changed", "image size", "smoke", "--help", "render"):
         assert line in proc.stdout
     # It cleans up after itself: its images and the cache mounts of its cold build.
     assert not docker_client.images.list(name="envbuild-bench/envbuild")

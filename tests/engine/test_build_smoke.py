@@ -141,6 +141,7 @@ def test_ca_bundle_is_in_no_layer_and_not_in_history(cpu_image, docker_client, t
 
 
 def test_failed_build_keeps_the_old_tag(cpu_image, docker_client, wheelhouse, ca_bundle, tmp_path):
+    cpu_image.copy_locks(tmp_path)
     keep = "envbuild-test/keep:cpu"
     docker_client.images.get(cpu_image.tag).tag("envbuild-test/keep", "cpu")
     proc = envbuild(
@@ -157,6 +158,7 @@ def test_failed_build_keeps_the_old_tag(cpu_image, docker_client, wheelhouse, ca
 
 
 def test_unchanged_rebuild_is_cached_then_up_to_date(cpu_image, wheelhouse, ca_bundle, tmp_path, docker_client):
+    cpu_image.copy_locks(tmp_path)
     def again(name: str) -> subprocess.CompletedProcess:
         proc = envbuild(
             "build", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides,
@@ -183,6 +185,7 @@ def test_unchanged_rebuild_is_cached_then_up_to_date(cpu_image, wheelhouse, ca_b
 
 def test_a_pass_through_build_arg_that_changes_runs_the_builder_again(cpu_image, wheelhouse, ca_bundle, tmp_path):
     """`--build-arg NAME` takes its value from the environment: another value is another build, never "up to date"."""
+    cpu_image.copy_locks(tmp_path)
     def again(value: str) -> subprocess.CompletedProcess:
         proc = subprocess.run(
             ["envbuild", "build", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--wheelhouse", str(wheelhouse),
@@ -212,6 +215,7 @@ def test_mirror_rewrites_the_base_registry(cpu_image, registry, wheelhouse, ca_b
 
 def test_several_backends_go_on_past_a_failure(cpu_image, wheelhouse, ca_bundle, tmp_path):
     """cuda's base cannot be pulled here; the cpu build still runs and the summary says which failed."""
+    cpu_image.copy_locks(tmp_path)
     proc = envbuild(
         "build", "--backend", "cuda", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides,
         "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), cwd=tmp_path,

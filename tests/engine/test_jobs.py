@@ -8,12 +8,9 @@ import subprocess
 
 import pytest
 
-from support.constants import MATRIX, TORCH
-
-from envbuild.matrix import load
+from support import testbed
 
 pytestmark = pytest.mark.docker
-PINS = load(MATRIX)  # the shared pins of the product matrix
 
 
 @pytest.fixture
@@ -29,24 +26,7 @@ def jobs_images(docker_client):
 def test_two_backends_build_at_once(cpu_image, base_image, wheelhouse, ca_bundle, tmp_path, jobs_images):
     # Two cpu-like backends on the session's base: their shared steps come from the cache (or, cold, run
     # once for both); each gets its own final stage and tags.
-    backend = f"""
-    description: CPU
-    device: cpu
-    base_image: {base_image}
-    platforms: [linux/amd64]
-    python:
-      apt: [python3, python3-venv]
-    torch:
-      version: "{TORCH}"
-      index_url: https://pypi.org/simple
-    ci:
-      runs_on: [ubuntu-latest]"""
-    (tmp_path / "matrix.yaml").write_text(
-        "image:\n  repository: envbuild-test/jobs\n  source: https://github.com/envbuild/envbuild\n"
-        f'transformers:\n  version: "{PINS.transformers}"\naccelerate:\n  version: "{PINS.accelerate}"\n'
-        f'uv:\n  version: "{PINS.uv}"\n'
-        f"backends:\n  cpu:{backend}\n  cpu-again:{backend}\n"
-    )
+    (tmp_path / "matrix.yaml").write_text(testbed.cpu_matrix(base_image, "envbuild-test/jobs", {"cpu": "", "cpu-again": ""}))
     proc = subprocess.run(
         ["envbuild", "build", "--backend", "all", "--jobs", "2", "--matrix", str(tmp_path / "matrix.yaml"),
          "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), "--json", str(tmp_path / "b.json")],

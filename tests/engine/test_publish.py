@@ -8,6 +8,7 @@ Docker login state lives in a temporary DOCKER_CONFIG: root's ~/.docker/config.j
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -127,6 +128,12 @@ def test_publish_pushes_the_matrix_tags_and_records_the_digest(published, cpu_im
     assert entry["smoke"]["ok"] is True and entry["smoke"]["passed"] == 8 and entry["smoke"]["failed"] == 0
     assert entry["digest"] in proc.stdout
     assert entry["digest"] in (published.manifest.parent / "summary.md").read_text()
+    # the image's SBOM, beside the manifest, recorded by its digest
+    sbom = published.manifest.parent / entry["sbom"]["file"]
+    assert entry["sbom"]["file"] == "envbuild-sbom-cpu.cdx.json"
+    assert hashlib.sha256(sbom.read_bytes()).hexdigest() == entry["sbom"]["sha256"]
+    components = {c["name"]: c.get("version") for c in json.loads(sbom.read_text())["components"]}
+    assert components["torch"].startswith(TORCH) and components["transformers"] == PINS.transformers
 
 
 def test_the_password_is_never_shown_or_stored(published):

@@ -274,3 +274,20 @@ def test_pins_only_reads_metadata_and_imports_nothing() -> None:
     assert doc["versions"]["torch"].startswith(torch_pin)
     rc, doc, _ = run_cli("--pins-only", "--expect", "torch=0.1")
     assert rc == 1 and [c["name"] for c in doc["checks"]] == ["versions"] and doc["checks"][0]["ok"] is False
+
+
+def test_pins_only_checks_every_locked_distribution(tmp_path: Path) -> None:
+    """An image's lock (ENVBUILD_LOCK) is checked whole: every distribution at its locked version."""
+    torch_version = importlib.metadata.version("torch")
+    numpy_version = importlib.metadata.version("numpy")
+    lock = tmp_path / "lock.txt"
+    lock.write_text(f"# envbuild lock of backend cpu: ...\n# layer: torch\ntorch=={torch_version} \\\n"
+                    f"    --hash=sha256:{'0' * 64}\n# layer: deps\nnumpy=={numpy_version} \\\n    --hash=sha256:{'1' * 64}\n")
+    rc, doc, _ = run_cli("--pins-only", env={"ENVBUILD_LOCK": str(lock)})
+    assert rc == 0 and f"numpy={numpy_version}" in doc["checks"][0]["message"]
+    lock.write_text(lock.read_text().replace(f"numpy=={numpy_version}", "numpy==0.0.1"))
+    rc, doc, _ = run_cli("--pins-only", env={"ENVBUILD_LOCK": str(lock)})
+    assert rc == 1 and f"numpy is {numpy_version}, expected 0.0.1" in doc["checks"][0]["message"]
+    rc, doc, _ = run_cli("--pins-only", env={"ENVBUILD_LOCK": str(tmp_path / "absent.txt")})
+    assert rc == 1 and "cannot read the image's lock" in doc["checks"][0]["message"]
+

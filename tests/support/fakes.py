@@ -9,11 +9,38 @@ from typing import Any, Callable, Iterator
 from envbuild.engine import EngineError, Image, split_ref
 
 
+def _item(name: str, version: str, requires: list[str] = (), digest: str = "") -> dict[str, Any]:
+    return {"metadata": {"name": name, "version": version, "requires_dist": list(requires)},
+            "download_info": {"url": f"https://files.example/{name}-{version}-py3-none-any.whl",
+                              "archive_info": {"hashes": {"sha256": digest or (name.encode().hex() * 64)[:64]}}}}
+
+
+# What `pip install --dry-run --report` says for the cpu image: torch and what it needs, transformers,
+# accelerate and what they need (a shared dependency too), in pip's shape (trimmed).
+REPORT = {
+    "version": "1", "pip_version": "23.0.1",
+    "environment": {"python_full_version": "3.11.2", "sys_platform": "linux", "platform_machine": "x86_64",
+                    "python_version": "3.11", "platform_system": "Linux", "os_name": "posix",
+                    "implementation_name": "cpython", "platform_python_implementation": "CPython"},
+    "install": [
+        _item("torch", "2.15.0+cpu", ["filelock", "typing-extensions>=4.10.0", "sympy>=1.13.3",
+                                      'triton==3.5.0; platform_system == "Windows"']),
+        _item("filelock", "4.3.1"), _item("typing_extensions", "4.16.0"), _item("sympy", "1.14.0", ["mpmath<1.4,>=1.1.0"]),
+        _item("mpmath", "1.3.0"),
+        _item("transformers", "5.23.0", ["huggingface-hub<3.0,>=1.0", "numpy>=1.17", "filelock",
+                                         'torch>=2.6; extra == "torch"']),
+        _item("huggingface-hub", "2.4.0", ["filelock", "typing-extensions>=4.1"]), _item("numpy", "2.4.6"),
+        _item("accelerate", "1.15.0", ["numpy<3.0.0,>=1.17", "torch>=2.0.0", "psutil"]), _item("psutil", "7.2.2"),
+    ],
+}
+
+
 @dataclass
 class FakeImage:
     id: str
     labels: dict[str, str] = field(default_factory=dict)
     repo_digests: list[str] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 class FakeEngine:
@@ -78,6 +105,10 @@ class FakeEngine:
     def untag(self, ref: str) -> None:
         self.removed.append(ref)
         self.refs.pop(ref, None)
+
+    def read_file(self, image: str, path: str) -> bytes | None:
+        img = self._find(image)
+        return img.files.get(path) if img else None
 
     def containers(self, label: str) -> list[str]:
         return list(self.leftovers)

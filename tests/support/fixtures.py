@@ -12,6 +12,7 @@ Without an engine these tests skip on a laptop, and fail when CI is set.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -106,6 +107,10 @@ class BuiltImage:
     image_id: str
     overrides: list[str]  # the --set arguments it was built with
     build_output: str
+    locks: Path  # the locks it was built from (a test that builds copies them: resolving costs seconds)
+
+    def copy_locks(self, cwd: Path) -> None:
+        shutil.copytree(self.locks, cwd / "locks", dirs_exist_ok=True)
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +130,7 @@ def cpu_image(cpu_overrides, wheelhouse, ca_bundle, docker_client, tmp_path_fact
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     tag = "envbuild-test/envbuild:cpu"
-    return BuiltImage(tag, docker_client.images.get(tag).id, cpu_overrides, output)
+    return BuiltImage(tag, docker_client.images.get(tag).id, cpu_overrides, output, logs / "locks")
 
 
 @pytest.fixture(scope="session")

@@ -150,3 +150,21 @@ def host_ca_bundle() -> Path:
 def cpu_overrides(base_image: str, repository: str = "envbuild-test/envbuild") -> list[str]:
     """The --set arguments that build the cpu image from the local base and the wheelhouse."""
     return ["--set", f"backends.cpu.base_image={base_image}", *CPU_SET, "--set", f"image.repository={repository}"]
+
+
+def cpu_matrix(base_image: str, repository: str, backends: dict[str, str], top: str = "") -> str:
+    """A matrix of cpu-like backends on the test base (each name -> extra YAML lines of that backend), with
+    the product matrix's shared pins; `top` adds top-level YAML (e.g. an index)."""
+    from envbuild.matrix import load
+
+    from .constants import MATRIX
+
+    pins = load(MATRIX)
+    backend = (f"\n    description: CPU\n    device: cpu\n    base_image: {base_image}\n    platforms: [linux/amd64]\n"
+               f"    python:\n      apt: [python3, python3-venv]\n    torch:\n      version: \"{TORCH}\"\n"
+               "      index_url: https://pypi.org/simple\n    ci:\n      runs_on: [ubuntu-latest]\n")
+    return (f"image:\n  repository: {repository}\n  source: https://github.com/envbuild/envbuild\n"
+            f'transformers:\n  version: "{pins.transformers}"\naccelerate:\n  version: "{pins.accelerate}"\n'
+            f'uv:\n  version: "{pins.uv}"\n{top}'
+            "backends:\n" + "".join(f"  {name}:{backend}{extra}" for name, extra in backends.items()))
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import threading
 import time
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
-from support.fakes import FakeEngine
+from support.fakes import REPORT, FakeEngine
 
 from envbuild import build
 from envbuild.build import builder, plan, records
@@ -42,7 +43,7 @@ def engine() -> FakeEngine:
 
 
 def opts(tmp_path: Path, **kw: Any) -> plan.BuildOptions:
-    return plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", **kw)
+    return plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks", **kw)
 
 
 def make(tmp_path: Path, engine: FakeEngine, environ: dict[str, str] | None = None, **kw: Any) -> plan.BuildPlan:
@@ -292,7 +293,8 @@ def test_legacy_client_reads_registry_caches_and_says_what_needs_buildx():
 
 
 class FakeBuilderProcess:
-    """Stands in for the docker client: prints lines, writes the image id, exits with `rc`."""
+    """Stands in for the docker client: prints lines, exits with `rc`, and writes what BuildKit would: the
+    image id, or for the `lock` target the resolver's report (support/fakes.py: REPORT)."""
 
     calls: list[list[str]] = []
     lines = ["#1 [1/1] FROM base", "#1 DONE 0.1s"]
@@ -301,7 +303,11 @@ class FakeBuilderProcess:
     def __init__(self, argv, **kw):
         type(self).calls.append(argv)
         self.stdout = iter(line + "\n" for line in self.lines)
-        if self.rc == 0:
+        if self.rc == 0 and "--target" in argv:
+            out = Path(argv[argv.index("--output") + 1].split("dest=", 1)[1])
+            (out / "report.json").write_text(json.dumps(REPORT))
+            (out / "status.json").write_text(json.dumps({"resolver": "pip 23.0.1", "kept_previous": False}))
+        elif self.rc == 0:
             Path(argv[argv.index("--iidfile") + 1]).write_text("sha256:" + "f" * 64)
 
     def wait(self):
@@ -318,20 +324,25 @@ def fake_builder(monkeypatch, legacy):
     return FakeBuilderProcess
 
 
+def builds(calls: list[list[str]]) -> list[list[str]]:
+    return [c for c in calls if "--target" not in c]
+
+
 def test_an_unchanged_plan_is_answered_without_the_builder(tmp_path, engine, fake_builder, monkeypatch):
     first = build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)
-    assert first.ok and not first.up_to_date and len(fake_builder.calls) == 1
+    assert first.ok and not first.up_to_date and len(builds(fake_builder.calls)) == 1
     engine.add_image(first.image_id, first.tags)  # BuildKit tagged it
     again = build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)
-    assert again.ok and again.up_to_date and again.image_id == first.image_id and len(fake_builder.calls) == 1
+    assert again.ok and again.up_to_date and again.image_id == first.image_id and len(builds(fake_builder.calls)) == 1
     # a pass-through build argument whose value changed: the builder runs again
     monkeypatch.setenv("ENVBUILD_TEST_ARG", "one")
     build.build(MATRIX, CPU, opts(tmp_path, build_args=("ENVBUILD_TEST_ARG",)), engine, echo=lambda s: None)
-    assert len(fake_builder.calls) == 2
+    assert len(builds(fake_builder.calls)) == 2
     assert build.build(MATRIX, CPU, opts(tmp_path, build_args=("ENVBUILD_TEST_ARG",)), engine, echo=lambda s: None).up_to_date
     monkeypatch.setenv("ENVBUILD_TEST_ARG", "two")
     assert not build.build(MATRIX, CPU, opts(tmp_path, build_args=("ENVBUILD_TEST_ARG",)), engine, echo=lambda s: None).up_to_date
-    assert len(fake_builder.calls) == 3
+    assert len(builds(fake_builder.calls)) == 3
+    assert len(fake_builder.calls) == 4  # the lock was resolved once, by the first build
 
 
 def test_a_failed_build_leaves_no_record(tmp_path, engine, fake_builder, monkeypatch):
@@ -351,11 +362,12 @@ def test_several_platforms_need_buildx_and_are_not_loaded(monkeypatch, tmp_path,
     monkeypatch.setattr(builder, "find_builder", lambda: BUILDX)
     result = build.build(MATRIX, CPU, opts(tmp_path, platform="linux/amd64,linux/arm64"), engine, echo=lambda s: None)
     assert result.ok and result.tags == []
-    (argv,) = fake_builder.calls
+    (argv,) = builds(fake_builder.calls)
     assert "--load" not in argv and "-t" not in argv
 
 
 def test_a_build_that_cannot_reach_the_daemon_says_what_to_do(monkeypatch, tmp_path, engine, fake_builder):
+    build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)  # the lock
     monkeypatch.setattr(FakeBuilderProcess, "rc", 1)
     monkeypatch.setattr(FakeBuilderProcess, "lines", [
         "ERROR: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"])
@@ -367,7 +379,7 @@ def test_build_many_runs_jobs_at_once_and_keeps_the_order(monkeypatch):
     running, peak, lock = [0], [0], threading.Lock()
     names = [b.name for b in MATRIX.containerizable()][:4]
 
-    def fake_build(matrix, backend, opts, engine, *, echo=print, verbose=False, status=None):
+    def fake_build(matrix, backend, opts, engine, *, echo=print, verbose=False, locked=False, status=None):
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])

@@ -173,7 +173,7 @@ def test_render_with_set_changes_the_dockerfile(invoke, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     new = (changed / "cpu.Dockerfile").read_text()
     assert new != (plain / "cpu.Dockerfile").read_text()
-    assert '"transformers==5.0.0"' in new and "transformers==5.23.0" not in new
+    assert 'dev.envbuild.transformers="5.0.0"' in new and "transformers=5.23.0" not in new
 
 
 def test_render_failure_keeps_old_file(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ def test_the_wheel_holds_only_what_users_run(tmp_path):
     assert all(n.startswith("envbuild/") for n in names), names
     assert not [n for n in names if any(word in n for word in ("testbed", "bench", "fixtures", "fakes", "tests/"))]
     for needed in ("envbuild/cli.py", "envbuild/engine.py", "envbuild/templates/Dockerfile.j2", "envbuild/smoke/probe.py",
+                   "envbuild/lock/resolve.py", "envbuild/sbom.py",
                    "envbuild/build/plan.py", "envbuild/registry/publish.py", "envbuild/host/doctor.py"):
         assert needed in names
     assert packaged_matrix == MATRIX.read_bytes()  # the checkout's matrix itself, not a link to it

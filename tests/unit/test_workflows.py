@@ -23,7 +23,7 @@ from envbuild import ci
 from envbuild.matrix import load
 
 WORKFLOWS = REPO / ".github" / "workflows"
-NAMES = ["ci.yml", "publish.yml", "nightly.yml"]
+NAMES = ["ci.yml", "publish.yml", "nightly.yml", "locks.yml"]
 MATRIX = load(MATRIX_PATH)
 FROM_JSON = re.compile(r"^\$\{\{\s*fromJSON\(\s*needs\.([\w-]+)\.outputs\.([\w-]+)\s*\)\s*\}\}$")
 MATRIX_KEY = re.compile(r"\bmatrix\.([A-Za-z_][\w-]*)")
@@ -116,7 +116,7 @@ def test_actionlint(name: str) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_the_three_workflows_and_nothing_else() -> None:
+def test_the_four_workflows_and_nothing_else() -> None:
     assert sorted(p.name for p in WORKFLOWS.iterdir()) == sorted(NAMES)
 
 
@@ -126,7 +126,7 @@ def test_workflow_agrees_with_the_matrix(name: str) -> None:
 
 
 def test_matrix_workflows_take_their_jobs_from_envbuild() -> None:
-    for name in ("publish.yml", "nightly.yml"):
+    for name in ("publish.yml", "nightly.yml", "locks.yml"):
         jobs = read(name)["jobs"]
         assert any("matrix" in (j.get("strategy") or {}) for j in jobs.values()), f"{name} has no per-backend job"
 
@@ -145,22 +145,47 @@ def test_github_matrix_output_is_every_containerizable_backend_with_its_runners(
 
 
 def test_triggers_and_permissions() -> None:
-    ci_wf, pub, nightly = read("ci.yml"), read("publish.yml"), read("nightly.yml")
+    ci_wf, pub, nightly, locks = read("ci.yml"), read("publish.yml"), read("nightly.yml"), read("locks.yml")
     assert {"push", "pull_request"} <= set(ci_wf["on"])
     assert pub["on"]["push"]["branches"] == ["main"] and pub["on"]["push"]["tags"]
-    assert nightly["on"]["schedule"][0]["cron"] and "workflow_dispatch" in nightly["on"]
-    for doc in (ci_wf, pub, nightly):
+    for doc in (nightly, locks):
+        assert doc["on"]["schedule"][0]["cron"] and "workflow_dispatch" in doc["on"]
+    docs = (("ci", ci_wf), ("publish", pub), ("nightly", nightly), ("locks", locks))
+    for _, doc in docs:
         assert doc["permissions"] == {"contents": "read"} or doc["permissions"] == {"contents": "read", "packages": "read"}
         assert "concurrency" in doc
-    writers = [(wf, j) for wf, d in (("ci", ci_wf), ("publish", pub), ("nightly", nightly))
-               for j, job in d["jobs"].items() if (job.get("permissions") or {}).get("packages") == "write"]
+    writers = [(wf, j) for wf, d in docs for j, job in d["jobs"].items() if (job.get("permissions") or {}).get("packages") == "write"]
     assert writers == [("publish", "publish")]
+    # Only the job that proposes the refreshed locks may push a branch and open a pull request.
+    pushers = [(wf, j) for wf, d in docs for j, job in d["jobs"].items()
+               if "write" in ((job.get("permissions") or {}).get("contents"), (job.get("permissions") or {}).get("pull-requests"))]
+    assert pushers == [("publish", "manifest"), ("locks", "propose")]
 
 
 def test_ci_runs_the_readme_test_command_render_check_and_actionlint() -> None:
     runs = " ".join(str(s.get("run", "")) for j in read("ci.yml")["jobs"].values() for s in j["steps"])
-    for command in ("scripts/test", "envbuild render --check", "actionlint", "ruff check"):
+    for command in ("scripts/test", "envbuild render --check", "envbuild lock --check", "actionlint", "ruff check"):
         assert command in runs, command
+    ci_run = (REPO / ".ci" / "run").read_text()
+    assert "scripts/test" in ci_run and "envbuild render --check" in ci_run and "envbuild lock --check" in ci_run
+
+
+def test_publish_builds_from_the_committed_lock_and_ships_the_sbom() -> None:
+    steps = read("publish.yml")["jobs"]["publish"]["steps"]
+    (build,) = [str(s.get("run", "")) for s in steps if "envbuild build" in str(s.get("run", ""))]
+    assert "--locked" in build
+    uploads = " ".join(str((s.get("with") or {}).get("path", "")) for s in steps)
+    assert "envbuild-sbom-*.cdx.json" in uploads
+
+
+def test_the_locks_workflow_resolves_on_each_backend_s_runner_and_proposes_one_pull_request() -> None:
+    jobs = read("locks.yml")["jobs"]
+    lock_runs = " ".join(str(s.get("run", "")) for s in jobs["lock"]["steps"])
+    assert 'envbuild lock --backend "$BACKEND"' in lock_runs
+    assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in jobs["lock"]["steps"])
+    propose = " ".join(str(s.get("run", "")) for s in jobs["propose"]["steps"])
+    assert "gh pr create" in propose and "gh pr edit" in propose and "git push" in propose
+    assert jobs["propose"]["needs"] == "lock"
 
 
 def test_publish_smokes_before_it_pushes_and_caches_in_the_registry() -> None:

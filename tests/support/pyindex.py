@@ -1,0 +1,83 @@
+"""A real package index for tests: PEP 503 simple pages and wheels, served over HTTP on loopback from a thread.
+
+Its wheels are made here (pure Python, a module with its version), so a test can publish a new release
+while a lock or an image should keep the old one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import re
+import threading
+import zipfile
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """A pure-Python wheel of `name` whose module says its version."""
+    dist = re.sub(r"[-_.]+", "_", name)
+    files = {
+        f"{dist}/__init__.py": f'__version__ = "{version}"\n'.encode(),
+        f"{dist}-{version}.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
+        f"{dist}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: envbuild-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = f"{dist}-{version}.dist-info/RECORD"
+    files[record] = ("".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items()) + f"{record},,\n").encode()
+    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for p, d in files.items():
+            zf.writestr(zipfile.ZipInfo(p, date_time=(2026, 1, 1, 0, 0, 0)), d)
+    return path
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+class SimpleIndex:
+    """http://127.0.0.1:PORT/simple/ with the releases added so far."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        (root / "files").mkdir(parents=True, exist_ok=True)
+        self.projects: dict[str, list[Path]] = {}
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(root)))
+        self.thread = threading.Thread(target=self.server.serve_forever, name="envbuild-test-index", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+
+    def add(self, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+        wheel = make_wheel(self.root / "files", name, version, requires)
+        project = re.sub(r"[-_.]+", "-", name).lower()
+        self.projects.setdefault(project, []).append(wheel)
+        page = self.root / "simple" / project / "index.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        links = "".join(f'<a href="../../files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
+                        f"{html.escape(w.name)}</a>\n" for w in self.projects[project])
+        page.write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
+        (self.root / "simple" / "index.html").write_text(
+            "<!DOCTYPE html>\n<html><body>\n" + "".join(f'<a href="{p}/">{p}</a>\n' for p in sorted(self.projects))
+            + "</body></html>\n")
+        return wheel
+
+    def __enter__(self) -> "SimpleIndex":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)

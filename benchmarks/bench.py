@@ -335,9 +335,14 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     except Exception:  # no python3 in the base: nothing of it to subtract
         base_pkgs = 0
     packages = inside["bytes"] - base_pkgs
-    rows.append(Row("size", "image size, / (base image + installed Python packages)", size, base_size + packages, "B", 1.05,
-                    {"base": base_size, "packages": packages, "bytecode": inside["pyc"],
-                     "overhead": size - base_size - packages, "site_packages": inside["dirs"]}))
+    # What torch.compile needs (the matrix's compile.apt, a layer of its own) is asked for: reported apart.
+    toolchain = sum(int(h.get("Size") or 0) for h in client.api.history(image)
+                    if b.compile.apt and all(p in (h.get("CreatedBy") or "") for p in b.compile.apt))
+    rows.append(Row("size", "image size, / (base image + installed Python packages + compile toolchain)", size,
+                    base_size + packages + toolchain, "B", 1.05,
+                    {"base": base_size, "packages": packages, "bytecode": inside["pyc"], "toolchain": toolchain,
+                     "toolchain_packages": list(b.compile.apt), "overhead": size - base_size - packages - toolchain,
+                     "site_packages": inside["dirs"]}))
 
     print("bench: smoke ...", file=sys.stderr)
     smoke_json = s.work / "smoke.json"
@@ -413,7 +418,8 @@ def table(rows: list[Row]) -> str:
     if "size" in by:
         d = by["size"].detail
         notes.append(f"size: base {_fmt(d['base'], 'B')}, packages {_fmt(d['packages'], 'B')} (of which bytecode "
-                     f"{_fmt(d['bytecode'], 'B')}), everything else {d['overhead'] / 1e6:,.1f} MB")
+                     f"{_fmt(d['bytecode'], 'B')}), torch.compile's toolchain ({' '.join(d['toolchain_packages']) or 'none'}) "
+                     f"{_fmt(d['toolchain'], 'B')}, everything else {d['overhead'] / 1e6:,.1f} MB")
     if "smoke" in by:
         w = by["smoke"].detail["where"]
         notes.append("smoke, where the time goes: " + ", ".join(f"{k} {v:.2f}s" for k, v in w.items() if v >= 0.005))

@@ -18,6 +18,19 @@ ENV PATH=/opt/envbuild/bin:$PATH \
 RUN mkdir -p /opt/envbuild \
     && printf '%s\n' 'torch==2.14.0' 'torch-neuronx==2.14.3.0' > /opt/envbuild/constraints.txt
 
+# A named user that is not root, with a home; home, the cache root and the work folder belong to group 0 and
+# are group-writable, so any user id with group 0 (as OpenShift runs images) works there too.
+# Its uid is 1000 (a base's own user 1000, such as Ubuntu's `ubuntu`, becomes it), so USER can be numeric:
+# Kubernetes' runAsNonRoot cannot verify a user by name.
+RUN if getent passwd 1000 >/dev/null; then \
+        usermod -l envbuild -g 0 -d /home/envbuild -m "$(id -nu 1000)"; \
+    else \
+        useradd -l --uid 1000 --gid 0 --create-home --home-dir /home/envbuild --shell /bin/sh envbuild; \
+    fi \
+    && mkdir -p /cache /workspace /home/envbuild \
+    && chgrp -R 0 /home/envbuild /cache /workspace \
+    && chmod -R g=u /home/envbuild /cache /workspace
+
 # The installer: uv, fetched with the environment's own pip into a stage of its own, so that install steps
 # bind-mount it and no layer of the image carries it.
 FROM base AS uv
@@ -77,6 +90,7 @@ ENV ENVBUILD_BACKEND="neuron" \
     ENVBUILD_PLUGIN_IMPORT="torch_neuronx" \
     ENVBUILD_AVAILABILITY="torch.neuron.is_available" \
     ENVBUILD_RUN_FLAGS="--device /dev/neuron0" \
+    ENVBUILD_COMPILE="" \
     ENVBUILD_LOCK=/opt/envbuild/lock.txt \
     PIP_CONSTRAINT=/opt/envbuild/constraints.txt \
     UV_CONSTRAINT=/opt/envbuild/constraints.txt \
@@ -102,6 +116,19 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     && printf '#!/bin/sh\nexec %s /opt/envbuild/probe.py "$@"\n' python3 > /opt/envbuild/bin/envbuild-probe \
     && chmod 755 /opt/envbuild/bin/envbuild-probe \
     && envbuild-probe --pins-only
+
+# One cache root for people: Hugging Face downloads, Inductor's and Triton's compiled kernels and other
+# per-user caches; one volume there keeps them between runs (`envbuild run --cache`). Set after the build's
+# last step, so no build step ever writes into it.
+ENV HOME=/home/envbuild \
+    USER=envbuild \
+    XDG_CACHE_HOME=/cache \
+    HF_HOME=/cache/huggingface \
+    TORCHINDUCTOR_CACHE_DIR=/cache/torchinductor \
+    TRITON_CACHE_DIR=/cache/triton
+VOLUME /cache
+WORKDIR /workspace
+USER 1000:0
 
 LABEL org.opencontainers.image.title="envbuild-neuron" \
       org.opencontainers.image.description="AWS Trainium: PyTorch 2.14.0 and Transformers 5.23.0" \

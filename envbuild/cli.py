@@ -89,6 +89,18 @@ def _input_options(f):
     return wrapper
 
 
+def _engine():
+    """The engine the command works on; where none answers (Debian, Ubuntu), offer to install and start one."""
+    from .engine import Engine
+    from .host.engine_setup import ensure_engine
+
+    engine = Engine()
+    ctx = click.get_current_context()
+    ask = (lambda question: click.confirm(question, err=True)) if sys.stdin.isatty() else None
+    ensure_engine(engine, yes=bool(ctx.obj and ctx.obj.get("yes")), ask=ask, echo=lambda line: click.echo(line, err=True))
+    return engine
+
+
 def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
     from . import matrix
 
@@ -101,9 +113,10 @@ def _emit_json(data: Any) -> None:
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error (for bug reports).")
+@click.option("--yes", "-y", is_flag=True, help="Answer yes to envbuild's questions: where no Docker engine answers (Debian, Ubuntu), install docker.io and start it without asking.")
 @click.version_option(package_name="envbuild")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, yes: bool) -> None:
     """Build, smoke-test and ship PyTorch + Transformers images for every accelerator.
 
     matrix.yaml describes each backend once; `render` writes one Dockerfile per backend into
@@ -115,6 +128,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    ctx.obj["yes"] = yes
 
 
 @cli.command()
@@ -257,7 +271,6 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
           --set backends.cpu.torch.version=2.13.0 --wheelhouse ./wheels
     """
     from . import build as b
-    from .engine import Engine
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
@@ -266,7 +279,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
     opts = inputs.options(tags=tags, build_args=build_args, labels=labels, no_cache=no_cache, platform=platform,
                           builder=builder, cache_from=cache_from, cache_to=cache_to)
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
-    engine = Engine()
+    engine = _engine()
     if jobs > 1 and len(chosen) > 1:
         from .build.status import StatusBoard
 
@@ -315,7 +328,7 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
     else:
         echo = lambda line: click.echo(line, err=True)  # noqa: E731
         lock_opts = locks.LockOptions(upgrade=upgrade, upgrade_packages=upgrade_packages)
-        results = locks.lock(m, chosen, opts, lock_opts, Engine(), echo=echo, verbose=verbose)
+        results = locks.lock(m, chosen, opts, lock_opts, _engine(), echo=echo, verbose=verbose)
     if as_json:
         _emit_json([r.to_json() for r in results])
     else:
@@ -370,7 +383,6 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
     """
     from . import report
     from . import smoke as s
-    from .engine import Engine
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
@@ -378,7 +390,7 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
         raise click.UsageError("--image needs a single backend")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     results = []
-    engine = Engine()
+    engine = _engine()
     for backend in chosen:
         try:
             result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo)
@@ -396,6 +408,43 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
         _write_output(junit_path, report.junit_xml(results))
     if not all(r.ok for r in results):
         sys.exit(1)
+
+
+@cli.command("run", context_settings={"allow_interspersed_args": False})
+@click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="The backend whose image to run, or 'auto' (the one detected here).")
+@click.option("--image", help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--cache", metavar="DIR|VOLUME", help="What to mount at /cache (Hugging Face downloads, compiled kernels): a folder (with a '/', e.g. ./cache) or a volume name [default: the volume envbuild-cache].")
+@click.option("--volume", "-v", "volumes", multiple=True, metavar="SRC:DST[:ro]", help="Mount a folder or volume, as in docker run (repeatable).")
+@click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]", help="Pass a variable; NAME alone takes its value from here, never printed (repeatable).")
+@click.option("--workdir", type=click.Path(file_okay=False, exists=True), help="The folder mounted at /workspace, the working directory [default: the current folder].")
+@click.option("--no-workdir", is_flag=True, help="Mount no folder at /workspace.")
+@click.option("--tty/--no-tty", default=None, help="Allocate a terminal [default: when this one is a terminal].")
+@click.option("--dry-run", is_flag=True, help="Print the exact `docker run` line (secret values masked) and run nothing.")
+@_matrix_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, matrix_path, overrides, command) -> None:
+    """Work in a backend's image: `envbuild run [OPTIONS] [-- COMMAND ...]`, a shell without a command.
+
+    The container gets the backend's device flags and shared-memory setting from the matrix, one cache
+    volume at /cache (HF_HOME, Inductor's and Triton's caches: downloads and compiled kernels stay between
+    runs), the current folder at /workspace as its working directory (files written there are yours: your
+    uid, group 0), and a terminal when this is one. The exit status is the command's; Ctrl-C and SIGTERM
+    reach it; the container is removed afterwards. The host is checked first as for `smoke`.
+
+    \b
+    Examples:
+      envbuild run --backend cuda -- python train.py
+      envbuild run -e HF_TOKEN --cache ./cache -- python -c "import torch; print(torch.cuda.is_available())"
+      envbuild run --dry-run --backend rocm
+    """
+    from . import run as runner
+    from .engine import Engine
+
+    m = _load(matrix_path, overrides)
+    b = m.select([_auto(m) if backend == "auto" else backend])[0]
+    opts = runner.RunOptions(image=image, cache=cache, volumes=volumes, env=env, workdir=workdir,
+                             mount_workdir=not no_workdir, command=command, tty=tty)
+    runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run)
 
 
 @cli.command("detect")

@@ -8,6 +8,7 @@ unreachable one reads from here.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -277,7 +278,8 @@ class Engine:
 
     # -- containers ---------------------------------------------------------------------------------------
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
-            volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float) -> Exited:
+            volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
+            user: str | None = None) -> Exited:
         """Run a container to its end with the backend's `docker run` needs; it is removed whatever happens
         (success, failure, timeout, KeyboardInterrupt)."""
         import requests
@@ -286,6 +288,8 @@ class Engine:
         if volumes:
             kw["volumes"] = [*kw.get("volumes", []), *volumes]
         kw["environment"] = {**kw.get("environment", {}), **(environment or {})}
+        if user:
+            kw["user"] = user
         container = None
         try:
             container = self._call(f"cannot run {image}", lambda: self.client.containers.create(
@@ -300,6 +304,16 @@ class Engine:
         finally:
             if container is not None:
                 self.remove_container(container.id)
+
+    @contextlib.contextmanager
+    def volume(self, name: str, labels: dict[str, str]) -> Iterator[str]:
+        """A named volume for the time of a with-block; removed afterwards, whatever happened."""
+        self._call(f"cannot create volume {name}", lambda: self.client.api.create_volume(name, labels=labels))
+        try:
+            yield name
+        finally:
+            self._call(f"cannot remove volume {name}", lambda: self.client.api.remove_volume(name, force=True),
+                       missing_ok=True)
 
     def _logs(self, container: Any, stdout: bool = False, stderr: bool = False) -> bytes:
         return self._call("cannot read the container's output", lambda: container.logs(stdout=stdout, stderr=stderr))
@@ -326,13 +340,28 @@ class Engine:
             member = next((m for m in tar.getmembers() if m.isfile()), None)
             return tar.extractfile(member).read() if member else None
 
+    def exec_client(self, args: list[str], env: dict[str, str]) -> None:
+        """Replace this process with the docker client running `args` (for `envbuild run`: the terminal, the
+        signals and the exit status become the container's). `env` adds variables passed by name."""
+        import shutil
+        import sys
+
+        exe = os.environ.get("ENVBUILD_DOCKER") or shutil.which("docker")
+        if not exe:
+            raise DockerError("no `docker` client on PATH: install Docker's CLI (Debian/Ubuntu: `apt-get install docker.io`)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(exe, [exe, *args], {**os.environ, **env})
+
     def containers(self, label: str) -> list[str]:
         """Names of the containers (running or not) that carry this label."""
         found = self._call("cannot list containers", lambda: self.client.api.containers(all=True, filters={"label": label}))
         return [c["Names"][0].lstrip("/") for c in found]
 
     def remove_container(self, ref: str) -> None:
-        self._call(f"cannot remove container {ref}", lambda: self.client.api.remove_container(ref, force=True), missing_ok=True)
+        # v: with the anonymous volumes the image's VOLUMEs made for it
+        self._call(f"cannot remove container {ref}", lambda: self.client.api.remove_container(ref, force=True, v=True),
+                   missing_ok=True)
 
     # -- registries -----------------------------------------------------------------------------------------
     def login(self, host: str, username: str, password: str) -> None:

@@ -90,7 +90,8 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
             image_id = iidfile.read_text().strip() if error is None and iidfile.exists() else None
         result = BuildResult(backend.name, False, list(plan.tags), seconds=time.monotonic() - start, log=log)
         if image_id is None:
-            result.error = error or "the builder wrote no image id"
+            error = error or "the builder wrote no image id"
+            result.error = builder.base_failure(error, plan.base_image, backend.name) or error
             return result
         records.remember(plan, image_id)
     result.ok, result.image_id = True, image_id

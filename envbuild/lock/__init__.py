@@ -146,7 +146,8 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
         argv = lock_command(plan, Path(tmp), uuid.uuid4().hex)
         error = builder.run(argv, builder.environment(), log, builder.Progress(backend.name, echo, verbose))
         if error is not None:
-            raise LockError(f"{backend.name}: resolving the lock failed: {error}", log)
+            raise LockError(f"{backend.name}: resolving the lock failed: "
+                            f"{builder.base_failure(error, plan.base_image, backend.name) or error}", log)
         out = Path(tmp)
         if (out / "error.txt").exists():
             said = (out / "error.txt").read_text(encoding="utf-8", errors="replace")

@@ -6,6 +6,7 @@ from ..paths import DEFAULT_MATRIX, PACKAGED_MATRIX, default_matrix as default_p
 from .load import load, loads
 from .model import (
     Backend,
+    Compile,
     Detect,
     Image,
     Index,
@@ -18,6 +19,6 @@ from .model import (
 )
 
 __all__ = [
-    "DEFAULT_MATRIX", "PACKAGED_MATRIX", "default_path", "load", "loads", "Backend", "Detect", "Image", "Index", "Matrix",
+    "DEFAULT_MATRIX", "PACKAGED_MATRIX", "default_path", "load", "loads", "Backend", "Compile", "Detect", "Image", "Index", "Matrix",
     "Plugin", "Python", "RunSpec", "Torch", "not_containerizable_message",
 ]

@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from ..errors import MatrixError, Problem
 from ..paths import DEFAULT_MATRIX
-from .model import Backend, Detect, Image, Index, Matrix, Plugin, Python, RunSpec, Torch
+from .model import Backend, Compile, Detect, Image, Index, Matrix, Plugin, Python, RunSpec, Torch
 from .schema import BACKEND, TOP, Field, check_str, type_message
 
 # --------------------------------------------------------------------------------------------------
@@ -330,6 +330,8 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
         detect=Detect(**det) if det else Detect(),
         runs_on=tuple((b.get("ci") or {}).get("runs_on") or ()),
         packages=tuple(b.get("packages") or ()),
+        user=b.get("user") or "envbuild",
+        compile=Compile(**(b.get("compile") or {})),
     )
 
 

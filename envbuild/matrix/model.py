@@ -83,6 +83,14 @@ class Detect:
 
 
 @dataclass(frozen=True)
+class Compile:
+    """What torch.compile needs in the image, and whether smoke checks it."""
+
+    check: bool = False
+    apt: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Python:
     executable: str = "python3"
     apt: tuple[str, ...] = ()
@@ -108,6 +116,8 @@ class Backend:
     detect: Detect
     runs_on: tuple[str, ...]
     packages: tuple[str, ...] = ()  # this backend's extras (PEP 508)
+    user: str = "envbuild"  # the image's default user: "envbuild" (non-root) or "root"
+    compile: Compile = field(default_factory=Compile)
 
     @property
     def pins(self) -> dict[str, str]:

@@ -220,6 +220,11 @@ BACKEND = {
         }
     ),
     "ci": Field(section={"runs_on": _list("label", required=True)}),
+    # Who the image runs as: a named non-root user (the default), or root where the vendor's stack needs it.
+    "user": _leaf("word", default="envbuild", choices=("envbuild", "root")),
+    # torch.compile: the compiler and Python headers it needs (Debian packages, a layer of their own), and
+    # whether the probe's compile check runs in smoke tests.
+    "compile": Field(section={"check": Field(check=_check_bool, default=False), "apt": _list("apt")}),
     # This backend's own extra packages (PEP 508), locked and installed in its image only.
     "packages": Field(list_of=_check_requirement, default=()),
 }

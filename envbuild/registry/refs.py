@@ -23,9 +23,12 @@ def _is_host(part: str) -> bool:
 
 
 def registry_host(ref: str) -> str:
-    """'ghcr.io/org/x' or a bare 'ghcr.io' -> 'ghcr.io'; 'localhost:5000/x' -> 'localhost:5000';
-    'org/x' and 'ubuntu' -> 'docker.io'."""
-    first = ref.partition("/")[0]
+    """'ghcr.io/org/x' or a bare 'ghcr.io' -> 'ghcr.io'; 'localhost:5000/x' or a bare 'localhost:5000' ->
+    'localhost:5000'; 'org/x', 'ubuntu' and 'debian:12' (an image and its tag) -> 'docker.io'."""
+    first, sep, _ = ref.partition("/")
+    if not sep:  # a bare name is a host only where its name part says so: 'debian:12' is an image
+        name = first.partition(":")[0]
+        return first if "." in name or name == "localhost" else "docker.io"
     return first if _is_host(first) else "docker.io"
 
 

@@ -4,6 +4,6 @@ runs inside it (standard library, torch and transformers only: it never imports 
 from __future__ import annotations
 
 from ..errors import SmokeError
-from .runner import MODEL_MOUNT, SMOKE_LABEL, SmokeResult, leftover_containers, model_args, smoke
+from .runner import MODEL_MOUNT, OWNED_LABEL, SMOKE_LABEL, SmokeResult, leftover_containers, model_args, smoke
 
-__all__ = ["MODEL_MOUNT", "SMOKE_LABEL", "SmokeError", "SmokeResult", "leftover_containers", "model_args", "smoke"]
+__all__ = ["MODEL_MOUNT", "OWNED_LABEL", "SMOKE_LABEL", "SmokeError", "SmokeResult", "leftover_containers", "model_args", "smoke"]

@@ -33,7 +33,7 @@ PROBE_FORMAT = 1
 PROMPT = "Hello from the envbuild probe"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "vocab.txt", "vocab.json", "spiece.model")
-ENV_DEFAULTS = ("BACKEND", "DEVICE", "PLUGIN_IMPORT", "AVAILABILITY", "RUN_FLAGS", "EXPECT", "LOCK")
+ENV_DEFAULTS = ("BACKEND", "DEVICE", "PLUGIN_IMPORT", "AVAILABILITY", "RUN_FLAGS", "EXPECT", "LOCK", "COMPILE")
 
 
 class CheckFailed(Exception):
@@ -192,14 +192,31 @@ def from_pretrained(transformers: Any, cls: Any, source: str, device: str, torch
     return cls.from_pretrained(source, device_map=device, **{dtype: torch.float32})
 
 
-def _synthetic(transformers: Any, torch: Any, folder: str) -> str:
-    """A tiny random Llama saved to a folder, so the real from_pretrained path (safetensors, device_map) runs offline."""
+def _synthetic(transformers: Any, torch: Any, scratch: str) -> str:
+    """A tiny random Llama saved to a folder, so the real from_pretrained path (safetensors, device_map) runs
+    offline. It is kept in the Hugging Face cache ($HF_HOME: the image's /cache) where that is writable: the
+    same seed always makes the same model, and a mounted cache keeps it between runs."""
+    home = os.environ.get("HF_HOME")
+    folder = os.path.join(home, "envbuild-probe", f"llama-tiny-{transformers.__version__}") if home else ""
+    if folder and os.path.isfile(os.path.join(folder, "config.json")):
+        return folder
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    model = transformers.LlamaForCausalLM(config)
+    if folder:
+        made = ""
+        try:  # made aside and moved in whole: a reader never sees half a model
+            os.makedirs(os.path.dirname(folder), exist_ok=True)
+            made = tempfile.mkdtemp(prefix=".partial-", dir=os.path.dirname(folder))
+            model.save_pretrained(made)
+            os.replace(made, folder)
+            return folder
+        except OSError:  # a cache that is read-only or taken by another run: the scratch folder will do
+            shutil.rmtree(made, ignore_errors=True)
+    model.save_pretrained(scratch)
+    return scratch
 
 
 def _model_class(transformers: Any, config: Any) -> Any:
@@ -307,6 +324,22 @@ def check_cpu_match(torch: Any, loaded: Loaded, output: Any, tolerance: float) -
     return f"max abs diff to CPU {diff:.3g} <= {tolerance:g}"
 
 
+def check_compile(torch: Any, device: str, tolerance: float) -> str:
+    """torch.compile on the device gives the eager result (the compiler, Python's headers and a writable
+    kernel cache are in place)."""
+    def fn(x: Any) -> Any:
+        return torch.sin(x) * 2 + torch.cos(x) ** 2
+
+    x = torch.linspace(-3, 3, 257, device=device)
+    start = time.perf_counter()
+    compiled = torch.compile(fn)(x)
+    seconds = time.perf_counter() - start
+    diff = (compiled.float().cpu() - fn(x).float().cpu()).abs().max().item()
+    if not diff <= tolerance:
+        raise CheckFailed(f"torch.compile gives {diff:.3g} away from eager, above the tolerance {tolerance:g}")
+    return f"compiled and ran in {seconds:.1f}s, max abs diff to eager {diff:.3g}"
+
+
 # --- running them --------------------------------------------------------------------------------------------
 
 
@@ -376,6 +409,8 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
                 ids = r.step("generate", lambda: check_generate(loaded, args.device, args.max_new_tokens), ("load",))
                 model_info["generated_ids"] = ids
                 r.step("cpu_match", lambda: check_cpu_match(torch, loaded, output, args.tolerance), ("forward",))
+                if args.compile:
+                    r.step("compile", lambda: check_compile(torch, args.device, args.tolerance), ("device",))
                 timings.update(load=r.seconds("load"), first_forward=r.seconds("forward"), generate=r.seconds("generate"))
         timings["import"] = r.seconds("import_torch", "import_plugin")
     finally:
@@ -411,6 +446,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lock", help="a lock whose every distribution must be installed at its version "
                                   "(default: ENVBUILD_LOCK, the image's own)")
     p.add_argument("--tolerance", type=float, default=1e-3)
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="also check torch.compile on the device (default: ENVBUILD_COMPILE, from the matrix)")
     p.add_argument("--max-new-tokens", type=int, default=4)
     p.add_argument("--output", help="also write the JSON report to this file")
     p.add_argument("--versions-only", action="store_true",
@@ -430,6 +467,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.run_flags = env["RUN_FLAGS"] if own else ""
     if args.lock is None:
         args.lock = env["LOCK"] if own else ""
+    if args.compile is None:
+        args.compile = bool(own and env["COMPILE"])
     if args.availability is None:
         args.availability = (own and env["AVAILABILITY"]) or ""
     if not args.availability and args.backend != "cpu":
@@ -447,6 +486,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Run every check and return the report; writes it to --output too when given."""
     args = parse_args(argv)
+    # What the checks leave in the caches (the model, compiled kernels) stays usable by any uid of group 0,
+    # as the image's folders are.
+    os.umask(0o002)
     # Libraries sometimes print to stdout; stdout belongs to the JSON report alone.
     with contextlib.redirect_stdout(sys.stderr):
         doc = run_checks(args)

@@ -6,6 +6,8 @@ The engine removes the container whatever happens: success, failure, timeout, Ct
 from __future__ import annotations
 
 import json
+import os
+import random
 import signal
 import time
 import uuid
@@ -18,10 +20,11 @@ from ..errors import SmokeError
 from . import preflight
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine import Engine, Exited
     from ..matrix import Backend, Matrix
 
 SMOKE_LABEL = "dev.envbuild.smoke"
+OWNED_LABEL = "dev.envbuild.owned"  # on every container envbuild starts (smoke, run): what leftovers are
 MODEL_MOUNT = "/models"
 
 
@@ -98,35 +101,52 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     args, volumes, env = model_args(model)
     echo(f"[{backend.name}] smoke: {image} (model: {model}, timeout: {timeout:g}s)")
     start = time.monotonic()
-    with _sigterm_as_interrupt():
-        done = engine.run(
-            image, ["envbuild-probe", "--backend", backend.name, *args],
-            name=f"envbuild-smoke-{backend.name}-{uuid.uuid4().hex[:8]}",
-            labels={SMOKE_LABEL: "1", "dev.envbuild.backend": backend.name},
-            run=backend.run, volumes=volumes, environment={**env, **(extra_env or {})}, timeout=timeout,
-        )
-    seconds = time.monotonic() - start
-    result = SmokeResult(backend.name, image, False, seconds, done.status, stderr_tail=_tail(done.stderr), image_id=image_id)
-    if done.timed_out:
-        result.error = f"timed out after {timeout:g}s; the container was stopped and removed"
-        return result
-    try:
-        doc = json.loads(done.stdout.decode("utf-8", "replace"))
-    except json.JSONDecodeError:
-        result.error = f"the probe printed no JSON report (exit code {done.status}); is envbuild-probe in this image?"
-        return result
-    result.checks = doc.get("checks", [])
-    result.probe = doc
-    result.ok = bool(doc.get("ok")) and done.status == 0
-    if not result.ok:
-        result.error = next((f"{ch['name']}: {ch['message']}" for ch in result.checks if not ch.get("ok")),
-                            f"exit code {done.status}")
+    tag = uuid.uuid4().hex[:8]
+    # A folder of yours is readable by you: the probe runs as your uid (group 0) when one is mounted.
+    own_user = f"{os.getuid()}:0" if volumes and backend.user != "root" else None
+
+    def probe(user: str | None, cache: str) -> tuple[Exited, dict[str, Any] | None, str | None]:
+        """One run of the probe: what the container did, its report, and why it failed (None: passed)."""
+        with _sigterm_as_interrupt():
+            done = engine.run(
+                image, ["envbuild-probe", "--backend", backend.name, *args],
+                name=f"envbuild-smoke-{backend.name}-{tag}{'-uid' if user and user != own_user else ''}",
+                labels={SMOKE_LABEL: "1", OWNED_LABEL: "1", "dev.envbuild.backend": backend.name},
+                run=backend.run, volumes=[*volumes, f"{cache}:/cache"], environment={**env, **(extra_env or {})},
+                timeout=max(timeout - (time.monotonic() - start), 1), user=user,
+            )
+        if done.timed_out:
+            return done, None, f"timed out after {timeout:g}s; the container was stopped and removed"
+        try:
+            doc = json.loads(done.stdout.decode("utf-8", "replace"))
+        except json.JSONDecodeError:
+            return done, None, f"the probe printed no JSON report (exit code {done.status}); is envbuild-probe in this image?"
+        failed = next((f"{ch['name']}: {ch['message']}" for ch in doc.get("checks", []) if not ch.get("ok")), None)
+        return done, doc, failed or (None if done.status == 0 else f"exit code {done.status}")
+
+    # One cache for both runs (the second finds the first's compiled kernels), gone with the smoke test.
+    with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", {OWNED_LABEL: "1"}) as cache:
+        done, doc, why = probe(own_user, cache)
+        result = SmokeResult(backend.name, image, False, 0.0, done.status, stderr_tail=_tail(done.stderr), image_id=image_id)
+        result.checks, result.probe, result.error = list((doc or {}).get("checks", [])), doc, why
+        if why is None and backend.user != "root" and not volumes:
+            # Again as an arbitrary user id with group 0, as OpenShift runs images: home, caches and the work
+            # folder must work for any uid. (Not with a folder of yours mounted: it is yours to read.)
+            uid = f"{random.randint(100000, 999999)}:0"
+            step = time.monotonic()
+            done, doc, why = probe(uid, cache)
+            result.checks.append({"name": "arbitrary_uid", "ok": why is None, "seconds": round(time.monotonic() - step, 3),
+                                  "message": f"the probe as user {uid}: " + (why or "every check passed")})
+            result.exit_code, result.error = done.status, why and f"arbitrary_uid: as user {uid}: {why}"
+            result.stderr_tail = result.stderr_tail if why is None else _tail(done.stderr)
+    result.seconds = time.monotonic() - start
+    result.ok = result.error is None
     return result
 
 
 def leftover_containers(engine: Engine) -> list[str]:
-    """Containers envbuild started and did not remove (for tests and `doctor`)."""
-    return engine.containers(SMOKE_LABEL)
+    """Containers envbuild started (smoke, run) and did not remove (for tests and `doctor`)."""
+    return engine.containers(OWNED_LABEL)
 
 
 def _tail(data: bytes, lines: int = 15) -> str:

@@ -55,8 +55,12 @@ def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_left
     doc = json.loads((tmp_path / "smoke.json").read_text())
     assert doc["ok"] is True and doc["image"] == cpu_image.tag
     names = [c["name"] for c in doc["checks"]]
-    assert names == ["import_torch", "import_plugin", "device", "versions", "load", "forward", "generate", "cpu_match"]
+    assert names == ["import_torch", "import_plugin", "device", "versions", "load", "forward", "generate", "cpu_match",
+                     "compile", "arbitrary_uid"]
     assert all(c["ok"] for c in doc["checks"])
+    # torch.compile works in the image, and the whole probe passed again as an arbitrary uid with group 0
+    assert "max abs diff to eager" in doc["checks"][8]["message"]
+    assert doc["checks"][9]["message"].endswith(":0: every check passed")
     assert doc["probe"]["model"]["class"].endswith("ForCausalLM")
     assert doc["probe"]["versions"]["torch"].startswith(TORCH)
     for key in ("import", "load", "first_forward"):
@@ -64,7 +68,7 @@ def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_left
     suites = ET.parse(tmp_path / "smoke.xml").getroot()
     suite = suites.find("testsuite")
     assert suite.get("name") == "envbuild.smoke.cpu" and suite.get("failures") == "0"
-    assert len(suite.findall("testcase")) == 8
+    assert len(suite.findall("testcase")) == 10
 
 
 def test_smoke_real_model_directory(cpu_image, real_model_dir, tmp_path, no_leftover_containers):

@@ -3,6 +3,7 @@ a registry in memory. Never the proof that a command works: tests/engine/ runs t
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -57,6 +58,7 @@ class FakeEngine:
         self.logins: list[tuple[str, str]] = []
         self.login_error: str | None = None
         self.leftovers = list(containers)
+        self.volumes: list[str] = []
         self._info = {"Runtimes": {r: {} for r in runtimes}, "DockerRootDir": str(root)}
         self._version = version or {"Version": "28.2.2", "ApiVersion": "1.50", "Os": "linux", "Arch": "amd64"}
         self.closed = False
@@ -134,6 +136,11 @@ class FakeEngine:
         if ref not in self.registry:
             raise EngineError(f"asking the registry about {ref}", "manifest unknown", not_found=True)
         return self.registry[ref]
+
+    @contextlib.contextmanager
+    def volume(self, name: str, labels: dict[str, str]) -> Iterator[str]:
+        self.volumes.append(name)
+        yield name
 
     def close(self) -> None:
         self.closed = True

@@ -92,6 +92,15 @@ def test_registry_host(repo, host):
     assert registry_host(repo) == host
 
 
+@pytest.mark.parametrize("ref, host", [
+    ("debian:bookworm-slim", "docker.io"), ("debian:12", "docker.io"), ("ubuntu", "docker.io"),
+    ("ghcr.io", "ghcr.io"), ("localhost:5000", "localhost:5000"), ("registry.corp:5000", "registry.corp:5000"),
+    ("nvidia/cuda:13.2.1-base-ubuntu24.04", "docker.io"), ("quay.io/ascend/cann:9.2.0", "quay.io"),
+])
+def test_bare_names_are_images_unless_they_name_a_host(ref, host):
+    assert registry_host(ref) == host
+
+
 @pytest.mark.parametrize("value, fragment", [
     ("ghcr.io/org/envbuild:cpu", "without a tag"),
     ("localhost:5000", "no repository"),

@@ -553,3 +553,46 @@ def test_check(tmp_path: Path) -> None:
     assert {d.kind for d in r.check(RENDERED, tmp_path, complete=False)} == {"stale", "missing"}
     # check writes nothing.
     assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in tmp_path.iterdir()} == before
+
+
+# --------------------------------------------------------------------------------------------------
+# Images people work in: a numeric non-root user, one cache root, what torch.compile needs.
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_image_runs_as_a_numeric_non_root_user_with_one_cache_root(name: str) -> None:
+    text = RENDERED[f"{name}.Dockerfile"]
+    items = image_chain(text)
+    users = [i.args for i in items if i.keyword == "USER"]
+    assert users == ["1000:0"]  # numeric: Kubernetes' runAsNonRoot can verify it
+    (add_user,) = [i.args for i in items if i.keyword == "RUN" and "useradd" in i.args]
+    assert "--uid 1000 --gid 0" in add_user and "usermod -l envbuild" in add_user
+    assert "chmod -R g=u /home/envbuild /cache /workspace" in add_user  # any uid with group 0 can work there
+    last_run = max(n for n, i in enumerate(items) if i.keyword == "RUN")
+    (cache_env,) = [n for n, i in enumerate(items) if i.keyword == "ENV" and "HF_HOME=/cache/huggingface" in i.args]
+    assert cache_env > last_run  # no build step ever writes into the cache root
+    for variable in ("XDG_CACHE_HOME=/cache", "TORCHINDUCTOR_CACHE_DIR=/cache/torchinductor",
+                     "TRITON_CACHE_DIR=/cache/triton", "HOME=/home/envbuild", "USER=envbuild"):
+        assert variable in items[cache_env].args
+    assert [i.args for i in items if i.keyword == "VOLUME"] == ["/cache"]
+    assert [i.args for i in items if i.keyword == "WORKDIR"] == ["/workspace"]
+
+
+def test_a_backend_that_needs_root_gets_no_user_but_the_same_cache_root() -> None:
+    m = matrix.load(FIXED, ["backends.hpu.user=root"])
+    text = r.render_backend(m, m.backend("hpu"))
+    assert "useradd" not in text and "\nUSER " not in text
+    assert "HF_HOME=/cache/huggingface" in text and "VOLUME /cache" in text
+
+
+def test_the_compile_toolchain_is_where_the_matrix_asks_for_it() -> None:
+    m = matrix.load(MATRIX)
+    for b in m.containerizable():
+        text = r.render_backend(m, b)
+        assert (f'ENVBUILD_COMPILE="{"1" if b.compile.check else ""}"') in text
+        if b.compile.apt:
+            (layer,) = [run for run in runs(text) if "torch.compile" not in run and run.endswith(" ".join(b.compile.apt))]
+            assert "apt-get install -y --no-install-recommends" in layer and "--mount=type=cache,target=/var/cache/apt" in layer
+        else:
+            assert "g++" not in text
+    assert m.backend("cpu").compile.check and m.backend("cuda").compile.check

@@ -1,0 +1,144 @@
+"""`envbuild run`: work in a backend's image, as `docker run` would, with what the backend needs.
+
+The backend's device flags from the matrix, its shared-memory or IPC setting, one cache volume at /cache
+(downloads and compiled kernels survive the container), the current folder as the working directory, a
+terminal when one is attached, and the command's own exit status. The docker client runs the container
+(`--rm`, its signal proxy): Ctrl-C and SIGTERM reach the command, and the container is removed after it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import EnvbuildError, InvalidInput
+from .smoke.runner import OWNED_LABEL
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .matrix import Backend, Matrix
+
+CACHE = "/cache"
+WORKDIR = "/workspace"
+DEFAULT_CACHE = "envbuild-cache"  # a named volume, shared by every backend's image
+RUN_LABEL = "dev.envbuild.run"
+# Values of variables with such names are never printed (a --dry-run, an error).
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    image: str | None = None
+    cache: str | None = None  # a host folder (contains '/' or starts with '.') or a volume name
+    volumes: tuple[str, ...] = ()  # SRC:DST[:ro]
+    env: tuple[str, ...] = ()  # NAME (its value from this environment) or NAME=VALUE
+    workdir: str | None = None  # the host folder mounted at /workspace [default: the current folder]
+    mount_workdir: bool = True
+    command: tuple[str, ...] = ()
+    tty: bool | None = None  # None: when stdin and stdout are terminals
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A `docker run` line: its arguments, and the values that go through the client's environment only."""
+
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]  # NAME=VALUE given on envbuild's command line: passed by name
+
+    def display(self, client: str = "docker") -> str:
+        """The line, shell-quoted, as a person can run it; no value of a secret-looking variable in it."""
+        shown = [client, *self.args]
+        given = dict(self.env)
+        for i, arg in enumerate(shown[:-1]):
+            name = shown[i + 1]
+            if arg == "-e" and name in given:
+                value = "***" if SECRET_NAME.search(name) else given[name]
+                shown[i + 1] = f"{name}={value}"
+        return shlex.join(shown)
+
+
+SHELL = ("sh", "-c", "command -v bash >/dev/null && exec bash || exec sh")  # no command: a shell
+
+
+def _is_folder(source: str) -> bool:
+    return "/" in source or source.startswith(".")
+
+
+def _cache_mount(cache: str | None) -> str:
+    source = cache or DEFAULT_CACHE
+    if _is_folder(source):
+        return f"{Path(source).expanduser().resolve()}:{CACHE}"
+    if not _VOLUME_NAME.match(source):
+        raise InvalidInput(f"--cache {source!r}: give a folder (with a '/', e.g. ./cache) or a volume name")
+    return f"{source}:{CACHE}"
+
+
+def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactive: bool,
+               uid: int | None = None) -> Invocation:
+    """The `docker run` arguments for `opts` (pure: the tests read them, --dry-run prints them)."""
+    image = opts.image or matrix.tags(backend)[0]
+    args = ["run", "--rm", "--init", "--name", f"envbuild-run-{backend.name}-{uuid.uuid4().hex[:8]}",
+            "--label", f"{RUN_LABEL}=1", "--label", f"{OWNED_LABEL}=1", "--label", f"dev.envbuild.backend={backend.name}"]
+    if opts.tty if opts.tty is not None else interactive:
+        args.append("-it")
+    elif interactive or not opts.command:
+        args.append("-i")
+    args += backend.run.docker_args()
+    args += ["-v", _cache_mount(opts.cache)]
+    host_folders = _is_folder(opts.cache or "")
+    if opts.mount_workdir:
+        folder = Path(opts.workdir or Path.cwd()).expanduser().resolve()
+        if not folder.is_dir():
+            raise InvalidInput(f"--workdir {opts.workdir}: no such folder")
+        args += ["-v", f"{folder}:{WORKDIR}", "-w", WORKDIR]
+        host_folders = True
+    for volume in opts.volumes:
+        src, sep, rest = volume.partition(":")
+        if not sep or not src or not rest.startswith("/"):
+            raise InvalidInput(f"-v {volume!r}: expected SRC:DST[:ro] with an absolute DST, e.g. ./data:/data:ro")
+        if _is_folder(src):
+            src = str(Path(src).expanduser().resolve())
+            host_folders = True
+        args += ["-v", f"{src}:{rest}"]
+    given: list[tuple[str, str]] = []
+    for item in opts.env:
+        name, sep, value = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise InvalidInput(f"-e {name!r}: not an environment variable name")
+        if sep:
+            given.append((name, value))
+        args += ["-e", name]  # by name: the value never lands on a command line
+    if host_folders and backend.user != "root":
+        # Files written into your folders are yours: your uid, with group 0 (the image's folders allow it).
+        args += ["--user", f"{os.getuid() if uid is None else uid}:0"]
+    args.append(image)
+    args += list(opts.command or SHELL)
+    return Invocation(tuple(args), tuple(given))
+
+
+def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, dry_run: bool = False,
+        out=None) -> None:
+    """Become `docker run ...` (the docker client replaces this process: the terminal, the signals and the
+    exit status are the command's); with dry_run, print that line instead."""
+    from .smoke import preflight
+
+    call = invocation(matrix, backend, opts, interactive=sys.stdin.isatty() and sys.stdout.isatty())
+    if dry_run:
+        print(call.display(), file=out or sys.stdout)
+        return
+    preflight.require(backend, engine)
+    if opts.cache and _is_folder(opts.cache):
+        Path(opts.cache).expanduser().mkdir(parents=True, exist_ok=True)  # the image's user writes into it
+    image = opts.image or matrix.tags(backend)[0]
+    if engine.image_id(image) is None:
+        raise EnvbuildError(f"image {image} is not on this Docker engine: build it with `envbuild build --backend "
+                            f"{backend.name}` or pull it with `envbuild pull --backend {backend.name}` (or pass --image)")
+    engine.exec_client(list(call.args), dict(call.env))

@@ -23,3 +23,11 @@ def test_the_wheel_holds_only_what_users_run(tmp_path):
                    "envbuild/build/plan.py", "envbuild/registry/publish.py", "envbuild/host/doctor.py"):
         assert needed in names
     assert packaged_matrix == MATRIX.read_bytes()  # the checkout's matrix itself, not a link to it
+
+
+def test_git_ignores_nothing_that_ships_or_tests():
+    # A broad ignore pattern (once `build/`) silently kept envbuild/build/*.py out of commits.
+    listed = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--",
+                             "envbuild", "tests", "scripts", "benchmarks", ".github", ".ci", "matrix.yaml", "dockerfiles"],
+                            cwd=REPO, check=True, capture_output=True, text=True).stdout.split()
+    assert [p for p in listed if "__pycache__" not in p] == []

@@ -1,0 +1,227 @@
+"""The builder process: `docker buildx build`, or `DOCKER_BUILDKIT=1 docker build` with a client older than 23.0.
+
+Only this module runs it. It streams BuildKit's plain output into one line per step (or everything
+with -v), keeps the full log, and tells a failed build from an engine that did not answer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from .. import engine
+from ..errors import BuildError, DockerError
+
+
+@dataclass(frozen=True)
+class Builder:
+    """How to run a BuildKit build: the argv prefix and extra environment."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    buildx: bool
+
+    def describe(self) -> str:
+        prefix = " ".join(f"{k}={v}" for k, v in self.env)
+        return f"{prefix} {' '.join(self.argv)}".strip()
+
+
+def _candidates() -> list[str]:
+    """Every `docker` on PATH (the first may lack buildx while a later one builds fine), or $ENVBUILD_DOCKER."""
+    forced = os.environ.get("ENVBUILD_DOCKER")
+    if forced:
+        return [forced]
+    seen: list[str] = []
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        exe = shutil.which("docker", path=d) if d else None
+        if exe and os.path.realpath(exe) not in map(os.path.realpath, seen):
+            seen.append(exe)
+    return seen
+
+
+def _ask(argv: list[str]) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 1, str(exc)
+    return proc.returncode, proc.stdout.strip()
+
+
+@lru_cache(maxsize=1)
+def find_builder() -> Builder:
+    """Prefer `docker buildx build`; else a client older than 23.0, which runs BuildKit itself."""
+    from packaging.version import InvalidVersion, Version
+
+    candidates = _candidates()
+    if not candidates:
+        raise DockerError(
+            "no `docker` client on PATH: install Docker's CLI with the buildx plugin "
+            "(docker-ce-cli + docker-buildx-plugin) or Debian's docker.io"
+        )
+    # Both questions to every candidate at once: each answer costs a client start-up. `docker --version`
+    # answers from the client alone (`docker version` would also ask the daemon).
+    questions = [[exe, "buildx", "version"] for exe in candidates] + [[exe, "--version"] for exe in candidates]
+    with ThreadPoolExecutor(max_workers=len(questions)) as pool:
+        answers = list(pool.map(_ask, questions))
+    buildx, versions = answers[: len(candidates)], answers[len(candidates):]
+    for exe, (rc, _) in zip(candidates, buildx):
+        if rc == 0:
+            return Builder(argv=(exe, "buildx", "build", "--load"), env=(), buildx=True)
+    for exe, (rc, out) in zip(candidates, versions):
+        # "Docker version 20.10.24+dfsg1, build 297e128"
+        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out) if rc == 0 else None
+        try:
+            legacy = bool(m) and Version(m.group(1)) < Version("23.0")
+        except InvalidVersion:
+            legacy = False
+        if legacy:
+            return Builder(argv=(exe, "build"), env=(("DOCKER_BUILDKIT", "1"),), buildx=False)
+    raise DockerError(
+        f"no BuildKit-capable docker client found (tried: {', '.join(candidates)}). Install the buildx plugin "
+        "(Debian/Ubuntu: `apt-get install docker-buildx` or docker-buildx-plugin), or set ENVBUILD_DOCKER to a "
+        "client that builds with BuildKit (e.g. Debian's docker.io 20.10 at /usr/bin/docker)."
+    )
+
+
+# --- progress ------------------------------------------------------------------------------------------
+
+_STEP = re.compile(r"^#(\d+) \[(?:([\w.-]+) )?(\d+/\d+)\] (.*)$")
+_DONE = re.compile(r"^#(\d+) (DONE [\d.]+s|CACHED|ERROR.*)$")
+_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # a step's own output: "#11 0.157 error: ..."
+_SAYS_WHY = re.compile(r"^\s*(?:error|ERROR|cause|Caused by|×|╰─▶)\b|\berror:", re.IGNORECASE)
+_MOUNT = re.compile(r"--mount=\S+\s*")
+_OPTION = re.compile(r"\s(?:--(?:python|find-links|index-url|extra-index-url|constraint|link-mode|target))[ =]\S+"
+                     r"|\s--(?:compile-bytecode|no-deps|break-system-packages)\b")
+
+
+def summarize(instruction: str) -> str:
+    """A step as people want to read it: RUN with its mounts, secret boilerplate and installer options cut,
+    e.g. 'RUN uv pip install "torch==2.13.0"' instead of five lines of --mount."""
+    keyword, _, rest = instruction.partition(" ")
+    if keyword != "RUN":
+        return instruction
+    rest = _MOUNT.sub("", rest)
+    parts = [p.strip() for p in re.split(r"\s+&&\s+", rest)]
+    parts = [p for p in parts if not p.startswith(("if [ -s /run/secrets/", "export "))] or parts
+    text = " && ".join(parts).replace("/run/uv/uv ", "uv ")
+    return "RUN " + " ".join(_OPTION.sub("", text).split())
+
+
+class Progress:
+    """Turns BuildKit's plain output into one line per step; -v passes everything through.
+
+    `status` (optional) hears the step running now, for a live status line.
+    """
+
+    def __init__(self, backend: str, echo: Callable[[str], None], verbose: bool = False,
+                 status: Callable[[str], None] | None = None):
+        self.backend = backend
+        self.echo = echo
+        self.verbose = verbose
+        self.status = status
+        self.names: dict[str, str] = {}
+        self.output: dict[str, list[str]] = {}  # each step's last lines
+        self.failed: str | None = None  # the number of the step that failed
+        self.failed_name = "a step"
+
+    def feed(self, line: str) -> None:
+        if self.verbose:
+            self.echo(f"[{self.backend}] {line}")
+        out = _OUTPUT.match(line)
+        if out:
+            self.output[out.group(1)] = (self.output.get(out.group(1), []) + [out.group(2)])[-40:]
+        m = _STEP.match(line)
+        if m and m.group(1) not in self.names:
+            stage = m.group(2) or ""
+            stage = "" if re.fullmatch(r"stage-\d+", stage) else stage  # the unnamed final stage
+            self.names[m.group(1)] = f"{stage + ' ' if stage else ''}{m.group(3)} {summarize(m.group(4))[:90]}"
+            if self.status:
+                self.status(self.names[m.group(1)])
+            return
+        m = _DONE.match(line)
+        if m and m.group(1) in self.names:
+            if m.group(2).startswith("ERROR"):
+                self.failed = m.group(1)
+            text = f"{self.names.pop(m.group(1))} ... {m.group(2).split(':')[0]}"
+            if not self.verbose:
+                self.echo(f"[{self.backend}] {text}")
+            if self.status and self.names:
+                self.status(next(reversed(self.names.values())))
+            if self.failed == m.group(1):
+                self.failed_name = text.rsplit(" ... ", 1)[0]
+
+    def why(self) -> str | None:
+        """What the failed step itself said went wrong (an installer's error and its cause), if it said."""
+        said = [ln.strip() for ln in self.output.get(self.failed or "", []) if _SAYS_WHY.search(ln)]
+        if not said:
+            return None
+        return f"{self.failed_name} failed: {'; '.join(said[:4])}"
+
+
+# --- running it -------------------------------------------------------------------------------------------
+
+# BuildKit's words when the base image cannot be had (no registry answers, no access, no such tag).
+_BASE = re.compile(r"failed to create LLB definition|failed to resolve source metadata for|"
+                   r"failed to do request: Head|pull access denied|failed to authorize", re.IGNORECASE)
+_BASE_WHY = (("no such host", "no DNS answer for its registry"), ("i/o timeout", "its registry does not answer"),
+             ("connection refused", "its registry refused the connection"), ("tls handshake timeout", "its registry does not answer"),
+             ("pull access denied", "access denied"), ("unauthorized", "access denied"), ("not found", "no such image or tag"),
+             ("manifest unknown", "no such image or tag"))
+
+
+def base_failure(error: str, base: str, backend: str) -> str | None:
+    """A build or lock that failed for want of its base image, said so with the ways out; None otherwise."""
+    if not _BASE.search(error):
+        return None
+    low = error.lower()
+    why = next((w for key, w in _BASE_WHY if key in low), "its registry did not serve it")
+    from ..registry.refs import registry_host
+
+    host = registry_host(base)
+    return (f"cannot pull the base image {base} ({why}). Ways out: a mirror you can reach "
+            f"(`--mirror {host}=MIRROR`), an image you have (`--set backends.{backend}.base_image=IMAGE`), or push it to a "
+            f"local registry and point --set there. BuildKit said: {error[-300:]}")
+
+
+
+def environment() -> dict[str, str]:
+    """The builder's environment: this process's, with what the client needs to build with BuildKit."""
+    return {**os.environ, **dict(find_builder().env)}
+
+
+def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress) -> str | None:
+    """Run the builder; None when it succeeded, else the line that says why. The log keeps everything."""
+    with open(log, "w", encoding="utf-8") as fh:
+        fh.write("$ " + " ".join(argv) + "\n")
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                    errors="replace", stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise BuildError(f"cannot run {argv[0]}: {exc.strerror}") from None
+        tail: list[str] = []
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                fh.write(line)
+                line = line.rstrip("\n")
+                progress.feed(line)
+                tail = (tail + [line])[-15:]
+            rc = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    if rc == 0:
+        return None
+    said = next((ln for ln in tail if engine.unreachable(ln)), None)
+    if said is not None:
+        raise engine.unreachable_error(said, engine.host(env))
+    errors = [ln for ln in tail if "ERROR" in ln or "error" in ln.lower()]
+    return (progress.why() or (errors[-1] if errors else (tail[-1] if tail else f"exit code {rc}")))[:600]

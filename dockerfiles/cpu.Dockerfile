@@ -116,6 +116,7 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="cpu" \
     ENVBUILD_DEVICE="cpu" \
     ENVBUILD_PLUGIN_IMPORT="" \
+    ENVBUILD_PLUGIN_NEEDS="" \
     ENVBUILD_AVAILABILITY="" \
     ENVBUILD_RUN_FLAGS="" \
     ENVBUILD_COMPILE="1" \

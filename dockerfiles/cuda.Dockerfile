@@ -116,7 +116,8 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="cuda" \
     ENVBUILD_DEVICE="cuda" \
     ENVBUILD_PLUGIN_IMPORT="" \
-    ENVBUILD_AVAILABILITY="torch.cuda.is_available" \
+    ENVBUILD_PLUGIN_NEEDS="" \
+    ENVBUILD_AVAILABILITY="" \
     ENVBUILD_RUN_FLAGS="--gpus=all --ipc=host" \
     ENVBUILD_COMPILE="1" \
     ENVBUILD_LOCK=/opt/envbuild/lock.txt \

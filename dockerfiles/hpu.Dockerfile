@@ -90,7 +90,8 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="hpu" \
     ENVBUILD_DEVICE="hpu" \
     ENVBUILD_PLUGIN_IMPORT="habana_frameworks.torch" \
-    ENVBUILD_AVAILABILITY="torch.hpu.is_available" \
+    ENVBUILD_PLUGIN_NEEDS="" \
+    ENVBUILD_AVAILABILITY="" \
     ENVBUILD_RUN_FLAGS="--runtime=habana -e HABANA_VISIBLE_DEVICES=all -e OMPI_MCA_btl_vader_single_copy_mechanism=none --cap-add=sys_nice --ipc=host --net=host" \
     ENVBUILD_COMPILE="" \
     ENVBUILD_LOCK=/opt/envbuild/lock.txt \

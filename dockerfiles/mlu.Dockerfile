@@ -11,8 +11,10 @@ ARG ENVBUILD_CACHE_ID
 ENV PATH=/opt/envbuild/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
-    PYTHONUNBUFFERED=1 \
-    NEUWARE_HOME="/usr/local/neuware"
+    PYTHONUNBUFFERED=1
+
+# The backend's own environment (after the packages it may name are installed).
+ENV NEUWARE_HOME="/usr/local/neuware"
 
 # The base image carries torch 2.1.0 and torch-mlu: install into its Python environment,
 # with constraints that keep the installer from ever replacing what the vendor built.
@@ -89,6 +91,7 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="mlu" \
     ENVBUILD_DEVICE="mlu" \
     ENVBUILD_PLUGIN_IMPORT="torch_mlu" \
+    ENVBUILD_PLUGIN_NEEDS="Cambricon's Neuware toolkit (in the vendor base image, at NEUWARE_HOME) and the MLU driver on the host" \
     ENVBUILD_AVAILABILITY="torch.mlu.is_available" \
     ENVBUILD_RUN_FLAGS="--device /dev/cambricon_ctl --device /dev/cambricon_dev0 -v /usr/bin/cnmon:/usr/bin/cnmon" \
     ENVBUILD_COMPILE="" \

@@ -88,7 +88,8 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="musa" \
     ENVBUILD_DEVICE="musa" \
     ENVBUILD_PLUGIN_IMPORT="torch_musa" \
-    ENVBUILD_AVAILABILITY="torch.musa.is_available" \
+    ENVBUILD_PLUGIN_NEEDS="the MUSA toolkit (in the vendor base image) and the Moore Threads driver on the host" \
+    ENVBUILD_AVAILABILITY="" \
     ENVBUILD_RUN_FLAGS="--runtime=mthreads -e MTHREADS_VISIBLE_DEVICES=all" \
     ENVBUILD_COMPILE="" \
     ENVBUILD_LOCK=/opt/envbuild/lock.txt \

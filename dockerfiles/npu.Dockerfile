@@ -101,7 +101,8 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="npu" \
     ENVBUILD_DEVICE="npu" \
     ENVBUILD_PLUGIN_IMPORT="torch_npu" \
-    ENVBUILD_AVAILABILITY="torch.npu.is_available" \
+    ENVBUILD_PLUGIN_NEEDS="the CANN toolkit (the cann base image carries it; its set_env.sh puts it on the library path) and the Ascend driver, mounted from the host by the run flags" \
+    ENVBUILD_AVAILABILITY="" \
     ENVBUILD_RUN_FLAGS="--device /dev/davinci0 --device /dev/davinci_manager --device /dev/devmm_svm --device /dev/hisi_hdc -v /usr/local/dcmi:/usr/local/dcmi -v /usr/local/bin/npu-smi:/usr/local/bin/npu-smi -v /usr/local/Ascend/driver/lib64/:/usr/local/Ascend/driver/lib64/ -v /usr/local/Ascend/driver/version.info:/usr/local/Ascend/driver/version.info -v /etc/ascend_install.info:/etc/ascend_install.info" \
     ENVBUILD_COMPILE="" \
     ENVBUILD_LOCK=/opt/envbuild/lock.txt \

@@ -88,7 +88,8 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="rocm" \
     ENVBUILD_DEVICE="cuda" \
     ENVBUILD_PLUGIN_IMPORT="" \
-    ENVBUILD_AVAILABILITY="torch.cuda.is_available" \
+    ENVBUILD_PLUGIN_NEEDS="" \
+    ENVBUILD_AVAILABILITY="" \
     ENVBUILD_RUN_FLAGS="--device /dev/kfd --device /dev/dri --group-add video --cap-add=SYS_PTRACE --security-opt seccomp=unconfined --ipc=host --shm-size 8g" \
     ENVBUILD_COMPILE="" \
     ENVBUILD_LOCK=/opt/envbuild/lock.txt \

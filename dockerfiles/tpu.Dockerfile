@@ -14,6 +14,16 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_ROOT_USER_ACTION=ignore \
     PYTHONUNBUFFERED=1
 
+# What the backend's runtime asks for, from the distribution. Lists and debs stay in cache mounts.
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,id=${ENVBUILD_CACHE_ID}-apt-cache,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,id=${ENVBUILD_CACHE_ID}-apt-lists,sharing=locked \
+    apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libtcmalloc-minimal4
+
+# The backend's own environment (after the packages it may name are installed).
+ENV LD_PRELOAD="libtcmalloc_minimal.so.4"
+
 RUN python3 -m venv /opt/venv \
     && mkdir -p /opt/envbuild \
     && printf '%s\n' 'torch==2.15.0' 'torch-tpu==0.2.0' > /opt/envbuild/constraints.txt
@@ -101,7 +111,8 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="tpu" \
     ENVBUILD_DEVICE="tpu" \
     ENVBUILD_PLUGIN_IMPORT="torch_tpu" \
-    ENVBUILD_AVAILABILITY="torch.tpu.is_available" \
+    ENVBUILD_PLUGIN_NEEDS="" \
+    ENVBUILD_AVAILABILITY="" \
     ENVBUILD_RUN_FLAGS="--net=host --privileged" \
     ENVBUILD_COMPILE="" \
     ENVBUILD_LOCK=/opt/envbuild/lock.txt \

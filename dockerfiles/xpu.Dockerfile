@@ -108,7 +108,8 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="xpu" \
     ENVBUILD_DEVICE="xpu" \
     ENVBUILD_PLUGIN_IMPORT="" \
-    ENVBUILD_AVAILABILITY="torch.xpu.is_available" \
+    ENVBUILD_PLUGIN_NEEDS="" \
+    ENVBUILD_AVAILABILITY="" \
     ENVBUILD_RUN_FLAGS="--device /dev/dri -v /dev/dri/by-path:/dev/dri/by-path" \
     ENVBUILD_COMPILE="" \
     ENVBUILD_LOCK=/opt/envbuild/lock.txt \

@@ -444,7 +444,7 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     b = m.select([_auto(m) if backend == "auto" else backend])[0]
     opts = runner.RunOptions(image=image, cache=cache, volumes=volumes, env=env, workdir=workdir,
                              mount_workdir=not no_workdir, command=command, tty=tty)
-    runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run)
+    sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run))
 
 
 @cli.command("detect")

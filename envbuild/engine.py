@@ -340,10 +340,13 @@ class Engine:
             member = next((m for m in tar.getmembers() if m.isfile()), None)
             return tar.extractfile(member).read() if member else None
 
-    def exec_client(self, args: list[str], env: dict[str, str]) -> None:
-        """Replace this process with the docker client running `args` (for `envbuild run`: the terminal, the
-        signals and the exit status become the container's). `env` adds variables passed by name."""
+    def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+        """Run the docker client with `args` (for `envbuild run`) on this terminal: its stdin and stdout are ours,
+        its stderr is copied through to ours and its tail kept, so that a refusal by the host can be explained.
+        SIGTERM and SIGHUP are passed on; Ctrl-C reaches it from the terminal. Returns (exit status, stderr tail)."""
         import shutil
+        import signal
+        import subprocess
         import sys
 
         exe = os.environ.get("ENVBUILD_DOCKER") or shutil.which("docker")
@@ -351,7 +354,20 @@ class Engine:
             raise DockerError("no `docker` client on PATH: install Docker's CLI (Debian/Ubuntu: `apt-get install docker.io`)")
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(exe, [exe, *args], {**os.environ, **env})
+        child = subprocess.Popen([exe, *args], env={**os.environ, **env}, stderr=subprocess.PIPE)
+        forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the client too
+        tail = b""
+        try:
+            while chunk := os.read(child.stderr.fileno(), 65536):
+                os.write(sys.stderr.fileno(), chunk)
+                tail = (tail + chunk)[-8192:]
+            status = child.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return (128 - status if status < 0 else status), tail.decode("utf-8", "replace")
 
     def containers(self, label: str) -> list[str]:
         """Names of the containers (running or not) that carry this label."""

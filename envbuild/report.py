@@ -51,6 +51,7 @@ def backend_detail(m: Matrix, b: Backend) -> dict[str, Any]:
                 "source": b.plugin.source,
                 "index_url": b.plugin.index_url,
                 "pairing": b.plugin.pairing,
+                "needs": b.plugin.needs,
             }
             if b.plugin
             else None
@@ -59,8 +60,12 @@ def backend_detail(m: Matrix, b: Backend) -> dict[str, Any]:
         "accelerate": m.accelerate,
         "import": b.import_module,
         "availability": b.availability,
+        # How the probe proves the device: torch.accelerator (torch 2.6+), else the matrix's call.
+        "device_check": None if b.device == "cpu" else (b.availability or "torch.accelerator"),
+        "apt": list(b.apt),
         "env": dict(b.env),
         "docker_run_flags": b.run.docker_args(),
+        "docker_run_why": b.run.why,
         "runs_on": list(b.runs_on),
     }
     if b.containerizable:
@@ -73,7 +78,7 @@ def describe(detail: dict[str, Any]) -> str:
     lines = [f"{detail['backend']}: {detail['description']} (device string '{detail['device']}')"]
     if not detail["containerizable"]:
         lines.append(f"  not containerizable: {detail['reason']}")
-    for key in ("base_image", "platforms", "torch", "plugin", "transformers", "accelerate", "import", "availability", "env", "tags", "runs_on"):
+    for key in ("base_image", "platforms", "torch", "plugin", "transformers", "accelerate", "import", "device_check", "apt", "env", "tags", "runs_on"):
         value = detail.get(key)
         if value in (None, [], {}):
             continue
@@ -85,6 +90,8 @@ def describe(detail: dict[str, Any]) -> str:
     if detail.get("docker_run"):
         flags = detail["docker_run_flags"]
         lines.append(f"  {'run flags:':<14}{shlex.join(flags) if flags else '(none needed)'}")
+        if detail.get("docker_run_why"):
+            lines.append(f"  {'why:':<14}{detail['docker_run_why']}")
         lines.append(f"  {'docker run:':<14}{detail['docker_run']}")
     return "\n".join(lines)
 

@@ -4,6 +4,7 @@ The backend's device flags from the matrix, its shared-memory or IPC setting, on
 (downloads and compiled kernels survive the container), the current folder as the working directory, a
 terminal when one is attached, and the command's own exit status. The docker client runs the container
 (`--rm`, its signal proxy): Ctrl-C and SIGTERM reach the command, and the container is removed after it.
+When the host refuses a flag the backend needs (e.g. `--privileged`), the error says which and why.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ RUN_LABEL = "dev.envbuild.run"
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+REFUSED = 125  # docker run's status when the daemon or runtime would not start the container
+
+
+class RunRefused(EnvbuildError):
+    """The host would not start the container with a flag the backend needs."""
+
+    exit_code = REFUSED
 
 
 @dataclass(frozen=True)
@@ -125,15 +133,15 @@ def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactiv
 
 
 def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, dry_run: bool = False,
-        out=None) -> None:
-    """Become `docker run ...` (the docker client replaces this process: the terminal, the signals and the
-    exit status are the command's); with dry_run, print that line instead."""
+        out=None) -> int:
+    """Run `docker run ...` on this terminal and return the command's exit status (the terminal and the signals
+    are the command's); with dry_run, print that line instead. A flag the host refuses is explained."""
     from .smoke import preflight
 
     call = invocation(matrix, backend, opts, interactive=sys.stdin.isatty() and sys.stdout.isatty())
     if dry_run:
         print(call.display(), file=out or sys.stdout)
-        return
+        return 0
     preflight.require(backend, engine)
     if opts.cache and _is_folder(opts.cache):
         Path(opts.cache).expanduser().mkdir(parents=True, exist_ok=True)  # the image's user writes into it
@@ -141,4 +149,9 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
     if engine.image_id(image) is None:
         raise EnvbuildError(f"image {image} is not on this Docker engine: build it with `envbuild build --backend "
                             f"{backend.name}` or pull it with `envbuild pull --backend {backend.name}` (or pass --image)")
-    engine.exec_client(list(call.args), dict(call.env))
+    status, stderr = engine.client_run(list(call.args), dict(call.env))
+    if status == REFUSED:
+        why = preflight.refused(backend, stderr)
+        if why:
+            raise RunRefused(why)
+    return status

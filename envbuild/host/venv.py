@@ -179,8 +179,8 @@ def plan(
     probe_args += ["--model", "synthetic", "--expect", *(f"{k}={v}" for k, v in pins.items())]
     probe_env = {**dict(backend.env), "HF_HUB_OFFLINE": "1"}
     notes = []
-    if backend.python.apt and target.startswith("linux/"):
-        extra = [p for p in backend.python.apt if p not in ("python3", "python3-venv")]
+    if (backend.python.apt or backend.apt) and target.startswith("linux/"):
+        extra = [p for p in (*backend.python.apt, *backend.apt) if p not in ("python3", "python3-venv")]
         if extra:
             notes.append(f"the image also installs {' '.join(extra)} (apt): this host needs them for {backend.device}")
     if backend.device != "cpu":

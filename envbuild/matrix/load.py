@@ -250,6 +250,23 @@ def _check_pairing(b: dict[str, Any], path: Path_, loc: _Located) -> None:
         )
 
 
+ACCELERATOR_API = Version("2.6")  # torch.accelerator answers for every device type from here on
+
+
+def _check_availability(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located, typo: bool) -> None:
+    """One way to ask for the device: torch.accelerator where the torch has it, the matrix's call where not."""
+    version = (b.get("torch") or {}).get("version")
+    if not b.get("device") or b.get("device") == "cpu" or not version:
+        return
+    old = Version(version).release < ACCELERATOR_API.release
+    if old and "availability" not in raw and not typo:
+        loc.at(path, f"missing required key 'availability' in {_dotted(path)} (torch {version} predates torch.accelerator: "
+                     f"the API that proves the '{b.get('device')}' device, e.g. torch.{b.get('device')}.is_available)")
+    elif not old and b.get("availability"):
+        loc.at(path + ("availability",), f"{_dotted(path + ('availability',))}: not used: torch {version} answers through "
+                                         "torch.accelerator (PyTorch 2.6 and later); remove it")
+
+
 def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located) -> None:
     """Rules across fields. `raw` tells a missing key from one that was present but invalid (already reported)."""
     typo = lambda key: any(difflib.get_close_matches(k, [key], n=1) for k in raw if k not in BACKEND)  # noqa: E731
@@ -266,8 +283,7 @@ def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Lo
     raw_torch = raw.get("torch") if isinstance(raw.get("torch"), dict) else {}
     if torch.get("source") == "pip" and "index_url" not in raw_torch and b.get("containerizable") and torch.get("version"):
         loc.at(path + ("torch",), f"missing required key 'index_url' in {_dotted(path + ('torch',))} (torch comes from pip)")
-    if b.get("device") and b.get("device") != "cpu" and "availability" not in raw and not typo("availability"):
-        loc.at(path, f"missing required key 'availability' in {_dotted(path)} (the API that proves the '{b.get('device')}' device)")
+    _check_availability(b, raw, path, loc, typo("availability"))
     if b.get("plugin") and "import" not in raw and not typo("import"):
         loc.at(path, f"missing required key 'import' in {_dotted(path)} (the module that registers the plugin's device)")
     _check_pairing(b, path, loc)
@@ -332,6 +348,7 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
         packages=tuple(b.get("packages") or ()),
         user=b.get("user") or "envbuild",
         compile=Compile(**(b.get("compile") or {})),
+        apt=tuple(b.get("apt") or ()),
     )
 
 

@@ -23,6 +23,7 @@ class Plugin:
     index_url: str | None
     pairing: str
     torch: str | None
+    needs: str | None = None  # what it loads from the vendor, for the probe's advice
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class RunSpec:
     security_opt: tuple[str, ...] = ()
     cap_add: tuple[str, ...] = ()
     network: str | None = None
+    why: str | None = None  # why the backend needs these flags (prose; not a flag)
 
     def docker_args(self) -> list[str]:
         """The `docker run` flags, in a stable order."""
@@ -118,6 +120,7 @@ class Backend:
     packages: tuple[str, ...] = ()  # this backend's extras (PEP 508)
     user: str = "envbuild"  # the image's default user: "envbuild" (non-root) or "root"
     compile: Compile = field(default_factory=Compile)
+    apt: tuple[str, ...] = ()  # Debian packages its runtime asks for
 
     @property
     def pins(self) -> dict[str, str]:

@@ -171,6 +171,8 @@ _RUN = {
     "security_opt": _list("word"),
     "cap_add": _list("word"),
     "network": _leaf("word"),
+    # Why the backend needs these flags: said when a host refuses one (prose for people, never rendered).
+    "why": Field(check=_check_prose),
 }
 
 BACKEND = {
@@ -203,10 +205,16 @@ BACKEND = {
             "index_url": _leaf("url"),
             "pairing": _leaf("word", default="none", choices=("same-release", "same-minor", "local-torch", "none")),
             "torch": Field(check=_check_specifier),
+            # What the plugin loads from the vendor (toolkit, driver) and where that comes from: the probe's
+            # advice when the plugin cannot load.
+            "needs": _leaf("text"),
         }
     ),
     "import": _leaf("module"),
+    # Only for a torch older than 2.6: newer ones answer through torch.accelerator.
     "availability": _leaf("api"),
+    # Debian packages the backend's runtime asks for (e.g. a library its plugin wants preloaded).
+    "apt": _list("apt"),
     "env": Field(map_of=(check_str("env_key"), check_str("env_value")), default={}),
     "run": Field(section=_RUN),
     "detect": Field(

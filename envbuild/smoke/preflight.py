@@ -148,4 +148,31 @@ def require(backend: Backend, engine: Engine, root: Path = Path("/")) -> None:
     runtimes = engine.runtimes() if wanted_runtime(backend) else set()
     for check in (runtime(backend, runtimes, root), device_nodes(backend, root)):
         if check is not None and not check.ok:
-            raise SmokeError(f"backend '{backend.name}': {check.detail}. Fix: {check.fix}")
+            raise SmokeError(f"backend '{backend.name}': no {backend.device} device can be reached here: {check.detail}. "
+                             f"Fix: {check.fix}")
+
+
+def _refusals(run: Any) -> list[tuple[tuple[str, ...], str | None]]:
+    """(what the runtime says, lower case) -> the flag of this backend it refused; None: not asked for."""
+    caps = " ".join(f"--cap-add={c}" for c in run.cap_add) or None
+    return [
+        (("unable to apply caps", "operation not permitted"), "--privileged" if run.privileged else caps),
+        (("could not select device driver",), f"--gpus={run.gpus}" if run.gpus else None),
+        (("unknown or invalid runtime name",), f"--runtime={run.runtime}" if run.runtime else None),
+        (("error gathering device information", "no such file or directory"), " ".join(f"--device {d}" for d in run.devices) or None),
+        (("bind source path does not exist",), " ".join(f"-v {v}" for v in run.volumes) or None),
+        (("seccomp",), " ".join(f"--security-opt {o}" for o in run.security_opt) or None),
+        (("unable to find group",), " ".join(f"--group-add {g}" for g in run.group_add) or None),
+    ]
+
+
+def refused(backend: Backend, text: str) -> str | None:
+    """When the engine or runtime refused to start the backend's container, which of its flags the host refused
+    and why the backend needs them; None when the text is not such a refusal."""
+    low = text.lower()
+    for needles, flag in _refusals(backend.run):
+        if flag and all(n in low for n in needles):
+            why = backend.run.why or f"the matrix asks for it to expose the {backend.description}"
+            return (f"this host refused `{flag}`, which the {backend.name} backend's container needs: {why} "
+                    f"(the runtime said: {' '.join(text.split())[:300]})")
+    return None

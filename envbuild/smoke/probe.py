@@ -33,7 +33,8 @@ PROBE_FORMAT = 1
 PROMPT = "Hello from the envbuild probe"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "vocab.txt", "vocab.json", "spiece.model")
-ENV_DEFAULTS = ("BACKEND", "DEVICE", "PLUGIN_IMPORT", "AVAILABILITY", "RUN_FLAGS", "EXPECT", "LOCK", "COMPILE")
+ENV_DEFAULTS = ("BACKEND", "DEVICE", "PLUGIN_IMPORT", "PLUGIN_NEEDS", "AVAILABILITY", "RUN_FLAGS", "EXPECT", "LOCK",
+                "COMPILE")
 
 
 class CheckFailed(Exception):
@@ -93,19 +94,51 @@ def _resolve(dotted: str) -> Any:
 # --- the checks: each a function of its inputs -----------------------------------------------------------
 
 
+class PluginFailed(CheckFailed):
+    """The device plugin did not load: importing it failed, or torch's autoload of it did."""
+
+    def __init__(self, module: str, message: str, cause: BaseException | None = None):
+        self.module, self.cause = module, cause
+        super().__init__(message)
+
+
+_MISSING_LIBRARY = re.compile(r"(lib[\w.+-]+?\.so[\w.]*): cannot open shared object file")
+
+
+def explain_plugin_failure(module: str, exc: BaseException, needs: str) -> str:
+    """What a plugin's import error means: not installed, a vendor library missing, or its own words."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == module.split(".")[0]:
+        return f"the plugin module {module!r} is not installed in this image"
+    missing = _MISSING_LIBRARY.search(str(exc))
+    if missing:
+        where = needs or ("it comes with the vendor's toolkit (its base image) or driver (mounted from the host "
+                          "by the backend's run flags)")
+        return f"{module} cannot load {missing.group(1)}, which is neither in this image nor on its library path: {where}"
+    return f"{module} failed to import: {type(exc).__name__}: {exc}"
+
+
 def check_import_torch() -> tuple[str, Any]:
-    import torch
+    try:
+        import torch
+    except RuntimeError as exc:
+        # torch imports registered device plugins itself (autoload); when one fails, that is the news.
+        found = re.search(r"Failed to load the backend extension: ([\w.]*\w)", str(exc))
+        if found and exc.__cause__ is not None:
+            raise PluginFailed(found.group(1), f"torch's autoload of the device plugin {found.group(1)} failed: "
+                                               f"{type(exc.__cause__).__name__}: {exc.__cause__}", exc.__cause__) from None
+        raise
     return f"torch {torch.__version__}", torch
 
 
-def check_import_plugin(module: str, backend: str) -> str:
+def check_import_plugin(module: str, needs: str = "", autoload: PluginFailed | None = None) -> str:
     if not module:
         return "none needed"
+    if autoload is not None:  # torch's import already tried it
+        raise PluginFailed(module, explain_plugin_failure(autoload.module, autoload.cause or autoload, needs))
     try:
         importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        raise CheckFailed(f"cannot import plugin module {module!r} for backend {backend}: {exc} "
-                          "(is the plugin installed in this image?)") from None
+    except (ImportError, OSError, RuntimeError) as exc:
+        raise PluginFailed(module, explain_plugin_failure(module, exc, needs)) from None
     return f"{module} {_module_dist_version(module) or '(version unknown)'}"
 
 
@@ -116,15 +149,24 @@ def flavor(torch: Any, backend: str, device: str) -> str:
     return "cpu" if backend == "cpu" else backend
 
 
+def no_device(device_type: str, why: str, run_flags: str) -> CheckFailed:
+    hint = (f"start the container with the flags that expose it: {run_flags}" if run_flags
+            else "start the container with the vendor's docker run device flags")
+    return CheckFailed(f"no {device_type} device visible ({why}); {hint}")
+
+
 def check_device(torch: Any, backend: str, device: str, availability: str, run_flags: str) -> tuple[str, dict[str, Any]]:
-    """The backend's device is visible (never the CPU in its place); returns its name and count."""
+    """The backend's device is visible (never the CPU in its place); returns its name, count and the API asked.
+
+    torch.accelerator (PyTorch 2.6 and later) answers for every device type, plugins included; the matrix's
+    per-backend availability call is asked only of an older torch."""
     device_type = device.split(":")[0]
     hip, cuda = torch.version.hip, getattr(torch.version, "cuda", None)
     if backend == "cpu":
         if device_type != "cpu":
             raise CheckFailed(f"backend cpu must use device 'cpu', not {device!r}")
         name = platform.processor() or platform.machine()
-        return f"cpu: {name}", {"name": name, "count": 1}
+        return f"cpu: {name}", {"name": name, "count": 1, "api": None}
     if device_type == "cpu":
         raise CheckFailed(f"backend {backend} was given device 'cpu': refusing to run on CPU")
     if backend == "rocm" and hip is None:
@@ -133,15 +175,28 @@ def check_device(torch: Any, backend: str, device: str, availability: str, run_f
         raise CheckFailed(f"this torch is a ROCm build (HIP {hip}), not a CUDA build: use the rocm backend")
     if backend == "cuda" and cuda is None:
         raise CheckFailed(f"this torch is not a CUDA build (torch {torch.__version__}, torch.version.cuda is None)")
-    available = bool(_resolve(availability)())
-    namespace = _resolve(availability.rpartition(".")[0])
-    count = int(namespace.device_count()) if hasattr(namespace, "device_count") else int(available)
-    if not available or count == 0:
-        hint = f"the docker run flags that expose it ({run_flags})" if run_flags else "the vendor's docker run device flags"
-        raise CheckFailed(f"no {backend} device is visible in the container ({availability}() = {available}, "
-                          f"device_count() = {count}); {hint} may be missing")
-    name = str(namespace.get_device_name(0)) if hasattr(namespace, "get_device_name") else None
-    return f"{count} x {name or device}", {"name": name, "count": count}
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "current_accelerator"):
+        api = "torch.accelerator"
+        current = accelerator.current_accelerator()
+        if current is not None and current.type != device_type:
+            raise CheckFailed(f"the current accelerator is {current.type}, not {device_type}: this image's torch "
+                              f"or plugin is not the {backend} backend's")
+        available = bool(accelerator.is_available()) if hasattr(accelerator, "is_available") else current is not None
+        count = int(accelerator.device_count()) if current is not None else 0
+        if not available or count == 0:
+            raise no_device(device_type, f"torch.accelerator: current_accelerator() = {current}, "
+                                         f"is_available() = {available}, device_count() = {count}", run_flags)
+    else:
+        api = availability or f"torch.{device_type}.is_available"
+        available = bool(_resolve(api)())
+        namespace = _resolve(api.rpartition(".")[0])
+        count = int(namespace.device_count()) if hasattr(namespace, "device_count") else int(available)
+        if not available or count == 0:
+            raise no_device(device_type, f"{api}() = {available}, device_count() = {count}", run_flags)
+    module = getattr(torch, device_type, None)
+    name = str(module.get_device_name(0)) if hasattr(module, "get_device_name") else None
+    return f"{count} x {name or device} (asked {api})", {"name": name, "count": count, "api": api}
 
 
 def _locked(lock: str) -> list[tuple[str, str]]:
@@ -348,6 +403,12 @@ class Report:
 
     def __init__(self) -> None:
         self.checks: list[dict[str, Any]] = []
+        self.errors: dict[str, CheckFailed] = {}
+
+    def failure(self, name: str, kind: type[CheckFailed]) -> Any:
+        """The exception with which a check failed, when it is of this kind."""
+        exc = self.errors.get(name)
+        return exc if isinstance(exc, kind) else None
 
     def step(self, name: str, fn: Callable[[], Any], needs: tuple[str, ...] = ()) -> Any:
         """Run one check; its value (None when it failed or was skipped)."""
@@ -365,6 +426,7 @@ class Report:
                 ok = True
             except CheckFailed as exc:
                 ok, msg = False, str(exc)
+                self.errors[name] = exc
             except Exception as exc:  # torch, a plugin or transformers failing: a report entry, never a traceback
                 ok, msg = False, f"{type(exc).__name__}: {exc}"
         seconds = round(time.perf_counter() - start, 3)
@@ -380,7 +442,7 @@ class Report:
 def run_checks(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     r = Report()
-    device_info: dict[str, Any] = {"name": None, "count": None, "flavor": None}
+    device_info: dict[str, Any] = {"name": None, "count": None, "flavor": None, "api": None}
     model_info: dict[str, Any] = {"source": args.model, "class": None, "architecture": None, "parameters": None,
                                   "device": None, "tokenizer": None, "generated_ids": None}
     timings: dict[str, float | None] = {"import": None, "load": None, "first_forward": None, "generate": None, "total": None}
@@ -398,9 +460,18 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 if torch is not None:
                     device_info["flavor"] = flavor(torch, args.backend, args.device)
-                r.step("import_plugin", lambda: check_import_plugin(args.plugin_import, args.backend), ("import_torch",))
-                device_info.update(r.step("device", lambda: check_device(
-                    torch, args.backend, args.device, args.availability, args.run_flags), ("import_torch", "import_plugin")) or {})
+                autoload = r.failure("import_torch", PluginFailed)
+                r.step("import_plugin", lambda: check_import_plugin(args.plugin_import, args.plugin_needs, autoload),
+                       () if autoload else ("import_torch",))
+                plugin = r.failure("import_plugin", PluginFailed)
+
+                def device() -> tuple[str, dict[str, Any]]:
+                    if plugin is not None:  # a device is reached through its plugin only
+                        raise no_device(args.device.split(":")[0], f"its plugin {plugin.module} did not load: "
+                                        "see import_plugin", args.run_flags)
+                    return check_device(torch, args.backend, args.device, args.availability, args.run_flags)
+
+                device_info.update(r.step("device", device, () if plugin else ("import_torch",)) or {})
                 r.step("versions", lambda: check_versions(args.expect, args.lock))
                 loaded = r.step("load", lambda: check_load(torch, args.model, args.device, scratch), ("device",))
                 if loaded is not None:
@@ -438,7 +509,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", default=env["BACKEND"] or "cpu")
     p.add_argument("--device", help="device string for device_map (default: ENVBUILD_DEVICE)")
     p.add_argument("--plugin-import", help="module that registers the device")
-    p.add_argument("--availability", help="dotted availability API, e.g. torch.cuda.is_available")
+    p.add_argument("--plugin-needs", help="what the plugin needs from the vendor (toolkit, driver), for the advice when it "
+                                          "cannot load (default: ENVBUILD_PLUGIN_NEEDS, from the matrix)")
+    p.add_argument("--availability", help="dotted availability API, e.g. torch.cuda.is_available: asked only of a torch "
+                                          "older than 2.6 (newer ones answer through torch.accelerator)")
     p.add_argument("--run-flags", help="the docker run flags that expose the device, for the advice when it is not "
                                        "visible (default: ENVBUILD_RUN_FLAGS, from the matrix)")
     p.add_argument("--model", default="synthetic", help="synthetic, a hub id or a local directory")
@@ -463,6 +537,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.device = (own and env["DEVICE"]) or ("cuda" if args.backend == "rocm" else args.backend)
     if args.plugin_import is None:
         args.plugin_import = env["PLUGIN_IMPORT"] if own else ""
+    if args.plugin_needs is None:
+        args.plugin_needs = env["PLUGIN_NEEDS"] if own else ""
     if args.run_flags is None:
         args.run_flags = env["RUN_FLAGS"] if own else ""
     if args.lock is None:
@@ -471,8 +547,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.compile = bool(own and env["COMPILE"])
     if args.availability is None:
         args.availability = (own and env["AVAILABILITY"]) or ""
-    if not args.availability and args.backend != "cpu":
-        args.availability = f"torch.{args.device.split(':')[0]}.is_available"
     if args.expect is None:
         try:
             args.expect = [_pin(token) for token in env["EXPECT"].split()]

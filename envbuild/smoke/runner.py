@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ..errors import SmokeError
+from ..errors import DockerError, SmokeError
 from . import preflight
 
 if TYPE_CHECKING:
@@ -87,6 +87,18 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def _refusal(backend: Backend) -> Iterator[None]:
+    """A container the host would not start as the backend asks: which flag, and why the backend needs it."""
+    try:
+        yield
+    except DockerError as exc:
+        why = preflight.refused(backend, str(exc))
+        if why is None:
+            raise
+        raise SmokeError(f"backend '{backend.name}': {why}") from None
+
+
 def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None = None, model: str = "synthetic",
           timeout: float = 600, extra_env: dict[str, str] | None = None,
           echo: Callable[[str], None] = lambda s: None) -> SmokeResult:
@@ -107,7 +119,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
 
     def probe(user: str | None, cache: str) -> tuple[Exited, dict[str, Any] | None, str | None]:
         """One run of the probe: what the container did, its report, and why it failed (None: passed)."""
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(), _refusal(backend):
             done = engine.run(
                 image, ["envbuild-probe", "--backend", backend.name, *args],
                 name=f"envbuild-smoke-{backend.name}-{tag}{'-uid' if user and user != own_user else ''}",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from support import testbed
 from support.constants import MATRIX as MATRIX_PATH
 from support.constants import TORCH
 from support.fixtures import MARKER
@@ -246,8 +247,8 @@ def test_missing_image_says_how_to_get_it(docker_client):
 
 def test_the_image_tests_itself_without_envbuild(cpu_image, docker_client):
     """A pulled image needs no envbuild: `docker run IMAGE envbuild-probe` prints the JSON report."""
-    out = docker_client.containers.run(cpu_image.tag, ["envbuild-probe"], environment={"HF_HUB_OFFLINE": "1"}, remove=True, stderr=False)
-    assert json.loads(out)["ok"] is True
+    status, out, _ = testbed.docker_run(docker_client, cpu_image.tag, ["envbuild-probe"], environment={"HF_HUB_OFFLINE": "1"})
+    assert status == 0 and json.loads(out)["ok"] is True
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])

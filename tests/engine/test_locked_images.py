@@ -47,7 +47,7 @@ def envbuild(*args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedP
 
 def installed(docker_client, image: str, dist: str) -> str:
     code = f"import importlib.metadata as m; print(m.version({dist!r}))"
-    return docker_client.containers.run(image, ["python", "-c", code], remove=True).decode().strip()
+    return testbed.docker_run(docker_client, image, ["python", "-c", code])[1].decode().strip()
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +160,7 @@ def test_the_sbom_lists_every_distribution_in_the_image(locked, tmp_path, docker
     doc = json.loads(out.read_text())
     assert doc["bomFormat"] == "CycloneDX" and doc["specVersion"] == "1.6"
     listed = {c["name"]: c.get("version") for c in doc["components"] if c["type"] == "library"}
-    pip_list = json.loads(docker_client.containers.run(f"{TAG}:a", ["python", "-m", "pip", "list", "--format", "json"],
-                                                       remove=True))
+    pip_list = json.loads(testbed.docker_run(docker_client, f"{TAG}:a", ["python", "-m", "pip", "list", "--format", "json"])[1])
     assert {str(canonicalize_name(d["name"])): d["version"] for d in pip_list} == listed
     testdep = next(c for c in doc["components"] if c["name"] == "envbuild-testdep")
     assert testdep["purl"] == "pkg:pypi/envbuild-testdep@1.0.0" and testdep["hashes"][0]["alg"] == "SHA-256"

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import testbed
 from support.constants import MATRIX
 
 from envbuild.smoke import leftover_containers
@@ -26,7 +27,7 @@ def run(cpu_image, *args: str, cwd: Path, timeout: int = 600) -> subprocess.Comp
 
 
 def test_the_default_user_is_not_root(cpu_image, docker_client):
-    out = docker_client.containers.run(cpu_image.tag, ["sh", "-c", "id -u; id -g; id -un; echo $HOME; pwd"], remove=True)
+    _, out, _ = testbed.docker_run(docker_client, cpu_image.tag, ["sh", "-c", "id -u; id -g; id -un; echo $HOME; pwd"])
     uid, gid, name, home, cwd = out.decode().split()
     assert (uid, gid, name, home, cwd) == ("1000", "0", "envbuild", "/home/envbuild", "/workspace")
     config = docker_client.images.get(cpu_image.tag).attrs["Config"]
@@ -37,8 +38,8 @@ def test_the_probe_passes_as_any_uid_with_group_0_and_caches_under_the_cache_roo
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o777)
     cache.chmod(0o777)  # a folder anyone may write, as a mounted volume would be
-    out = docker_client.containers.run(cpu_image.tag, ["envbuild-probe"], user="654321:0", remove=True, stderr=False,
-                                       environment={"HF_HUB_OFFLINE": "1"}, volumes=[f"{cache}:/cache"])
+    _, out, _ = testbed.docker_run(docker_client, cpu_image.tag, ["envbuild-probe"], user="654321:0",
+                                   environment={"HF_HUB_OFFLINE": "1"}, volumes=[f"{cache}:/cache"])
     doc = json.loads(out)
     assert doc["ok"] is True, [c for c in doc["checks"] if not c["ok"]]
     assert {c["name"] for c in doc["checks"]} >= {"load", "compile"}

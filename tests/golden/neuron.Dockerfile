@@ -88,7 +88,8 @@ COPY probe.py /opt/envbuild/probe.py
 ENV ENVBUILD_BACKEND="neuron" \
     ENVBUILD_DEVICE="neuron" \
     ENVBUILD_PLUGIN_IMPORT="torch_neuronx" \
-    ENVBUILD_AVAILABILITY="torch.neuron.is_available" \
+    ENVBUILD_PLUGIN_NEEDS="the Neuron runtime (aws-neuronx-runtime-lib, in the Neuron base image) and the Neuron driver on the host" \
+    ENVBUILD_AVAILABILITY="" \
     ENVBUILD_RUN_FLAGS="--device /dev/neuron0" \
     ENVBUILD_COMPILE="" \
     ENVBUILD_LOCK=/opt/envbuild/lock.txt \

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -152,29 +153,82 @@ def test_cuda_backend_fails_on_cpu_machine() -> None:
     assert doc["model"]["device"] is None and doc["model"]["class"] is None
 
 
+def _accelerator(monkeypatch: pytest.MonkeyPatch, device: str | None, count: int) -> None:
+    """Make torch.accelerator answer as a host with `count` devices of this type would."""
+    import torch
+    # A stand-in for torch.device: torch accepts a plugin's type only once the plugin has registered it.
+    current = types.SimpleNamespace(type=device) if device else None
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: current)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: count)
+
+
 def test_invisible_device_names_docker_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
     monkeypatch.setenv("ENVBUILD_RUN_FLAGS", "--gpus all")  # as the image has it from the matrix
-    monkeypatch.setattr(torch.version, "cuda", "12.8")  # pretend to be a CUDA build
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")  # pretend to be a CUDA build on a host without a GPU
+    _accelerator(monkeypatch, "cuda", 0)
     doc = probe.run(["--backend", "cuda"])
     message = checks(doc)["device"]["message"]
-    assert "no cuda device is visible in the container" in message and "--gpus all" in message
+    assert message.startswith("no cuda device visible (torch.accelerator: ")
+    assert message.endswith("start the container with the flags that expose it: --gpus all")
     assert_skipped_after(doc, "device")
 
 
-def test_device_without_plugin_namespace_fails() -> None:
+def test_the_device_is_asked_through_torch_accelerator_not_the_plugin_s_own_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    def internal() -> bool:  # TorchTPU 0.2.0's torch.tpu.is_available, as called by anyone but torch
+        raise RuntimeError("is_available is internal to TorchTPU and can only be called by the PyTorch framework")
+
+    monkeypatch.setattr(torch, "tpu", type("tpu", (), {"is_available": staticmethod(internal),
+                                                       "get_device_name": staticmethod(lambda i: "TPU v6e")}),
+                        raising=False)
+    _accelerator(monkeypatch, "tpu", 4)
+    doc = probe.run(["--backend", "tpu", "--availability", "torch.tpu.is_available"])
+    device = checks(doc)["device"]
+    assert device["ok"] is True, device
+    assert device["message"] == "4 x TPU v6e (asked torch.accelerator)"
+    assert doc["device_info"] | {"flavor": None} == {"name": "TPU v6e", "count": 4, "api": "torch.accelerator", "flavor": None}
+
+
+def test_no_tpu_visible_is_said_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    _accelerator(monkeypatch, None, 0)  # what torch-tpu 0.2.0 answers on a host without a TPU
+    doc = probe.run(["--backend", "tpu", "--run-flags", "--net=host --privileged"])
+    message = checks(doc)["device"]["message"]
+    assert message.startswith("no tpu device visible (torch.accelerator: current_accelerator() = None")
+    assert "--net=host --privileged" in message
+
+
+def test_another_accelerator_is_not_the_backend_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    _accelerator(monkeypatch, "cuda", 1)
     doc = probe.run(["--backend", "npu"])
-    assert "torch has no attribute 'npu'" in checks(doc)["device"]["message"]
+    assert checks(doc)["device"]["message"].startswith("the current accelerator is cuda, not npu")
+
+
+def test_a_torch_older_than_2_6_is_asked_the_matrix_s_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.setattr(torch, "mlu", type("mlu", (), {"is_available": staticmethod(lambda: True),
+                                                       "device_count": staticmethod(lambda: 2)}), raising=False)
+    doc = probe.run(["--backend", "mlu", "--availability", "torch.mlu.is_available"])
+    assert checks(doc)["device"]["message"] == "2 x mlu (asked torch.mlu.is_available)"
+    assert doc["device_info"]["api"] == "torch.mlu.is_available"
+    monkeypatch.setattr(torch.mlu, "is_available", lambda: False)
+    message = checks(probe.run(["--backend", "mlu", "--availability", "torch.mlu.is_available"]))["device"]["message"]
+    assert message.startswith("no mlu device visible (torch.mlu.is_available() = False")
+
+
+def test_npu_without_its_plugin_sees_no_device() -> None:
+    doc = probe.run(["--backend", "npu"])
+    assert checks(doc)["device"]["message"].startswith("no npu device visible (torch.accelerator: current_accelerator() = None")
     assert_skipped_after(doc, "device")
 
 
 def test_model_silently_on_cpu_is_not_success(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
     monkeypatch.setattr(torch.version, "cuda", "12.8")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    _accelerator(monkeypatch, "cuda", 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "Fake GPU")
     original = probe.from_pretrained
     # Simulate a stack that ignores device_map and leaves the weights on the CPU.
@@ -229,9 +283,43 @@ def test_missing_plugin_fails_cleanly() -> None:
     assert rc == 1 and "Traceback" not in stderr
     plugin = checks(doc)["import_plugin"]
     assert plugin["ok"] is False
-    assert "cannot import plugin module 'torch_npu'" in plugin["message"]
-    assert checks(doc)["device"]["message"] == "skipped: import_plugin failed"
-    assert_skipped_after(doc, "import_plugin")
+    assert plugin["message"] == "the plugin module 'torch_npu' is not installed in this image"
+    assert checks(doc)["device"]["message"].startswith("no npu device visible (its plugin torch_npu did not load")
+    assert_skipped_after(doc, "device")
+
+
+def _plugin(tmp_path: Path, body: str, autoload: bool) -> dict[str, str]:
+    """A plugin package whose import fails as a vendor plugin's does without its toolkit; with autoload, it is
+    registered for torch's device-backend autoload (entry point group torch.backends), as torch_npu is."""
+    (tmp_path / "fakeplugin_envbuild").mkdir()
+    (tmp_path / "fakeplugin_envbuild" / "__init__.py").write_text(body)
+    if autoload:
+        info = tmp_path / "fakeplugin_envbuild-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeplugin-envbuild\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text("[torch.backends]\nfakeplugin_envbuild = fakeplugin_envbuild:load\n")
+    return {"PYTHONPATH": str(tmp_path), "ENVBUILD_PLUGIN_NEEDS": "the CANN toolkit (in the vendor base image)"}
+
+
+MISSING_LIB = "raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n"
+
+
+@pytest.mark.parametrize("autoload", [False, True], ids=["imported", "autoloaded-by-torch"])
+def test_a_plugin_missing_its_vendor_library_names_it_and_where_it_comes_from(tmp_path: Path, autoload: bool) -> None:
+    env = _plugin(tmp_path, MISSING_LIB if not autoload else f"def load():\n    {MISSING_LIB}", autoload)
+    rc, doc, stderr = run_cli("--backend", "npu", "--plugin-import", "fakeplugin_envbuild", env=env)
+    assert rc == 1 and "Traceback" not in stderr
+    by_name = {c["name"]: c for c in doc["checks"]}
+    if autoload:  # torch's own import fails: that is reported, and the plugin's step says why
+        assert by_name["import_torch"]["message"].startswith(
+            "torch's autoload of the device plugin fakeplugin_envbuild failed: ImportError: libhccl.so")
+    else:
+        assert by_name["import_torch"]["ok"] is True
+    assert by_name["import_plugin"]["message"] == (
+        "fakeplugin_envbuild cannot load libhccl.so, which is neither in this image nor on its library path: "
+        "the CANN toolkit (in the vendor base image)")
+    assert by_name["device"]["message"].startswith("no npu device visible (its plugin fakeplugin_envbuild did not load")
+    assert by_name["versions"]["ok"] is True  # read from metadata: still answered
 
 
 def test_missing_model_path_fails_load(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ class FakeEngine:
         self.login_error: str | None = None
         self.leftovers = list(containers)
         self.volumes: list[str] = []
+        self.start_error: str | None = None  # what the daemon says when it will not start a container
         self._info = {"Runtimes": {r: {} for r in runtimes}, "DockerRootDir": str(root)}
         self._version = version or {"Version": "28.2.2", "ApiVersion": "1.50", "Os": "linux", "Arch": "amd64"}
         self.closed = False
@@ -136,6 +137,11 @@ class FakeEngine:
         if ref not in self.registry:
             raise EngineError(f"asking the registry about {ref}", "manifest unknown", not_found=True)
         return self.registry[ref]
+
+    def run(self, image: str, command: list[str], **kw: Any) -> Any:
+        if self.start_error:
+            raise EngineError(f"cannot run {image}", self.start_error)
+        raise NotImplementedError("the fake runs no container: tests/engine/ does")
 
     @contextlib.contextmanager
     def volume(self, name: str, labels: dict[str, str]) -> Iterator[str]:

@@ -12,6 +12,7 @@ the benchmark (benchmarks/bench.py) uses it too.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import socket
@@ -120,12 +121,31 @@ def push_base(registry: Registry, docker_client, *, tar: Path | None = None, loc
         subprocess.run(["docker", "import", "-", local], stdin=fh, check=True, stdout=subprocess.DEVNULL)
     refs = [f"{registry.host}/{local}", f"{registry.host}/library/debian:bookworm-slim"]
     for ref in refs:
-        repo, tag = ref.rsplit(":", 1)
-        docker_client.images.get(local).tag(repo, tag)
-        for line in docker_client.images.push(repo, tag=tag, stream=True, decode=True):
-            if "error" in line:
-                raise RuntimeError(f"push {ref}: {line['error']}")
+        _push(docker_client, local, ref)
     return refs
+
+
+def _push(docker_client, local: str, ref: str) -> None:
+    repo, tag = ref.rsplit(":", 1)
+    docker_client.images.get(local).tag(repo, tag)
+    for line in docker_client.images.push(repo, tag=tag, stream=True, decode=True):
+        if "error" in line:
+            raise RuntimeError(f"push {ref}: {line['error']}")
+
+
+STANDIN_NAME = "envbuild-test/python3-venv:bookworm"
+
+
+def standin_base(registry: Registry, docker_client, base_ref: str) -> str:
+    """A stand-in for python:3.12-slim-bookworm (Debian bookworm with a Python that has venv): the Debian base
+    plus Debian's python3-venv, pushed to the registry. Returns its reference there."""
+    dockerfile = (f"FROM {base_ref}\n"
+                  "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+                  "python3-venv && rm -rf /var/lib/apt/lists/*\n")
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=STANDIN_NAME, network_mode="host", rm=True)
+    ref = f"{registry.host}/{STANDIN_NAME}"
+    _push(docker_client, STANDIN_NAME, ref)
+    return ref
 
 
 def make_wheelhouse(into: Path, torch: str = TORCH) -> Path:
@@ -168,3 +188,14 @@ def cpu_matrix(base_image: str, repository: str, backends: dict[str, str], top: 
             f'uv:\n  version: "{pins.uv}"\n{top}'
             "backends:\n" + "".join(f"  {name}:{backend}{extra}" for name, extra in backends.items()))
 
+
+
+def docker_run(docker_client, image: str, command: list[str], timeout: int = 600, **kw) -> tuple[int, bytes, bytes]:
+    """`docker run --rm`, as the CLI does it: the exit status, stdout and stderr apart, and the container removed with
+    the anonymous volumes its image's VOLUMEs made (the SDK's remove=True leaves those behind)."""
+    container = docker_client.containers.run(image, command, detach=True, **kw)
+    try:
+        status = container.wait(timeout=timeout)["StatusCode"]
+        return status, container.logs(stdout=True, stderr=False), container.logs(stdout=False, stderr=True)
+    finally:
+        container.remove(force=True, v=True)

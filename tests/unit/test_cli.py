@@ -320,7 +320,7 @@ def test_show_rocm_json(invoke) -> None:
 
 def test_show_cuda_uses_gpus_all(invoke) -> None:
     detail = json.loads(invoke("show", "cuda", "--json", "--matrix", FIXED).stdout)
-    assert detail["docker_run_flags"] == ["--gpus=all"]
+    assert detail["docker_run_flags"] == ["--gpus=all", "--ipc=host"]
 
 
 def test_show_mps_says_it_is_not_containerizable(invoke) -> None:

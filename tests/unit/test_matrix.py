@@ -62,6 +62,12 @@ BAD = [
         ("missing required key 'description' in backends.cpu",)),
     Bad("missing-index-url-for-pip-torch", (("      index_url: https://download.pytorch.org/whl/cpu\n", "", CPU),),
         ("    torch:", CPU), ("missing required key 'index_url' in backends.cpu.torch",)),
+    # torch.accelerator (2.6+) answers for every device: the matrix's own call only for an older torch.
+    Bad("missing-availability-for-old-torch", (('      version: "2.8.0"\n', '      version: "2.5.1"\n', ROCM),),
+        ("  rocm:", ""), ("missing required key 'availability' in backends.rocm", "torch 2.5.1 predates torch.accelerator")),
+    Bad("availability-unused-with-torch-accelerator",
+        (("    import: torch_npu\n", "    import: torch_npu\n    availability: torch.npu.is_available\n", NPU),),
+        ("    availability:", NPU), ("backends.npu.availability: not used: torch 2.14.0 answers through torch.accelerator",)),
     Bad("missing-reason-for-non-containerizable", (("    reason: no Linux container can reach Apple's Metal GPU\n", "", MPS),),
         ("  mps:", ""), ("missing required key 'reason' in backends.mps",)),
     # The issue's own example: a typo of a required key must give ONE message, the did-you-mean one.
@@ -292,7 +298,7 @@ def test_backend_objects_are_frozen_and_typed() -> None:
     npu = m.backend("npu")
     assert npu.plugin == matrix.Plugin("torch-npu", "2.14.0", "pip", None, "same-release", ">=2.14,<2.15")
     assert npu.pins == {"torch": "2.14.0", "torch-npu": "2.14.0"}
-    assert npu.import_module == "torch_npu" and npu.availability == "torch.npu.is_available"
+    assert npu.import_module == "torch_npu" and npu.availability is None  # torch 2.14: torch.accelerator answers
     cpu = m.backend("cpu")
     assert cpu.torch == matrix.Torch("pip", "2.15.0", "https://download.pytorch.org/whl/cpu")
     assert cpu.python == matrix.Python("python3", ("python3", "python3-venv"))

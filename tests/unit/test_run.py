@@ -88,6 +88,48 @@ def test_dry_run_through_the_cli_prints_and_writes_nothing(invoke, tmp_path, mon
     assert invoke("run", "--dry-run", "--backend", "mps", "--matrix", MATRIX_PATH).exit_code == 2
 
 
+def _client(tmp_path: Path, script: str) -> Path:
+    """A stand-in for the docker client (ENVBUILD_DOCKER): the shell script given."""
+    exe = tmp_path / "docker"
+    exe.write_text("#!/bin/sh\n" + script)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return exe
+
+
+def _run_with(tmp_path, monkeypatch, backend: str, script: str) -> int:
+    from support.fakes import FakeEngine
+
+    monkeypatch.setenv("ENVBUILD_DOCKER", str(_client(tmp_path, script)))
+    engine = FakeEngine()
+    b = MATRIX.backend(backend)
+    engine.add_image("sha256:x", [MATRIX.tags(b)[0]])
+    return runner.run(MATRIX, b, runner.RunOptions(workdir=str(tmp_path), command=("true",)), engine_with_client(engine))
+
+
+def engine_with_client(fake):
+    """The fake daemon, with the real client_run (a child docker client, its stderr copied and kept)."""
+    fake.client_run = engines.Engine.client_run.__get__(fake)
+    return fake
+
+
+def test_a_flag_the_host_refuses_is_named_and_the_status_is_docker_s(tmp_path, monkeypatch, capfd):
+    said = ("docker: Error response from daemon: failed to create shim task: OCI runtime create failed: runc create "
+            "failed: unable to start container process: unable to apply caps: operation not permitted: unknown.")
+    with pytest.raises(runner.RunRefused) as info:
+        _run_with(tmp_path, monkeypatch, "tpu", f"echo '{said}' >&2; exit 125\n")
+    assert info.value.exit_code == 125
+    assert str(info.value).startswith("this host refused `--privileged`, which the tpu backend's container needs")
+    assert said in capfd.readouterr().err  # the client's own words reached the terminal as they came
+
+
+def test_the_command_s_status_and_output_pass_through(tmp_path, monkeypatch, capfd):
+    assert _run_with(tmp_path, monkeypatch, "tpu", "echo out; echo err >&2; exit 7\n") == 7
+    out, err = capfd.readouterr()
+    assert out == "out\n" and err == "err\n"
+    # 125 without a refusal the backend's flags explain: Docker's status and words alone
+    assert _run_with(tmp_path, monkeypatch, "tpu", "echo 'docker: invalid reference format.' >&2; exit 125\n") == 125
+
+
 # --- an engine where none answers ---------------------------------------------------------------------------
 
 

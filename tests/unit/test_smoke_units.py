@@ -43,7 +43,7 @@ def test_smoke_and_doctor_give_the_same_fix(tmp_path, backend):
     report = doctor.diagnose(MATRIX, b, connector=lambda: (FakeEngine(["runc"], root=tmp_path), preflight.Check("docker daemon", True, "fake")),
                              root=tmp_path)
     failed = next(c for c in report.checks if c.name in ("runtime", "device nodes") and not c.ok)
-    assert str(refused.value) == f"backend '{backend}': {failed.detail}. Fix: {failed.fix}"
+    assert str(refused.value) == f"backend '{backend}': no {b.device} device can be reached here: {failed.detail}. Fix: {failed.fix}"
 
 
 def test_model_arguments(tmp_path):
@@ -79,3 +79,35 @@ def test_the_image_carries_the_matrix_s_run_flags_for_the_probe_s_advice():
     for b in MATRIX.containerizable():
         assert f'ENVBUILD_RUN_FLAGS="{" ".join(b.run.docker_args())}"' in render_backend(MATRIX, b)
     assert "DEVICE_FLAGS" not in Path(preflight.__file__).with_name("probe.py").read_text()
+
+
+# What runc and the daemon answer when a host will not start a container as asked (their own words).
+REFUSALS = {
+    "tpu": ("OCI runtime create failed: runc create failed: unable to start container process: unable to apply caps: "
+            "operation not permitted: unknown", "--privileged"),
+    "cuda": ('could not select device driver "" with capabilities: [[gpu]]', "--gpus=all"),
+    "hpu": ("unknown or invalid runtime name: habana", "--runtime=habana"),
+    "rocm": ("unable to find group video: no matching entries in group file", "--group-add video"),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(REFUSALS))
+def test_a_refused_flag_is_named_with_why_the_backend_needs_it(backend):
+    b = MATRIX.backend(backend)
+    said, flag = REFUSALS[backend]
+    why = preflight.refused(b, f"cannot run img: {said}")
+    assert why.startswith(f"this host refused `{flag}`, which the {backend} backend's container needs: {b.run.why}")
+    assert said in why
+    assert preflight.refused(MATRIX.backend("cpu"), said) is None  # cpu asks for no such flag
+    assert preflight.refused(b, "no space left on device") is None
+
+
+def test_smoke_says_which_flag_the_host_refused(tmp_path):
+    engine = FakeEngine()
+    engine.add_image("sha256:t", ["ghcr.io/envbuild/envbuild:tpu"])
+    engine.start_error = REFUSALS["tpu"][0]
+    with pytest.raises(smoke.SmokeError) as info:
+        smoke.smoke(MATRIX, MATRIX.backend("tpu"), engine)
+    assert str(info.value).startswith("backend 'tpu': this host refused `--privileged`, which the tpu backend's")
+    assert "only a privileged container may open" in str(info.value)
+    assert info.value.exit_code == 1

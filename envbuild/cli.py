@@ -8,20 +8,56 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .errors import EnvbuildError
+from .errors import EnvbuildError, InvalidInput
+from .text import shown
 
 MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
 SET_HELP = "Override a matrix field for this run, e.g. backends.cpu.torch.version=2.13.0 (repeatable)."
 
 
+def _sigterm_as_interrupt() -> None:
+    """A CI cancel (SIGTERM) cleans up as Ctrl-C does: containers, temporary tags, staged files."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (tests invoking the CLI from one)
+        pass
+
+
+def _scrub(text: str) -> str:
+    """No registry secret from the environment reaches the terminal, even in an unexpected error."""
+    from .registry.credentials import Scrubber
+
+    return Scrubber.from_environment()(text)
+
+
 class Group(click.Group):
-    """Turns every envbuild error into 'Error: ...' and its exit code: one place, no tracebacks."""
+    """Turns every envbuild error into 'Error: ...' and its exit code: one place, no tracebacks. What a message
+    echoes of the user's input is escaped: it can neither repaint the terminal nor forge another line."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        _sigterm_as_interrupt()
+        try:
+            status = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as exc:  # usage errors (exit 2), with the input they quote made safe
+            exc.message = shown(exc.message)
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)  # ctx.exit(N) comes back as N here
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -29,8 +65,8 @@ class Group(click.Group):
         except EnvbuildError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            for line in str(exc).splitlines() or [type(exc).__name__]:
-                click.secho(f"Error: {line}", fg="red", err=True)
+            for line in _scrub(str(exc)).split("\n") or [type(exc).__name__]:
+                click.secho(f"Error: {shown(line)}", fg="red", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
@@ -40,8 +76,21 @@ class Group(click.Group):
         except Exception as exc:  # a bug, not a user error: say so briefly; --debug shows the traceback
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.secho(f"Error: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", fg="red", err=True)
+            said = shown(_scrub(str(exc)))
+            click.secho(f"Error: internal error: {type(exc).__name__}: {said} (rerun with --debug for the traceback)", fg="red", err=True)
             ctx.exit(70)
+
+
+def _image_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--image: a reference (REPO[:TAG][@DIGEST]) or an image id, never something the engine would misread."""
+    from .matrix.schema import check_str
+
+    if value is None or re.fullmatch(r"(?:sha256:)?[0-9a-f]{12,64}", value):
+        return value
+    _, why = check_str("image")(value)
+    if why:
+        raise click.BadParameter(f"{why}, or an image id")
+    return value
 
 
 def _matrix_options(f):
@@ -61,10 +110,15 @@ class _Inputs:
         from .build import BuildOptions, default_ca_bundle
         from .errors import BuildError
 
+        for option, given in (("--ca-bundle", self.ca_bundle), ("--netrc", self.values["netrc"])):
+            if given is not None and not given.is_file():  # a FIFO or a device would hang the builder
+                raise InvalidInput(f"{option} {given}: not a regular file")
         ca = None if self.no_ca_bundle else (self.ca_bundle or default_ca_bundle())
         if ca and not ca.is_file():
             raise BuildError(f"CA bundle {ca} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
-        return BuildOptions(ca_bundle=ca, **self.values, **more)
+        opts = BuildOptions(ca_bundle=ca, **self.values, **more)
+        opts.check()
+        return opts
 
 
 def _input_options(f):
@@ -155,6 +209,8 @@ def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str
     chosen = m.select(backends)
     rendered = r.render(m, chosen)
     out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise InvalidInput(f"--output {output}: not a folder")
     if check:
         diffs = r.check(rendered, out, complete=not backends)
         for d in diffs:
@@ -367,7 +423,7 @@ def _report_builds(results: list, json_path: str | None, platform: str | None) -
 
 @cli.command()
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to test, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
-@click.option("--image", help="Image to test [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--image", callback=_image_ref, help="Image to test [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--model", default="synthetic", show_default=True, help="'synthetic' (a tiny random model, offline), a local model directory (mounted read-only) or a hub id.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds before the container is stopped and the smoke fails.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result (with the probe's report) as JSON.")
@@ -389,6 +445,7 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    s.model_args(model)  # bad input before any engine
     results = []
     engine = _engine()
     for backend in chosen:
@@ -412,7 +469,7 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
 
 @cli.command("run", context_settings={"allow_interspersed_args": False})
 @click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="The backend whose image to run, or 'auto' (the one detected here).")
-@click.option("--image", help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--image", callback=_image_ref, help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--cache", metavar="DIR|VOLUME", help="What to mount at /cache (Hugging Face downloads, compiled kernels): a folder (with a '/', e.g. ./cache) or a volume name [default: the volume envbuild-cache].")
 @click.option("--volume", "-v", "volumes", multiple=True, metavar="SRC:DST[:ro]", help="Mount a folder or volume, as in docker run (repeatable).")
 @click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]", help="Pass a variable; NAME alone takes its value from here, never printed (repeatable).")
@@ -504,6 +561,10 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     name = _auto(m, native=True) if backend == "auto" else backend
     if publish and not registry:
         registry = m.image.repository
+    if registry:
+        from .registry.refs import check_repository
+
+        registry = check_repository(registry)
     report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
     if as_json:
         _emit_json(report.to_json())
@@ -572,7 +633,7 @@ def _append_output(path: str, text: str) -> None:
 @cli.command()
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to publish, or 'all' (repeatable).")
 @click.option("--registry", metavar="REPOSITORY", help="Where to push, e.g. ghcr.io/org/envbuild or localhost:5000/envbuild [default: the matrix's image.repository].")
-@click.option("--image", help="The local image to publish (one backend) [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--image", callback=_image_ref, help="The local image to publish (one backend) [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), help=MANIFEST_HELP)
 @click.option("--smoke-json", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="`envbuild smoke --json` output for this image: summarized into the manifest; a failed result refuses the push.")
 @click.option("--force", is_flag=True, help="Push even when the smoke result failed or the image's labels disagree with the matrix (the manifest says so).")
@@ -670,7 +731,7 @@ def pull(backends, registry, tag, manifest, as_json, matrix_path, overrides) -> 
 
 @cli.command("sbom")
 @click.option("--backend", "-b", required=True, metavar="NAME", help="The backend whose image to describe.")
-@click.option("--image", help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--image", callback=_image_ref, help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the SBOM to this file [default: standard output].")
 @_matrix_options
 def sbom_(backend, image, output, matrix_path, overrides) -> None:
@@ -732,17 +793,23 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
       envbuild summary results/ --backend all --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
     from . import report
+    from .errors import InvalidInput
     from .files import read_json
+    from .smoke.runner import result_problem
 
     docs: list[dict] = []
     for path in results:
         files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
         for f in files:
-            doc = read_json(f, str(f))
-            found = [d for d in (doc if isinstance(doc, list) else [doc]) if isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys()]
-            if not found and not path.is_dir():
-                raise EnvbuildError(f"{f}: not the output of `envbuild smoke --json`")
-            docs += found
+            doc = read_json(f, str(f), InvalidInput)
+            items = doc if isinstance(doc, list) else [doc]
+            looks = [d for d in items if isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys()]
+            if not looks and path.is_dir():
+                continue  # another JSON file in an artifacts folder
+            why = next((w for w in map(result_problem, items) if w), None) if items else "an empty list"
+            if why:
+                raise InvalidInput(f"{f}: not the output of `envbuild smoke --json`: {why}")
+            docs += items
     expected = [b.name for b in _choose(_load(matrix_path, overrides), backends)] if backends else []
     rows = report.smoke_rows(docs, expected)
     columns = ["backend", "result", "checks", "seconds", "image", "reason"]

@@ -154,9 +154,12 @@ def run_options(run: RunSpec) -> dict[str, Any]:
     import docker
 
     kw: dict[str, Any] = {}
-    if run.gpus:
-        count = -1 if run.gpus == "all" else int(run.gpus)
-        kw["device_requests"] = [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]
+    if run.gpus:  # as docker run --gpus reads it: all, a count, or device=ID
+        if run.gpus.startswith("device="):
+            request = docker.types.DeviceRequest(device_ids=[run.gpus.split("=", 1)[1]], capabilities=[["gpu"]])
+        else:
+            request = docker.types.DeviceRequest(count=-1 if run.gpus == "all" else int(run.gpus), capabilities=[["gpu"]])
+        kw["device_requests"] = [request]
     if run.runtime:
         kw["runtime"] = run.runtime
     if run.devices:
@@ -302,8 +305,8 @@ class Engine:
                 return Exited(None, b"", self._logs(container, stderr=True), timed_out=True)
             return Exited(status.get("StatusCode"), self._logs(container, stdout=True), self._logs(container, stderr=True), False)
         finally:
-            if container is not None:
-                self.remove_container(container.id)
+            # Interrupted while the daemon created it, the container exists but its id never came back: by name.
+            self.remove_container(container.id if container is not None else name)
 
     @contextlib.contextmanager
     def volume(self, name: str, labels: dict[str, str]) -> Iterator[str]:

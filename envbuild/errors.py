@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .text import shown
+
 
 class EnvbuildError(Exception):
     """An error the user can fix; printed without a traceback."""
@@ -27,9 +29,9 @@ class Problem:
     line: int | None
     message: str
 
-    def __str__(self) -> str:
-        where = f"{self.source}:{self.line}" if self.line else self.source
-        return f"{where}: {self.message}"
+    def __str__(self) -> str:  # one line, whatever the source or the message quote
+        where = f"{shown(self.source)}:{self.line}" if self.line else shown(self.source)
+        return f"{where}: {shown(self.message)}"
 
 
 class MatrixError(InvalidInput):

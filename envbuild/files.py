@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -11,31 +12,98 @@ from typing import Any
 from .errors import EnvbuildError
 
 
+def stage(files: dict[Path, str | bytes], mode: int = 0o644) -> dict[Path, Path]:
+    """Write each changed text to a temporary file beside its target; {target: temporary}. Nothing is replaced,
+    and a failure removes what was staged: the caller renames them all once all are written."""
+    staged: dict[Path, Path] = {}
+    try:
+        for path, text in files.items():
+            data = text.encode("utf-8") if isinstance(text, str) else text
+            if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            staged[path] = Path(tmp)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, mode)
+    except BaseException as exc:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not exc.filename:
+            exc.filename = str(path)
+        raise
+    return staged
+
+
+def commit(staged: dict[Path, Path]) -> None:
+    """Put staged files in place; when one cannot be, the rest are removed (and the error names its target)."""
+    pending = dict(staged)
+    try:
+        for target, tmp in staged.items():
+            os.replace(tmp, target)
+            del pending[target]
+    except BaseException as exc:
+        for tmp in pending.values():
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            exc.filename = str(target)
+        raise
+
+
 def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> bool:
     """Write only when the content changes; a crash mid-write leaves the old file whole. True if written."""
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    staged = stage({path: text}, mode)
+    commit(staged)
+    return bool(staged)
+
+
+MAX_READ = 64 << 20  # no file a user names is read past this
+
+
+def read_user(path: str | os.PathLike[str], label: str, error: type[EnvbuildError] = EnvbuildError,
+              limit: int = MAX_READ) -> bytes:
+    """The bytes of a file a user named: a regular file (after links), at most `limit` bytes. A FIFO, a device
+    (/dev/zero), a folder or a huge file is refused with `error` naming it, never waited on or read whole."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return True
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise error(f"{label}: cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, a device or a socket)"
+            raise error(f"{label}: {kind}: give a regular file")
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            data = fh.read(limit + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:
+        raise error(f"{label}: larger than {limit >> 20} MiB: not read")
+    return data
 
 
 def read_json(path: Path, label: str, error: type[EnvbuildError] = EnvbuildError) -> Any:
     """A JSON file, or `error` naming the file (and the line of a syntax error)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"{label}: cannot read: {exc}") from None
+        return json.loads(read_user(path, label, error).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise error(f"{label}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise error(f"{label}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise error(f"{label}: nested too deeply to be a JSON document envbuild wrote") from None
+
+
+def read_host(path: Path, limit: int = 1 << 20) -> str | None:
+    """A small text file of the host (or a fake root): None when it is missing, not a regular file, larger than
+    `limit` or unreadable. Files under /proc and /sys are regular files that report no size: read, bounded."""
+    try:
+        return read_user(path, str(path), limit=limit).decode("utf-8", "replace")
+    except EnvbuildError:
+        return None

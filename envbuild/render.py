@@ -10,9 +10,10 @@ from pathlib import Path
 import jinja2
 
 from .errors import EnvbuildError
-from .files import write_atomic
+from .files import commit, read_user, stage
 from .matrix import Backend, Matrix
 from .paths import cache_dir
+from .text import shown
 
 TEMPLATES = Path(__file__).parent / "templates"
 VENV = "/opt/venv"
@@ -74,7 +75,7 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
     text = _env.get_template("Dockerfile.j2").render(
         b=backend,
         image=matrix.image,
-        matrix_name=Path(matrix.path).name,
+        matrix_name=shown(Path(matrix.path).name),  # a file name may hold a newline: never a new instruction
         transformers=matrix.transformers,
         accelerate=matrix.accelerate,
         pins=sorted(backend.pins.items()),
@@ -97,7 +98,7 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
     )
     # Collapse runs of blank lines left by optional blocks, so output reads as if hand-written.
     lines: list[str] = []
-    for line in text.splitlines():
+    for line in text.split("\n"):  # what BuildKit breaks at (str.splitlines breaks at more)
         if line.strip() or (lines and lines[-1].strip()):
             lines.append(line.rstrip())
     return "\n".join(lines).strip() + "\n"
@@ -118,15 +119,18 @@ class Difference:
 
 
 def write(rendered: dict[str, str], output: Path) -> list[str]:
-    """Write every file; returns the names that changed."""
-    changed = []
-    for name, text in rendered.items():
-        try:
-            if write_atomic(output / name, text):
-                changed.append(name)
-        except OSError as exc:
-            raise EnvbuildError(f"cannot write {output / name}: {exc.strerror or exc}") from None
-    return changed
+    """Write every file that changed, all or none: every target is checked and every new text staged beside
+    it first; only then do they replace the old ones. Returns the names that changed."""
+    for name in rendered:
+        target = output / name
+        if target.is_symlink() or target.exists() and not target.is_file():
+            raise EnvbuildError(f"cannot write {target}: it is not a regular file (a folder or a link); nothing was written")
+    try:
+        staged = stage({output / name: text for name, text in rendered.items()})
+        commit(staged)
+    except OSError as exc:
+        raise EnvbuildError(f"cannot write {exc.filename or output}: {exc.strerror or exc}") from None
+    return [t.name for t in staged]
 
 
 def check(rendered: dict[str, str], output: Path, *, complete: bool) -> list[Difference]:
@@ -137,7 +141,14 @@ def check(rendered: dict[str, str], output: Path, *, complete: bool) -> list[Dif
         if not path.exists():
             diffs.append(Difference(name, "missing", ""))
             continue
-        current = path.read_text(encoding="utf-8")
+        try:
+            current = read_user(path, str(path)).decode("utf-8")
+        except EnvbuildError as exc:  # a folder, a FIFO, unreadable: not the rendered file
+            diffs.append(Difference(name, "unreadable", str(exc).split(": ", 1)[-1]))
+            continue
+        except UnicodeDecodeError:
+            diffs.append(Difference(name, "unreadable", "not UTF-8 text"))
+            continue
         if current != text:
             changed = [
                 ln for ln in difflib.unified_diff(current.splitlines(), text.splitlines(), lineterm="", n=0)

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import EnvbuildError, InvalidInput
+from . import text
+from .text import unsafe_char
 from .smoke.runner import OWNED_LABEL
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ class Invocation:
             if arg == "-e" and name in given:
                 value = "***" if SECRET_NAME.search(name) else given[name]
                 shown[i + 1] = f"{name}={value}"
-        return shlex.join(shown)
+        return text.shown(shlex.join(shown))  # a control character in a path or value is printed escaped
 
 
 SHELL = ("sh", "-c", "command -v bash >/dev/null && exec bash || exec sh")  # no command: a shell
@@ -110,8 +112,9 @@ def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactiv
         host_folders = True
     for volume in opts.volumes:
         src, sep, rest = volume.partition(":")
-        if not sep or not src or not rest.startswith("/"):
-            raise InvalidInput(f"-v {volume!r}: expected SRC:DST[:ro] with an absolute DST, e.g. ./data:/data:ro")
+        if not sep or not src or not rest.startswith("/") or unsafe_char(volume) is not None or src.startswith("-"):
+            raise InvalidInput(f"-v {volume!r}: expected SRC:DST[:ro] with an absolute DST and no control characters, "
+                               "e.g. ./data:/data:ro")
         if _is_folder(src):
             src = str(Path(src).expanduser().resolve())
             host_folders = True

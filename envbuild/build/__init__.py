@@ -86,7 +86,7 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
         with tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
             iidfile = Path(tmp) / "iid"
             argv = [*plan.argv[:-1], "--iidfile", str(iidfile), plan.argv[-1]]
-            error = builder.run(argv, builder.environment(), log, builder.Progress(backend.name, echo, verbose, status))
+            error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose, status))
             image_id = iidfile.read_text().strip() if error is None and iidfile.exists() else None
         result = BuildResult(backend.name, False, list(plan.tags), seconds=time.monotonic() - start, log=log)
         if image_id is None:

@@ -191,15 +191,45 @@ def base_failure(error: str, base: str, backend: str) -> str | None:
 
 
 
-def environment() -> dict[str, str]:
-    """The builder's environment: this process's, with what the client needs to build with BuildKit."""
-    return {**os.environ, **dict(find_builder().env)}
+def environment(keep: tuple[str, ...] = ()) -> dict[str, str]:
+    """The builder's environment: this process's without envbuild's registry credentials (unless a --build-arg
+    names one, in `keep`), with what the client needs to build with BuildKit."""
+    from ..registry.credentials import CREDENTIAL_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_ENV or k in keep}
+    return {**env, **dict(find_builder().env)}
 
 
-def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress) -> str | None:
-    """Run the builder; None when it succeeded, else the line that says why. The log keeps everything."""
+def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress: Progress) -> str | None:
+    """run() with the environment and the masking that the build args call for: a bare NAME takes its value
+    from this environment (as docker does: never on a command line), and no value reaches the log."""
+    keep = tuple(a for a in build_args if "=" not in a)
+    env = environment(keep)
+    secrets = tuple(a.split("=", 1)[1] for a in build_args if "=" in a) + tuple(env.get(k, "") for k in keep)
+    return run(argv, env, log, progress, secrets)
+
+
+def masked(argv: list[str]) -> list[str]:
+    """The argv with --build-arg values hidden: they may carry credentials (a proxy URL with a password)."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--build-arg" and "=" in out[i + 1]:
+            out[i + 1] = out[i + 1].split("=", 1)[0] + "=***"
+    return out
+
+
+def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, secrets: tuple[str, ...] = ()) -> str | None:
+    """Run the builder; None when it succeeded, else the line that says why. The log keeps everything but the
+    `secrets` (build-arg values), masked wherever they appear."""
+    hide = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
+
+    def scrub(text: str) -> str:
+        for secret in hide:
+            text = text.replace(secret, "***")
+        return text
+
     with open(log, "w", encoding="utf-8") as fh:
-        fh.write("$ " + " ".join(argv) + "\n")
+        fh.write("$ " + " ".join(masked(argv)) + "\n")
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                     errors="replace", stdin=subprocess.DEVNULL)
@@ -209,6 +239,7 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress) -> 
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
+                line = scrub(line)
                 fh.write(line)
                 line = line.rstrip("\n")
                 progress.feed(line)

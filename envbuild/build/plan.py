@@ -12,15 +12,17 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..errors import BuildError
+from ..errors import BuildError, InvalidInput
 from ..files import write_atomic
 from ..paths import PROBE
-from ..registry.refs import mirror_image
+from ..registry.refs import REPOSITORY, TAG, mirror_image
+from ..text import unsafe_char, unsafe_message
 from .builder import Builder, find_builder
 
 if TYPE_CHECKING:
@@ -65,6 +67,42 @@ class BuildOptions:
     log_dir: Path = Path(".envbuild") / "logs"
     context_dir: Path = Path(".envbuild") / "context"
     locks_dir: Path = Path("locks")
+
+    def check(self) -> None:
+        """Refuse, before any work, values the builder would read as options or that would corrupt its command
+        line or logs (they go to its argv, never through a shell)."""
+        for option, values in (("--tag", self.tags), ("--build-arg", self.build_args), ("--label", self.labels),
+                               ("--platform", (self.platform or "",)), ("--builder", (self.builder or "",)),
+                               ("--cache-from", self.cache_from), ("--cache-to", self.cache_to),
+                               ("--network", (self.network or "",))):
+            for value in values:
+                if (ch := unsafe_char(value)) is not None:
+                    raise InvalidInput(f"{option}: {unsafe_message(value, ch)}")
+                if value.startswith("-"):
+                    raise InvalidInput(f"{option} {value!r} starts with '-': the builder would read it as an option")
+        for option, values, example in (("--build-arg", self.build_args, "HTTP_PROXY=http://proxy:3128"),
+                                        ("--label", self.labels, "org.example.team=ml")):
+            for value in values:
+                key, sep, _ = value.partition("=")
+                if option == "--build-arg" and not sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                    continue  # NAME alone: its value comes from the environment, never the command line
+                if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", key):
+                    raise InvalidInput(f"{option} {value!r}: expected KEY=VALUE{' or NAME' if option == '--build-arg' else ''}, "
+                                       f"e.g. {option} {example}")
+        for rule in self.mirrors:  # FROM=TO, both registry[/path]: the result lands in a FROM line
+            src, sep, dst = rule.partition("=")
+            if not sep or not all(re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9._-]+)*/?", x) for x in (src, dst)):
+                raise InvalidInput(f"--mirror {rule!r}: expected FROM=TO with registry hosts (and paths), e.g. "
+                                   "docker.io=mirror.example.com:5000")
+        for tag in self.tags:
+            repo, _, name = tag.rpartition(":") if "/" not in tag.rpartition(":")[2] else (tag, "", "latest")
+            if not REPOSITORY.match(repo or "") or not TAG.match(name):
+                raise InvalidInput(f"--tag {tag!r} is not an image reference such as 'myorg/envbuild:cpu'")
+        for platform in (self.platform or "").split(",") if self.platform else ():
+            if not re.fullmatch(r"linux/(?:amd64|arm64(?:/v8)?|arm/v[67]|ppc64le|s390x|riscv64|386)", platform):
+                raise InvalidInput(f"--platform {platform!r} is not a Linux platform such as linux/amd64 or linux/arm64")
+        if self.network and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.network):
+            raise InvalidInput(f"--network {self.network!r} is not a network name such as host, none or default")
 
 
 @dataclass(frozen=True)

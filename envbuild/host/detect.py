@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput, NotContainerizableError
+from ..files import read_host
 from ..matrix import Backend, Detect, Matrix, not_containerizable_message
 from .platform import arch as arch_name
 
@@ -120,10 +121,7 @@ def counts_as_accelerator(dev: PciDevice) -> bool:
 
 
 def _read_hex(path: Path) -> str | None:
-    try:
-        text = path.read_text(encoding="ascii", errors="replace").strip().lower()
-    except OSError:
-        return None
+    text = (read_host(path, limit=64) or "").strip().lower()
     return text if re.fullmatch(r"0x[0-9a-f]+", text) else None
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import engine as engines
 from ..errors import DockerError
+from ..files import read_host
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -22,9 +23,8 @@ LOG = "/var/log/envbuild-dockerd.log"
 def debian_like(root: Path = Path("/")) -> bool:
     if (root / "etc/debian_version").exists():
         return True
-    try:
-        release = (root / "etc/os-release").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    release = read_host(root / "etc/os-release")
+    if release is None:
         return False
     return any(line.startswith(("ID=debian", "ID=ubuntu", "ID_LIKE=")) and "debian" in line for line in release.splitlines())
 

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import EnvError, NativeEnvRefused
+from ..errors import EnvError, InvalidInput, NativeEnvRefused
 from ..matrix import Backend, Matrix
 from ..paths import PROBE as PROBE_FILE
+from ..text import unsafe_char, unsafe_message
 from .platform import describe as _describe_platform
 from .platform import host_platform
 
@@ -89,7 +90,8 @@ class Plan:
         cmds = self.commands()
         lines = [
             f"# envbuild env --backend {self.backend} for {self.platform}: {pins}",
-            f"# (made in {self.dir}.tmp-XXXXXX and moved to {self.dir} once every pin has landed)",
+            f"# (made in {shlex.quote(str(self.dir))}.tmp-XXXXXX and moved to {shlex.quote(str(self.dir))} once every pin "
+            "has landed)",
             shlex.join(cmds[0]),
             f"printf '%s\\n' {' '.join(shlex.quote(f'{d}=={v}') for d, v in self.constraints.items())}"
             f" > {shlex.quote(str(self.dir / CONSTRAINTS))}",
@@ -98,7 +100,8 @@ class Plan:
             if step.why:
                 lines.append(f"# {step.why}")
             lines.append(shlex.join(argv))
-        lines.append(f"# envbuild's probe, copied to {self.dir / 'bin' / PROBE}; the pins go to {self.dir / ENV_FILE}")
+        lines.append(f"# envbuild's probe, copied to {shlex.quote(str(self.dir / 'bin' / PROBE))}; the pins go to "
+                     f"{shlex.quote(str(self.dir / ENV_FILE))}")
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.probe_env.items())
         lines.append(f"{env} {shlex.join(self.probe_command())}".strip())
         lines += [f"# note: {n}" for n in self.notes]
@@ -151,6 +154,11 @@ def plan(
     """What `envbuild env` would do for `backend`: for this host, or for the backend's own platform when this host
     is not one of them (`check_host` refuses those). Refuses backends whose torch comes only in a vendor image."""
     _refuse_vendor_torch(backend)
+    for option, value in (("--dir", os.fspath(directory)), ("--python", python or "")):
+        if (ch := unsafe_char(value)) is not None:  # the plan is printed as a shell script
+            raise InvalidInput(f"{option}: {unsafe_message(value, ch)}")
+    if python and python.startswith("-"):
+        raise InvalidInput(f"--python {python!r} starts with '-': it would be read as an option (give a path, e.g. ./{python})")
     host = host or host_platform()
     fits = host in backend.platforms
     target = host if fits else backend.platforms[0]

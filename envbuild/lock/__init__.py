@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..errors import DockerError, LockError, StaleLock
-from ..files import write_atomic
+from ..files import read_user, write_atomic
 from .lockfile import FORMAT, LockFile, from_report, parse
 
 if TYPE_CHECKING:
@@ -59,12 +59,12 @@ def path(opts: BuildOptions, backend: Backend) -> Path:
 
 def read(file: Path) -> LockFile | None:
     """The lock at `file`; None when there is none; a LockError naming the file and line when it is broken."""
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not file.exists() and not file.is_symlink():
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LockError(f"{file}: cannot read: {exc}") from None
+    try:
+        text = read_user(file, str(file), LockError).decode("utf-8")
+    except UnicodeDecodeError:
+        raise LockError(f"{file}: not UTF-8 text") from None
     return parse(text, str(file))
 
 
@@ -144,7 +144,7 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
     echo(f"[{backend.name}] resolving the lock in {plan.base_image} (log: {log})")
     with tempfile.TemporaryDirectory(prefix=f"envbuild-lock-{backend.name}-") as tmp:
         argv = lock_command(plan, Path(tmp), uuid.uuid4().hex)
-        error = builder.run(argv, builder.environment(), log, builder.Progress(backend.name, echo, verbose))
+        error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose))
         if error is not None:
             raise LockError(f"{backend.name}: resolving the lock failed: "
                             f"{builder.base_failure(error, plan.base_image, backend.name) or error}", log)

@@ -14,8 +14,10 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ..errors import MatrixError, Problem
+from ..errors import EnvbuildError, MatrixError, Problem
+from ..files import read_user
 from ..paths import DEFAULT_MATRIX
+from ..text import shown, unsafe_char
 from .model import Backend, Compile, Detect, Image, Index, Matrix, Plugin, Python, RunSpec, Torch
 from .schema import BACKEND, TOP, Field, check_str, type_message
 
@@ -25,18 +27,28 @@ from .schema import BACKEND, TOP, Field, check_str, type_message
 Path_ = tuple[str, ...]
 
 
+# The product's matrix has about 700 values: YAML aliases may not make one expand past this ("billion laughs").
+MAX_VALUES = 50_000
+MAX_MATRIX = 4 << 20  # bytes: the product's matrix is about 15 KB
+
+
 class _Located:
     def __init__(self, source: str):
         self.source = source
         self.lines: dict[Path_, int] = {}  # path -> line of its key (or of the value for the root)
         self.override: dict[Path_, str] = {}  # path -> the --set text that produced it
         self.problems: list[Problem] = []
+        self.values = 0  # how many values the YAML expanded to so far (aliases counted each time)
+        self.open: set[int] = set()  # the nodes being converted: meeting one again is an alias to itself
 
     def at(self, path: Path_, message: str) -> None:
+        """Record a problem where it comes from: the --set that replaced the value (or a section above it) first,
+        else the line of the nearest key in the file."""
         for i in range(len(path), -1, -1):
             if path[:i] in self.override:
                 self.problems.append(Problem(self.override[path[:i]], None, message))
                 return
+        for i in range(len(path), -1, -1):
             if path[:i] in self.lines:
                 self.problems.append(Problem(self.source, self.lines[path[:i]], message))
                 return
@@ -44,10 +56,27 @@ class _Located:
 
 
 def _dotted(path: Path_) -> str:
-    return ".".join(path) if path else "the top level"
+    return ".".join(shown(p) for p in path) if path else "the top level"
 
 
 def _to_python(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, loc: _Located) -> Any:
+    loc.values += 1
+    if loc.values > MAX_VALUES:
+        raise MatrixError([Problem(loc.source, node.start_mark.line + 1, f"{_dotted(path)}: the YAML expands to more than "
+                                   f"{MAX_VALUES:,} values (aliases of aliases?); a matrix needs far fewer")])
+    if id(node) in loc.open:
+        loc.problems.append(Problem(loc.source, node.start_mark.line + 1, f"{_dotted(path)}: a YAML alias refers to itself"))
+        return None
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        loc.open.add(id(node))
+        try:
+            return _collection(loader, node, path, loc)
+        finally:
+            loc.open.discard(id(node))
+    return loader.construct_object(node)
+
+
+def _collection(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, loc: _Located) -> Any:
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -59,7 +88,7 @@ def _to_python(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, loc: _Loca
             if key in out:
                 first = loc.lines.get(path + (key,))
                 loc.problems.append(
-                    Problem(loc.source, line, f"duplicate key '{key}' in {_dotted(path)} (first defined at line {first}; YAML would silently keep the last)")
+                    Problem(loc.source, line, f"duplicate key '{shown(key)}' in {_dotted(path)} (first defined at line {first}; YAML would silently keep the last)")
                 )
                 continue
             loc.lines[path + (key,)] = line
@@ -71,7 +100,6 @@ def _to_python(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, loc: _Loca
             loc.lines.setdefault(path + (str(i),), item.start_mark.line + 1)
             items.append(_to_python(loader, item, path + (str(i),), loc))
         return items
-    return loader.construct_object(node)
 
 
 # libyaml's loader when PyYAML has it: the same nodes and marks, parsed about ten times faster (every
@@ -106,6 +134,28 @@ def _parse(text: str, source: str) -> tuple[Any, _Located]:
 # --set DOTTED.PATH=VALUE overrides, applied to the raw tree so they are validated like the file.
 
 
+def _set_value(raw: str, path: Path_, where: str, loc: _Located) -> Any:
+    """A --set value as YAML (bounded, keys as text, like the file's); text that is not YAML stays text."""
+    if not raw.strip():
+        return ""
+    if unsafe_char(raw, allow="\n\t") is not None:
+        return raw  # never YAML: the value check refuses it by name (a control, or bytes that were not UTF-8)
+    loader = _Loader(raw)
+    scratch = _Located(where)
+    try:
+        node = loader.get_single_node()
+        value = raw if node is None else _to_python(loader, node, path, scratch)
+    except MatrixError as exc:  # too large: said of this --set
+        scratch.problems += exc.problems
+        value = None
+    except (yaml.YAMLError, UnicodeError):  # not YAML (or not encodable: bytes that were not UTF-8): the text
+        value = raw
+    finally:
+        loader.dispose()
+    loc.problems += [Problem(where, None, p.message) for p in scratch.problems]
+    return value
+
+
 def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
     for text in overrides:
         where = f"--set {text}"
@@ -114,10 +164,7 @@ def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
         if not sep or not key.strip() or any(not p for p in path):
             loc.problems.append(Problem(where, None, "expected DOTTED.PATH=VALUE, e.g. backends.cpu.torch.version=2.13.0"))
             continue
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+        value = _set_value(raw, path, where, loc)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = raw.strip()  # versions such as 2.13 stay text
         backends = tree.get("backends") if isinstance(tree, dict) else None
@@ -157,7 +204,7 @@ def _validate_section(data: Any, schema: dict[str, Field], path: Path_, loc: _Lo
             hint = difflib.get_close_matches(key, list(schema), n=1)
             suggested.update(hint)
             did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else f" (known keys: {', '.join(schema)})"
-            loc.at(path + (key,), f"unknown key '{key}' in {_dotted(path)}{did_you_mean}")
+            loc.at(path + (key,), f"unknown key '{shown(key)}' in {_dotted(path)}{did_you_mean}")
     for key, spec in schema.items():
         sub = path + (key,)
         if key not in data or data[key] is None and spec.required:
@@ -370,12 +417,12 @@ def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()
 
 def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Matrix:
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise MatrixError([Problem(str(path), None, "no such file (pass --matrix FILE, or run from the envbuild checkout)")]) from None
-    except OSError as exc:
-        raise MatrixError([Problem(str(path), None, f"cannot read: {exc.strerror}")]) from None
+    if not p.exists() and not p.is_symlink():
+        raise MatrixError([Problem(str(path), None, "no such file (pass --matrix FILE, or run from the envbuild checkout)")])
+    try:  # a regular file of bounded size: never a FIFO or /dev/zero
+        raw = read_user(p, str(path), limit=MAX_MATRIX)
+    except EnvbuildError as exc:
+        raise MatrixError([Problem(str(path), None, str(exc).split(": ", 1)[-1])]) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

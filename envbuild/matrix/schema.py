@@ -14,11 +14,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from ..text import unsafe_char, unsafe_message
+
 # --------------------------------------------------------------------------------------------------
 # Value checkers. Each returns (value, None) or (None, "why").
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_TEXT = re.compile(r'^[^"\\$`\x00-\x1f\x7f]*$')
+_TEXT = re.compile(r'^[^"\\$`]*$')
 _PATTERNS = {
     "name": (re.compile(r"^[a-z][a-z0-9_-]*$"), "a lower-case name (letters, digits, '-', '_')"),
     "image": (
@@ -39,7 +40,7 @@ _PATTERNS = {
     "apt": (re.compile(r"^[a-z0-9][a-z0-9+.-]+(?:=[A-Za-z0-9.+:~-]+)?$"), "a Debian package name"),
     "executable": (re.compile(r"^(?:/[A-Za-z0-9_.+-]+)*/?[A-Za-z0-9_.+-]+$"), "an executable name or absolute path"),
     "env_key": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "an environment variable name"),
-    "env_value": (re.compile(r"^[^\"\\`\x00-\x1f\x7f]*$"), "a value without quotes, backslashes or control characters"),
+    "env_value": (re.compile(r"^[^\"\\`]*$"), "a value without quotes, backslashes or backticks"),
     "device_node": (re.compile(r"^/dev/[A-Za-z0-9_./-]+(?::/dev/[A-Za-z0-9_./-]+)?$"), "a device path such as '/dev/kfd'"),
     "volume": (re.compile(r"^/[^\s:\"'`$]+:/[^\s:\"'`$]+(?::(?:ro|rw))?$"), "'HOST:CONTAINER[:ro]' with absolute paths"),
     "glob": (re.compile(r"^/[A-Za-z0-9_./*?\[\]-]+$"), "an absolute path glob such as '/dev/nvidia[0-9]*'"),
@@ -47,8 +48,10 @@ _PATTERNS = {
     "platform": (re.compile(r"^(?:linux|darwin)/(?:amd64|arm64|ppc64le|s390x)$"), "a platform such as 'linux/amd64'"),
     "size": (re.compile(r"^[0-9]+[bkmgBKMG]?$"), "a size such as '8g'"),
     "word": (re.compile(r"^[A-Za-z0-9_.:=-]+$"), "a single word"),
+    # docker run --gpus: all, a count, or one device (a list would need the client's CSV quoting)
+    "gpus": (re.compile(r"^(?:all|[1-9][0-9]*|device=[A-Za-z0-9-]+)$"), "'all', a number of GPUs, or 'device=ID'"),
     "pci": (re.compile(r"^0x[0-9a-f]{4}$"), "a PCI vendor id such as '0x10de'"),
-    "text": (_TEXT, "text without quotes, backslashes, '$', backticks or control characters"),
+    "text": (_TEXT, "text without quotes, backslashes, '$' or backticks"),
 }
 
 
@@ -58,8 +61,8 @@ def check_str(kind: str) -> Callable[[Any], tuple[Any, str | None]]:
     def check(value: Any) -> tuple[Any, str | None]:
         if not isinstance(value, str):
             return None, type_message(value, "a string")
-        if _CONTROL.search(value):
-            return None, f"{value!r} contains a newline or control character (it would inject into a Dockerfile)"
+        if (ch := unsafe_char(value)) is not None:
+            return None, unsafe_message(value, ch)
         if not pattern.match(value):
             return None, f"{value!r} is not {hint}"
         return value, None
@@ -67,20 +70,31 @@ def check_str(kind: str) -> Callable[[Any], tuple[Any, str | None]]:
     return check
 
 
+RESERVED_ENV = "ENVBUILD_"  # the image's own controls (what the probe imports and calls): set from their fields
+
+
+def _check_env_key(value: Any) -> tuple[Any, str | None]:
+    value, why = check_str("env_key")(value)
+    if why is None and value.upper().startswith(RESERVED_ENV):
+        return None, (f"{value!r} is reserved: envbuild sets {RESERVED_ENV}* itself, from the backend's fields "
+                      "(device, import, availability, ...)")
+    return value, why
+
+
 def _check_prose(value: Any) -> tuple[Any, str | None]:
     """Free text for people (reasons, alternatives): never rendered into a Dockerfile."""
     if not isinstance(value, str):
         return None, type_message(value, "a string")
-    if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", value):
-        return None, f"{value!r} contains a control character"
+    if (ch := unsafe_char(value, allow="\n")) is not None:  # printed to terminals
+        return None, unsafe_message(value, ch)
     return value.strip(), None
 
 
 def _check_version(value: Any) -> tuple[Any, str | None]:
     if not isinstance(value, str):
         return None, type_message(value, "a version string") + " (quote it, e.g. \"2.13.0\")"
-    if _CONTROL.search(value):
-        return None, f"{value!r} contains a newline or control character (it would inject into a Dockerfile)"
+    if (ch := unsafe_char(value)) is not None:
+        return None, unsafe_message(value, ch)
     if value != value.strip():
         return None, f"{value!r} has leading or trailing spaces"
     try:
@@ -93,8 +107,8 @@ def _check_version(value: Any) -> tuple[Any, str | None]:
 def _check_specifier(value: Any) -> tuple[Any, str | None]:
     if not isinstance(value, str):
         return None, type_message(value, "a version specifier string") + " (e.g. \">=2.5,<2.6\")"
-    if _CONTROL.search(value):
-        return None, f"{value!r} contains a newline or control character"
+    if (ch := unsafe_char(value)) is not None:
+        return None, unsafe_message(value, ch)
     try:
         SpecifierSet(value)
     except InvalidSpecifier:
@@ -102,15 +116,17 @@ def _check_specifier(value: Any) -> tuple[Any, str | None]:
     return value, None
 
 
-_REQUIREMENT_CHARS = re.compile(r'["\\$`\x00-\x1f\x7f]')
+_REQUIREMENT_CHARS = re.compile(r'["\\$`]')
 
 
 def _check_requirement(value: Any) -> tuple[Any, str | None]:
     """A PEP 508 requirement from an index (name, extras, specifier, marker): what a lock can pin and hash."""
     if not isinstance(value, str):
         return None, type_message(value, "a requirement string") + " (e.g. \"datasets>=4\")"
+    if (ch := unsafe_char(value)) is not None:
+        return None, unsafe_message(value, ch)
     if _REQUIREMENT_CHARS.search(value):
-        return None, f"{value!r} contains a quote, backslash, '$', backtick or control character"
+        return None, f"{value!r} contains a quote, backslash, '$' or backtick"
     try:
         req = Requirement(value)
     except InvalidRequirement as exc:
@@ -159,10 +175,10 @@ def _list(kind: str, **kw: Any) -> Field:
 _VERSIONED = {"version": Field(check=_check_version, required=True)}
 
 _RUN = {
-    "gpus": _leaf("word"),
+    "gpus": _leaf("gpus"),
     "devices": _list("device_node"),
     "runtime": _leaf("word"),
-    "env": Field(map_of=(check_str("env_key"), check_str("env_value")), default={}),
+    "env": Field(map_of=(_check_env_key, check_str("env_value")), default={}),
     "volumes": _list("volume"),
     "group_add": _list("word"),
     "ipc": _leaf("word"),
@@ -215,7 +231,7 @@ BACKEND = {
     "availability": _leaf("api"),
     # Debian packages the backend's runtime asks for (e.g. a library its plugin wants preloaded).
     "apt": _list("apt"),
-    "env": Field(map_of=(check_str("env_key"), check_str("env_value")), default={}),
+    "env": Field(map_of=(_check_env_key, check_str("env_value")), default={}),
     "run": Field(section=_RUN),
     "detect": Field(
         section={

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import RegistryAuthError
+from ..errors import EnvbuildError, RegistryAuthError
+from ..files import read_user
 
 USER_ENV = "ENVBUILD_REGISTRY_USER"
 PASSWORD_ENV = "ENVBUILD_REGISTRY_PASSWORD"
@@ -63,11 +64,11 @@ def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, st
     if creds:
         return True, f"{creds.source} are set"
     path = docker_config_path(environ)
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         return False, f"no {USER_ENV}/{PASSWORD_ENV} variables and no {path}"
-    except (OSError, ValueError) as exc:
+    try:
+        config = json.loads(read_user(path, str(path), limit=4 << 20))
+    except (EnvbuildError, ValueError, RecursionError) as exc:
         return False, f"cannot read {path}: {exc}"
     if not isinstance(config, dict):
         return False, f"{path} is not a JSON object"
@@ -87,11 +88,40 @@ def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, st
     return False, f"no login for it in {path}"
 
 
+# What carries registry credentials in envbuild's environment: never handed to the builder or a container.
+CREDENTIAL_ENV = (USER_ENV, PASSWORD_ENV, "GITHUB_TOKEN")
+
+
+def _forms(user: str, password: str) -> list[str]:
+    """Every form in which a password shows up in text: itself, 'user:password', both in base64 (a Basic
+    authorization header, a Docker config's "auth") and URL-encoded (a URL's userinfo). Longest first."""
+    import base64
+    from urllib.parse import quote
+
+    plain = [password, f"{user}:{password}"]
+    forms = plain + [quote(p, safe="") for p in plain]
+    for p in plain:
+        forms += [base64.b64encode(p.encode()).decode(), base64.urlsafe_b64encode(p.encode()).decode()]
+        forms += [f.rstrip("=") for f in forms[-2:]]
+    return sorted({f for f in forms if len(f) >= 4}, key=len, reverse=True)
+
+
 class Scrubber:
-    """Masks secrets in any text that reaches the user."""
+    """Masks secrets in any text that reaches the user, in every form they take."""
 
     def __init__(self, creds: Credentials | None):
-        self.secrets = [creds.password] if creds and creds.password else []
+        self.secrets = _forms(creds.username, creds.password) if creds and creds.password else []
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Scrubber":
+        """For text from anywhere (an unexpected error too): the credentials the environment holds."""
+        env = os.environ if environ is None else environ
+        scrubber = cls(None)
+        for user, password in ((USER_ENV, PASSWORD_ENV), ("GITHUB_ACTOR", "GITHUB_TOKEN")):
+            if env.get(password):
+                scrubber.secrets += _forms(env.get(user, ""), env[password])
+        scrubber.secrets.sort(key=len, reverse=True)
+        return scrubber
 
     def __call__(self, text: str) -> str:
         for secret in self.secrets:

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import EnvbuildError, ManifestError
+from ..errors import InvalidInput, ManifestError
 from ..files import read_json, write_atomic
 from .refs import DIGEST
 
@@ -28,14 +28,14 @@ def load(path: Path, *, must_exist: bool) -> dict[str, Any]:
         if must_exist:
             raise ManifestError(f"manifest {path}: no such file (publish writes it: `envbuild publish --manifest {path}`)")
         return {"schema": SCHEMA, "images": {}}
-    doc = read_json(path, f"manifest {path}", ManifestError)
+    doc = read_json(path, f"manifest {path}", InvalidInput)
     if not isinstance(doc, dict) or not isinstance(doc.get("images"), dict):
-        raise ManifestError(f"manifest {path}: expected an object with \"schema\" and \"images\" (is this an envbuild manifest?)")
+        raise InvalidInput(f"manifest {path}: expected an object with \"schema\" and \"images\" (is this an envbuild manifest?)")
     if doc.get("schema") != SCHEMA:
-        raise ManifestError(f"manifest {path}: schema {doc.get('schema')!r} is not supported (this envbuild reads schema {SCHEMA})")
+        raise InvalidInput(f"manifest {path}: schema {doc.get('schema')!r} is not supported (this envbuild reads schema {SCHEMA})")
     for name, entry in doc["images"].items():
         if not isinstance(entry, dict) or not DIGEST.match(str(entry.get("digest", ""))):
-            raise ManifestError(f"manifest {path}: images.{name}: expected an entry with a \"digest\" such as sha256:<64 hex>")
+            raise InvalidInput(f"manifest {path}: images.{name}: expected an entry with a \"digest\" such as sha256:<64 hex>")
     return doc
 
 
@@ -55,12 +55,15 @@ def record(path: Path, entry: dict[str, Any]) -> None:
 
 def load_smoke_results(path: Path) -> dict[str, dict[str, Any]]:
     """`envbuild smoke --json` output (one result or a list) -> {backend: result}."""
-    doc = read_json(path, f"--smoke-json {path}", EnvbuildError)
+    from ..smoke.runner import result_problem
+
+    doc = read_json(path, f"--smoke-json {path}", InvalidInput)
     docs = doc if isinstance(doc, list) else [doc]
     out: dict[str, dict[str, Any]] = {}
     for d in docs:
-        if not isinstance(d, dict) or not isinstance(d.get("backend"), str) or not isinstance(d.get("ok"), bool):
-            raise EnvbuildError(f"--smoke-json {path}: not the output of `envbuild smoke --json` (each result needs \"backend\" and \"ok\")")
+        why = result_problem(d)
+        if why:
+            raise InvalidInput(f"--smoke-json {path}: not the output of `envbuild smoke --json`: {why}")
         out[d["backend"]] = d
     return out
 

@@ -148,7 +148,9 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
     engine.tag(image.id, created)
     digests: dict[str, str] = {}
     try:
-        for ref in refs:
+        # The pinned tag first, the moving REG:BACKEND last: a publish cut short never moves the tag users pull
+        # to an image whose pinned tag (and manifest entry) does not exist.
+        for ref in sorted(refs, key=lambda r: r == refs[0]):
             echo(f"[{backend.name}] pushing {ref}")
             digests[ref] = session.push(ref, lambda s: echo(f"[{backend.name}] {s}"))
     except BaseException:

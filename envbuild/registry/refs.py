@@ -7,6 +7,8 @@ from typing import Iterable
 
 from ..engine import split_ref
 from ..errors import InvalidInput
+from ..matrix.schema import check_str
+from ..text import shown
 
 # Same shape as matrix.yaml's image.repository: a repository, no tag, no digest.
 REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
@@ -54,7 +56,12 @@ def mirror_image(ref: str, mirrors: Iterable[str]) -> str:
             raise InvalidInput(f"--mirror {rule!r}: expected FROM=TO, e.g. docker.io=mirror.example.com:5000")
         src = src.rstrip("/")
         if full == src or full.startswith(src + "/"):
-            return dst.rstrip("/") + full[len(src):]
+            mirrored = dst.rstrip("/") + full[len(src):]
+            # the result is written into the Dockerfile's FROM: held to the matrix's own image pattern
+            _, why = check_str("image")(mirrored)
+            if why:
+                raise InvalidInput(f"--mirror {shown(rule)}: the base image would become {why}")
+            return mirrored
     return ref
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DockerError, SmokeError
+from ..files import read_host
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -105,10 +106,7 @@ def _group_gid(name: str, root: Path) -> int | None:
             return grp.getgrnam(name).gr_gid
         except KeyError:
             return None
-    try:
-        lines = (root / "etc/group").read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
+    lines = (read_host(root / "etc/group") or "").split("\n")
     for line in lines:
         fields = line.split(":")
         if len(fields) >= 3 and fields[0] == name and fields[2].isdigit():

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import time
 import uuid
 from contextlib import contextmanager
@@ -16,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ..errors import DockerError, SmokeError
+from ..errors import DockerError, InvalidInput, SmokeError
+from ..text import shown, unsafe_char
 from . import preflight
 
 if TYPE_CHECKING:
@@ -57,6 +57,22 @@ class SmokeResult:
         }
 
 
+def result_problem(doc: Any) -> str | None:
+    """Why a document is not one result of `envbuild smoke --json` (None: it is), read back by summary and publish:
+    the types are checked before anything is printed or recorded from it."""
+    if not isinstance(doc, dict):
+        return "a result must be a JSON object"
+    for key, kinds in (("backend", (str,)), ("ok", (bool,)), ("checks", (list,)), ("image", (str, type(None))),
+                       ("error", (str, type(None))), ("seconds", (int, float, type(None))), ("date", (str, type(None)))):
+        if key in doc and not isinstance(doc[key], kinds) or key in ("backend", "ok", "checks") and key not in doc:
+            return f"\"{key}\" must be {' or '.join('null' if k is type(None) else k.__name__ for k in kinds)}"
+    for check in doc["checks"]:
+        if not (isinstance(check, dict) and isinstance(check.get("name"), str) and isinstance(check.get("ok"), bool)
+                and isinstance(check.get("message", ""), str)):
+            return "each of \"checks\" must be an object with a string \"name\", a boolean \"ok\" and a string \"message\""
+    return None
+
+
 def model_args(model: str) -> tuple[list[str], list[str], dict[str, str]]:
     """Probe arguments, volumes and environment for a model given as synthetic, a directory or a hub id."""
     if model == "synthetic":
@@ -65,26 +81,9 @@ def model_args(model: str) -> tuple[list[str], list[str], dict[str, str]]:
     if path.is_dir():
         target = f"{MODEL_MOUNT}/{path.resolve().name or 'model'}"
         return ["--model", target], [f"{path.resolve()}:{target}:ro"], {"HF_HUB_OFFLINE": "1"}
-    if model.startswith((".", "/", "~")):
-        raise SmokeError(f"--model {model}: no such directory (give a local model directory, a hub id, or 'synthetic')")
+    if model.startswith((".", "/", "~")) or unsafe_char(model) is not None or model.startswith("-"):
+        raise InvalidInput(f"--model {shown(model)}: no such directory (give a local model directory, a hub id, or 'synthetic')")
     return ["--model", model], [], {}
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """CI cancels with SIGTERM: turn it into KeyboardInterrupt so cleanup runs."""
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -103,14 +102,14 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
           timeout: float = 600, extra_env: dict[str, str] | None = None,
           echo: Callable[[str], None] = lambda s: None) -> SmokeResult:
     image = image or matrix.tags(backend)[0]
-    preflight.require(backend, engine)  # first: without the device, no image would help
+    args, volumes, env = model_args(model)  # the input first, then the host, then the image
+    preflight.require(backend, engine)  # without the device, no image would help
     image_id = engine.image_id(image)
     if image_id is None:
         raise SmokeError(
             f"image {image} is not on this Docker engine: build it with `envbuild build --backend {backend.name}` "
             f"or pull it with `envbuild pull --backend {backend.name}` (or pass --image)"
         )
-    args, volumes, env = model_args(model)
     echo(f"[{backend.name}] smoke: {image} (model: {model}, timeout: {timeout:g}s)")
     start = time.monotonic()
     tag = uuid.uuid4().hex[:8]
@@ -119,7 +118,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
 
     def probe(user: str | None, cache: str) -> tuple[Exited, dict[str, Any] | None, str | None]:
         """One run of the probe: what the container did, its report, and why it failed (None: passed)."""
-        with _sigterm_as_interrupt(), _refusal(backend):
+        with _refusal(backend):
             done = engine.run(
                 image, ["envbuild-probe", "--backend", backend.name, *args],
                 name=f"envbuild-smoke-{backend.name}-{tag}{'-uid' if user and user != own_user else ''}",

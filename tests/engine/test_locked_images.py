@@ -47,7 +47,10 @@ def envbuild(*args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedP
 
 def installed(docker_client, image: str, dist: str) -> str:
     code = f"import importlib.metadata as m; print(m.version({dist!r}))"
-    return testbed.docker_run(docker_client, image, ["python", "-c", code])[1].decode().strip()
+    status, out, err = testbed.docker_run(docker_client, image, ["python", "-c", code])
+    if status != 0:
+        raise RuntimeError(err.decode(errors="replace"))
+    return out.decode().strip()
 
 
 @pytest.fixture(scope="module")

@@ -174,13 +174,33 @@ def _python_env_size(client, image: str, python: str, dirs: list[str] = ()) -> d
     return json.loads(out)
 
 
-def _cache_records(client) -> dict[str, str]:
-    """BuildKit's cache records: id -> type."""
-    return {r["ID"]: r.get("Type", "") for r in client.api.df().get("BuildCache") or []}
+def _build_cache(client) -> list[dict[str, Any]] | None:
+    """BuildKit's cache records, or None when the engine cannot count them.
+
+    Docker 20.10 answers 500 "failed to get usage ...: snapshot ... not found" once a record lost its
+    snapshot (moby/buildkit#3599), sometimes for a moment, sometimes until a prune; the records only
+    serve cleanup and a note, so the timings go on without them.
+    """
+    for attempt in range(3):
+        try:
+            return client.api.df().get("BuildCache") or []
+        except Exception as exc:  # docker.errors.APIError; the SDK is imported lazily
+            error = exc
+            time.sleep(1 + attempt)
+    print(f"bench: note: the engine cannot list its build cache ({str(error).splitlines()[0][:200]}); "
+          "the cold build's cache mounts are left in place", file=sys.stderr)
+    return None
 
 
-def _cache_bytes(client, ids: set[str]) -> int:
-    return sum(int(r.get("Size") or 0) for r in client.api.df().get("BuildCache") or [] if r["ID"] in ids)
+def _cache_records(client) -> dict[str, str] | None:
+    """BuildKit's cache records: id -> type (None: unknown)."""
+    records = _build_cache(client)
+    return None if records is None else {r["ID"]: r.get("Type", "") for r in records}
+
+
+def _cache_bytes(client, ids: set[str]) -> int | None:
+    records = _build_cache(client)
+    return None if records is None else sum(int(r.get("Size") or 0) for r in records if r["ID"] in ids)
 
 
 def _prune_cache_records(client, ids: set[str]) -> int:
@@ -290,7 +310,9 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     print("bench: cold build ...", file=sys.stderr)
     records_before = _cache_records(client)
     cold, proc = run(envbuild_argv("build", *common, "--no-cache"), cwd=cwd, env=env)
-    info["cache_mounts"] = sorted(r for r, kind in _cache_records(client).items() if kind == "exec.cachemount" and r not in records_before)
+    records_after = _cache_records(client) if records_before is not None else None
+    info["cache_mounts"] = sorted(r for r, kind in (records_after or {}).items()
+                                  if kind == "exec.cachemount" and r not in records_before)
     rows.append(Row("cold", "cold build (no cache, empty cache mounts)", round(cold, 2), None, "s",
                     detail={"steps": steps_from(proc.stderr)}))
 
@@ -445,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="envbuild-bench-"))
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     busy = _busy(client)
-    records_at_start = set(_cache_records(client))
+    records_at_start = _cache_records(client)
     setup = None
     rows: list[Row] = []
     info: dict[str, Any] = {}
@@ -462,10 +484,9 @@ def main(argv: list[str] | None = None) -> int:
             setup.registry.stop()
         shutil.rmtree(work, ignore_errors=True)
     # The layers of the cold build stay in BuildKit's cache, as after any build: say how much.
-    try:
-        info["build_cache_left"] = _cache_bytes(client, set(_cache_records(client)) - records_at_start)
-    except Exception:  # only a note
-        info["build_cache_left"] = None
+    records_at_end = _cache_records(client) if records_at_start is not None else None
+    info["build_cache_left"] = (None if records_at_end is None
+                                else _cache_bytes(client, set(records_at_end) - set(records_at_start)))
 
     doc = {
         "benchmark": "envbuild", "quick": args.quick, "started": started, "backend": "cpu",

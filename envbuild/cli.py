@@ -467,6 +467,29 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
         sys.exit(1)
 
 
+@cli.command()
+@click.option("--containers-only", is_flag=True, help="Keep the images: remove only stopped envbuild containers.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def clean(containers_only: bool, as_json: bool) -> None:
+    """Remove what envbuild left on the engine: its stopped containers (a daemon killed during a smoke test
+    leaves them) and its untagged images (build results a newer build replaced). Running containers, tagged
+    images and anything envbuild did not make are never touched; an image a container still uses stays."""
+    from . import clean as c
+
+    done = c.clean(_engine(), images=not containers_only)
+    if as_json:
+        click.echo(json.dumps(done.to_json(), indent=2))
+        return
+    for name in done.containers:
+        click.echo(f"removed container {name}")
+    for image in done.images:
+        click.echo(f"removed image {image[:19]}")
+    for kept in done.kept:
+        click.echo(f"kept image {kept}")
+    if not (done.containers or done.images):
+        click.echo("nothing to clean")
+
+
 @cli.command("run", context_settings={"allow_interspersed_args": False})
 @click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="The backend whose image to run, or 'auto' (the one detected here).")
 @click.option("--image", callback=_image_ref, help="The image [default: the backend's REPO:BACKEND tag from the matrix].")

@@ -372,10 +372,24 @@ class Engine:
                 signal.signal(sig, handler)
         return (128 - status if status < 0 else status), tail.decode("utf-8", "replace")
 
-    def containers(self, label: str) -> list[str]:
-        """Names of the containers (running or not) that carry this label."""
+    def containers(self, label: str, stopped: bool = False) -> list[str]:
+        """Names of the containers (running or not; with `stopped`, only those not running) that carry this label."""
         found = self._call("cannot list containers", lambda: self.client.api.containers(all=True, filters={"label": label}))
-        return [c["Names"][0].lstrip("/") for c in found]
+        return [c["Names"][0].lstrip("/") for c in found
+                if not stopped or c.get("State") in ("created", "exited", "dead")]
+
+    def dangling_images(self, label: str) -> list[str]:
+        """Ids of untagged images that carry this label (build results a newer build replaced)."""
+        found = self._call("cannot list images", lambda: self.client.api.images(filters={"dangling": True, "label": label}))
+        return [i["Id"] for i in found]
+
+    def remove_image(self, ref: str) -> str | None:
+        """Remove an image; None when it is gone, else why it stays (e.g. a container uses it)."""
+        try:
+            self._call(f"cannot remove {ref}", lambda: self.client.api.remove_image(ref), missing_ok=True)
+        except EngineError as exc:
+            return exc.explanation
+        return None
 
     def remove_container(self, ref: str) -> None:
         # v: with the anonymous volumes the image's VOLUMEs made for it

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from .errors import EnvbuildError
 
@@ -107,3 +108,28 @@ def read_host(path: Path, limit: int = 1 << 20) -> str | None:
         return read_user(path, str(path), limit=limit).decode("utf-8", "replace")
     except EnvbuildError:
         return None
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None) -> Iterator[None]:
+    """One envbuild process at a time holds `path` (a lock file, or a folder: then no file is left beside what it
+    guards): a second one says what it waits for, then waits. The lock goes with the process, also when it is
+    killed."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY if path.is_dir() else os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if echo:
+                echo(f"waiting for another envbuild that holds {what} (lock {path})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

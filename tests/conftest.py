@@ -84,3 +84,15 @@ def fake_docker():
 
 # Real engine and registry fixtures (tests/support/fixtures.py).
 pytest_plugins = ["support.fixtures"]
+
+
+# tests/faults/ kill and restart the Docker daemon: collected only when asked for (`pytest --faults tests/faults`,
+# which scripts/test runs after the rest of the suite).
+def pytest_addoption(parser):
+    parser.addoption("--faults", action="store_true", help="run tests/faults/ (they restart dockerd)")
+
+
+def pytest_ignore_collect(collection_path, config):
+    if collection_path.name == "faults" and collection_path.parent.name == "tests" and not config.getoption("faults"):
+        return True
+    return None

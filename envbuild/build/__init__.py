@@ -65,7 +65,7 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
     from .. import lock as locks
 
     start = time.monotonic()
-    with records.locked(opts.context_dir, backend.name):
+    with records.locked(opts.context_dir, backend.name, echo):
         plan = make_plan(matrix, backend, opts, engine)
         try:
             lockfile = locks.ensure(matrix, backend, plan, opts, engine, locked=locked, echo=echo, verbose=verbose)
@@ -86,7 +86,7 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
         with tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
             iidfile = Path(tmp) / "iid"
             argv = [*plan.argv[:-1], "--iidfile", str(iidfile), plan.argv[-1]]
-            error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose, status))
+            error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose, status), engine)
             image_id = iidfile.read_text().strip() if error is None and iidfile.exists() else None
         result = BuildResult(backend.name, False, list(plan.tags), seconds=time.monotonic() - start, log=log)
         if image_id is None:

@@ -200,13 +200,23 @@ def environment(keep: tuple[str, ...] = ()) -> dict[str, str]:
     return {**env, **dict(find_builder().env)}
 
 
-def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress: Progress) -> str | None:
+def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress: Progress,
+              engine_: engine.Engine | None = None) -> str | None:
     """run() with the environment and the masking that the build args call for: a bare NAME takes its value
     from this environment (as docker does: never on a command line), and no value reaches the log."""
     keep = tuple(a for a in build_args if "=" not in a)
     env = environment(keep)
     secrets = tuple(a.split("=", 1)[1] for a in build_args if "=" in a) + tuple(env.get(k, "") for k in keep)
-    return run(argv, env, log, progress, secrets)
+    return run(argv, env, log, progress, secrets, alive=(lambda: answers(engine_)) if engine_ is not None else None)
+
+
+def answers(engine_: engine.Engine) -> bool:
+    """Whether the engine answers a ping now."""
+    try:
+        engine_.ping()
+    except engine.DockerError:
+        return False
+    return True
 
 
 def masked(argv: list[str]) -> list[str]:
@@ -218,7 +228,8 @@ def masked(argv: list[str]) -> list[str]:
     return out
 
 
-def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, secrets: tuple[str, ...] = ()) -> str | None:
+def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, secrets: tuple[str, ...] = (),
+        alive: Callable[[], bool] | None = None) -> str | None:
     """Run the builder; None when it succeeded, else the line that says why. The log keeps everything but the
     `secrets` (build-arg values), masked wherever they appear."""
     hide = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
@@ -254,5 +265,7 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
     said = next((ln for ln in tail if engine.unreachable(ln)), None)
     if said is not None:
         raise engine.unreachable_error(said, engine.host(env))
+    if alive is not None and not alive():  # a daemon that died mid-build leaves the client saying other things
+        raise engine.Unreachable(engine.host(env), f"it stopped answering during the build; the client said: {tail[-1] if tail else rc}")
     errors = [ln for ln in tail if "ERROR" in ln or "error" in ln.lower()]
     return (progress.why() or (errors[-1] if errors else (tail[-1] if tail else f"exit code {rc}")))[:600]

@@ -7,13 +7,12 @@ still names the image it made. A record that cannot be read is no record: the bu
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, ContextManager
 
-from ..files import write_atomic
+from ..files import exclusive, write_atomic
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -62,18 +61,6 @@ def forget(plan: BuildPlan) -> None:
     (plan.context_path / RECORD).unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def locked(context_dir: Path, backend: str) -> Iterator[None]:
+def locked(context_dir: Path, backend: str, echo: Callable[[str], None] | None = None) -> ContextManager[None]:
     """One build at a time per backend and project folder (two envbuild processes, same backend)."""
-    context_dir.mkdir(parents=True, exist_ok=True)
-    with open(context_dir / f"{backend}.lock", "a") as fh:
-        try:
-            import fcntl
-        except ImportError:  # not on POSIX: no lock
-            yield
-            return
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return exclusive(context_dir / f"{backend}.lock", f"the {backend} build in {context_dir}", echo)

@@ -124,7 +124,8 @@ def _short(value: Any) -> str:
 
 
 def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, lock_opts: LockOptions,
-            previous: LockFile | None, echo: Callable[[str], None], verbose: bool = False) -> LockFile:
+            previous: LockFile | None, echo: Callable[[str], None], verbose: bool = False,
+            engine: Engine | None = None) -> LockFile:
     """Run the Dockerfile's `lock` target on the engine and turn pip's report into the lock."""
     from ..build import builder
     from ..build.plan import lock_command, write_context
@@ -144,7 +145,7 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
     echo(f"[{backend.name}] resolving the lock in {plan.base_image} (log: {log})")
     with tempfile.TemporaryDirectory(prefix=f"envbuild-lock-{backend.name}-") as tmp:
         argv = lock_command(plan, Path(tmp), uuid.uuid4().hex)
-        error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose))
+        error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose), engine)
         if error is not None:
             raise LockError(f"{backend.name}: resolving the lock failed: "
                             f"{builder.base_failure(error, plan.base_image, backend.name) or error}", log)
@@ -192,7 +193,7 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
         raise StaleLock(f"{file} is {what}: run `envbuild lock --backend {backend.name}` and commit the result "
                         "(--locked builds only from a current lock)")
     echo(f"[{backend.name}] {file} is {what}: resolving it")
-    new = resolve(matrix, backend, plan, opts, LockOptions(), current, echo, verbose)
+    new = resolve(matrix, backend, plan, opts, LockOptions(), current, echo, verbose, engine)
     write_atomic(file, new.text())
     echo(f"[{backend.name}] wrote {file} ({len(new.packages)} distributions)")
     return new
@@ -215,7 +216,7 @@ def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts:
             if not why and not asked:
                 results.append(LockResult(backend.name, file, "up to date", count=len(current.packages)))
                 continue
-            new = resolve(matrix, backend, plan, opts, lock_opts, current, echo, verbose)
+            new = resolve(matrix, backend, plan, opts, lock_opts, current, echo, verbose, engine)
             write_atomic(file, new.text())
             results.append(LockResult(backend.name, file, "written", why if not asked else ["asked to upgrade"], len(new.packages)))
     return results

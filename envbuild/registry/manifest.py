@@ -10,10 +10,10 @@ import json
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import InvalidInput, ManifestError
-from ..files import read_json, write_atomic
+from ..files import exclusive, read_json, write_atomic
 from .refs import DIGEST
 
 SCHEMA = 1
@@ -39,15 +39,18 @@ def load(path: Path, *, must_exist: bool) -> dict[str, Any]:
     return doc
 
 
-def record(path: Path, entry: dict[str, Any]) -> None:
-    """Replace one backend's entry, keep the others; re-read first, write atomically."""
-    doc = load(path, must_exist=False)
-    doc["images"][entry["backend"]] = entry
-    doc["images"] = dict(sorted(doc["images"].items()))
+def record(path: Path, entry: dict[str, Any], echo: Callable[[str], None] | None = None) -> None:
+    """Replace one backend's entry, keep the others: under the manifest's lock (two publishes at once both land),
+    re-read, then written atomically (a crash leaves the old file whole)."""
     try:
-        write_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive(path.parent, f"the manifest {path}", echo):  # its folder: no lock file left beside it
+            doc = load(path, must_exist=False)
+            doc["images"][entry["backend"]] = entry
+            doc["images"] = dict(sorted(doc["images"].items()))
+            write_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
     except OSError as exc:
-        raise ManifestError(f"cannot write manifest {path}: {exc.strerror or exc}") from None
+        raise ManifestError(f"cannot write manifest {path}: {exc.strerror or exc}; it is as it was") from None
 
 
 # --- smoke results --------------------------------------------------------------------------------------

@@ -101,9 +101,13 @@ def _refusal(backend: Backend) -> Iterator[None]:
 def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None = None, model: str = "synthetic",
           timeout: float = 600, extra_env: dict[str, str] | None = None,
           echo: Callable[[str], None] = lambda s: None) -> SmokeResult:
+    from ..clean import stopped_containers  # clean names containers by this module's label
+
     image = image or matrix.tags(backend)[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
     preflight.require(backend, engine)  # without the device, no image would help
+    for name in stopped_containers(engine):  # what a crash (a daemon killed mid-smoke) left behind
+        echo(f"[{backend.name}] removed a stopped envbuild container left behind: {name}")
     image_id = engine.image_id(image)
     if image_id is None:
         raise SmokeError(

@@ -47,7 +47,7 @@ class FakeImage:
 class FakeEngine:
     """Answers like a daemon would; records what was asked (logins, pushes, removed tags)."""
 
-    host = "unix:///fake/docker.sock"
+    host = "fake://engine"  # not a local socket: sessions skip their network reachability check
 
     def __init__(self, runtimes: tuple[str, ...] = ("runc",), root: str = "/", containers: tuple[str, ...] = (),
                  version: dict[str, Any] | None = None):
@@ -113,8 +113,11 @@ class FakeEngine:
         img = self._find(image)
         return img.files.get(path) if img else None
 
-    def containers(self, label: str) -> list[str]:
+    def containers(self, label: str, stopped: bool = False) -> list[str]:
         return list(self.leftovers)
+
+    def dangling_images(self, label: str) -> list[str]:
+        return []
 
     def remove_container(self, ref: str) -> None:
         self.leftovers = [c for c in self.leftovers if c != ref]

@@ -46,6 +46,19 @@ class Registry:
     proc: subprocess.Popen
     user: str | None = None
     password: str | None = None
+    workdir: Path | None = None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no goodbye to clients mid-transfer."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self) -> None:
+        """Start it again on the same port with the same storage."""
+        with open(self.workdir / "registry.log", "ab") as log:
+            self.proc = subprocess.Popen([shutil.which("docker-registry"), "serve", str(self.workdir / "config.yml")],
+                                         stdout=log, stderr=subprocess.STDOUT)
+        _wait_listening(int(self.host.rsplit(":", 1)[1]), self.proc, self.workdir)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -78,19 +91,22 @@ def start_registry(workdir: Path, *, auth: tuple[str, str] | None = None) -> Reg
     (workdir / "config.yml").write_text("\n".join(config) + "\n")
     with open(workdir / "registry.log", "wb") as log:
         proc = subprocess.Popen([exe, "serve", str(workdir / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    _wait_listening(port, proc, workdir)
+    return Registry(f"127.0.0.1:{port}", proc, *(auth or (None, None)), workdir=workdir)
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, workdir: Path) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return
         except OSError:
             if proc.poll() is not None:
                 raise RuntimeError(f"registry exited: {(workdir / 'registry.log').read_text()}") from None
             time.sleep(0.2)
-    else:
-        proc.kill()
-        raise RuntimeError(f"registry did not listen on 127.0.0.1:{port} within 30s")
-    return Registry(f"127.0.0.1:{port}", proc, *(auth or (None, None)))
+    proc.kill()
+    raise RuntimeError(f"registry did not listen on 127.0.0.1:{port} within 30s")
 
 
 def debootstrap_base(tar: Path = BASE_TAR) -> Path:
@@ -199,3 +215,51 @@ def docker_run(docker_client, image: str, command: list[str], timeout: int = 600
         return status, container.logs(stdout=True, stderr=False), container.logs(stdout=False, stderr=True)
     finally:
         container.remove(force=True, v=True)
+
+
+# --- the Docker daemon, killed and started again (tests/faults) ------------------------------------------------
+
+DOCKERD_LOG = Path("/var/log/envbuild/dockerd.log")  # where scripts/test starts it
+
+
+def dockerd_pid() -> int | None:
+    out = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()
+    return int(out[0]) if out else None
+
+
+def engine_answers(timeout: float = 10) -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=timeout).returncode == 0
+    except subprocess.TimeoutExpired:  # a daemon still starting
+        return False
+
+
+def kill_dockerd() -> None:
+    """SIGKILL the daemon, as a crash or the OOM killer would, and wait until it no longer answers."""
+    import signal
+
+    pid = dockerd_pid()
+    if pid is None:
+        raise RuntimeError("no dockerd to kill")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while dockerd_pid() == pid and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def start_dockerd() -> None:
+    """Start dockerd as scripts/test does, and wait (up to 90 s) until it answers."""
+    proc = None
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if engine_answers():
+            return
+        if dockerd_pid() is None and (proc is None or proc.poll() is not None):
+            # A killed dockerd leaves its pid file; while its parent has not reaped it, a new one refuses to start.
+            Path("/var/run/docker.pid").unlink(missing_ok=True)
+            DOCKERD_LOG.parent.mkdir(parents=True, exist_ok=True)
+            with open(DOCKERD_LOG, "ab") as log:
+                proc = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+        time.sleep(1)
+    raise RuntimeError(f"dockerd did not answer within 90s; see {DOCKERD_LOG}")

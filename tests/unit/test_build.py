@@ -375,6 +375,22 @@ def test_a_build_that_cannot_reach_the_daemon_says_what_to_do(monkeypatch, tmp_p
         build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)
 
 
+def test_a_daemon_that_died_mid_build_is_named_whatever_the_client_said(monkeypatch, tmp_path, engine, fake_builder):
+    from envbuild import engine as engines
+
+    build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)  # the lock
+    monkeypatch.setattr(FakeBuilderProcess, "rc", 1)
+    monkeypatch.setattr(FakeBuilderProcess, "lines", ["cannot write /tmp/x/iid because server did not provide an image ID"])
+
+    def gone():
+        raise engines.Unreachable(engine.host, "connection refused")
+
+    monkeypatch.setattr(engine, "ping", gone)
+    with pytest.raises(engines.Unreachable, match="Docker daemon.*stopped answering during the build.*no.*image ID"):
+        build.build(MATRIX, CPU, opts(tmp_path, labels=("x=y",)), engine, echo=lambda s: None)
+    assert not (tmp_path / "ctx" / "cpu" / records.RECORD).exists()
+
+
 def test_build_many_runs_jobs_at_once_and_keeps_the_order(monkeypatch):
     running, peak, lock = [0], [0], threading.Lock()
     names = [b.name for b in MATRIX.containerizable()][:4]

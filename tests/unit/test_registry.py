@@ -343,6 +343,77 @@ def test_pull_missing_tag(client, tmp_path):
         pull(MATRIX, CPU, client, registry="registry.test:5000/envbuild", environ={})
 
 
+# --- transient failures, unreachable registries -----------------------------------------------------------------
+
+
+def _flaky(failures: int, message: str = "received unexpected HTTP status: 503 Service Unavailable"):
+    """push_lines that fail `failures` times, then confirm a digest."""
+    calls = []
+
+    def lines(repo, tag):
+        calls.append(tag)
+        if len(calls) <= failures:
+            return [{"errorDetail": {"message": message}}]
+        return [{"aux": {"Tag": tag, "Digest": "sha256:" + "2" * 64, "Size": 1}}]
+
+    return lines, calls
+
+
+def test_a_transient_registry_error_is_retried_with_backoff(monkeypatch):
+    from envbuild.registry import session as sessions
+
+    sleeps = []
+    monkeypatch.setattr(sessions.time, "sleep", sleeps.append)
+    engine = FakeEngine()
+    engine.push_lines, calls = _flaky(2)
+    said = []
+    digest = sessions.Session(engine, "registry.test:5000/envbuild", {}).push("registry.test:5000/envbuild:cpu", said.append)
+    assert digest == "sha256:" + "2" * 64 and len(calls) == 3 and sleeps == [1.0, 2.0]
+    assert any("trying again in 1s (attempt 2 of 3)" in line for line in said)
+
+
+def test_retries_are_bounded_and_the_error_says_how_long(monkeypatch):
+    from envbuild.registry import session as sessions
+
+    monkeypatch.setattr(sessions.time, "sleep", lambda s: None)
+    engine = FakeEngine()
+    engine.push_lines, calls = _flaky(99)
+    with pytest.raises(PublishError, match=r"503 Service Unavailable.*gave up after 3 attempts in [0-9.]+s"):
+        sessions.Session(engine, "registry.test:5000/envbuild", {}).push("registry.test:5000/envbuild:cpu", print)
+    assert len(calls) == 3
+
+
+def test_what_cannot_pass_is_not_retried(monkeypatch):
+    from envbuild.registry import session as sessions
+
+    monkeypatch.setattr(sessions.time, "sleep", lambda s: pytest.fail("no retry expected"))
+    engine = FakeEngine()
+    engine.push_lines, calls = _flaky(99, "unauthorized: authentication required")
+    with pytest.raises(RegistryAuthError):
+        sessions.Session(engine, "registry.test:5000/envbuild", {}).push("registry.test:5000/envbuild:cpu", print)
+    assert len(calls) == 1
+
+
+def test_an_unreachable_registry_is_named_in_seconds(closed_port):
+    import time
+
+    from envbuild.registry.session import unreachable_reason
+
+    start = time.monotonic()
+    assert "Connection refused" in unreachable_reason(f"127.0.0.1:{closed_port}", timeout=5)
+    assert unreachable_reason("no-such-host.invalid", timeout=5).startswith("no DNS answer for no-such-host.invalid")
+    assert time.monotonic() - start < 12
+
+
+@pytest.fixture
+def closed_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 # --- the CI matrix and summaries ----------------------------------------------------------------------------
 
 
@@ -412,3 +483,30 @@ def test_no_password_option():
 def test_invalid_registry_arguments_exit_2_through_the_cli(invoke, closed_socket, args, fragment):
     result = invoke(*args, "--backend", "cpu", "--matrix", MATRIX_PATH)
     assert result.exit_code == 2 and fragment in result.stderr
+
+
+def test_a_stream_that_goes_silent_is_abandoned_after_the_stall_time_and_its_connection_closed():
+    """The daemon may retry a cut download for minutes without a word: the reader must not wait on it."""
+    import threading
+    import time
+
+    from envbuild.registry.session import Session
+
+    release = threading.Event()
+    closed = []
+
+    class Silent(FakeEngine):
+        def close(self) -> None:  # what unblocks the reader on a real engine: its connection goes
+            closed.append(True)
+            release.set()
+
+    def stream():
+        yield {"status": "Pulling fs layer", "id": "abc"}
+        release.wait(30)  # says nothing more until its connection is closed
+        yield {"status": "Downloading", "id": "abc", "progressDetail": {"current": 1}}
+
+    session = Session(Silent(), "127.0.0.1:5000/envbuild", environ={"ENVBUILD_STALL_SECONDS": "0.5"})
+    start = time.monotonic()
+    with pytest.raises(PublishError, match=r"no data moved for 0.5s \(the daemon said: nothing\)"):
+        session._transfer(stream, "ref", "pulling ref", lambda s: None)
+    assert time.monotonic() - start < 5 and closed

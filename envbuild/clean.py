@@ -1,0 +1,48 @@
+"""`envbuild clean`: what envbuild left on the engine after a crash, removed and listed.
+
+Every container envbuild starts carries the dev.envbuild.owned label, and every image it builds the
+dev.envbuild.backend label: containers that are no longer running (a daemon killed mid-smoke leaves them
+stopped) and untagged images (build results that a newer build replaced) can be told apart from the user's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .smoke.runner import OWNED_LABEL
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+IMAGE_LABEL = "dev.envbuild.backend"
+
+
+@dataclass
+class Cleaned:
+    containers: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # "IMAGE: why it stays"
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"containers": self.containers, "images": self.images, "kept": self.kept}
+
+
+def stopped_containers(engine: Engine) -> list[str]:
+    """envbuild's containers that no longer run: removed; a running one is another envbuild's, at work."""
+    names = engine.containers(OWNED_LABEL, stopped=True)
+    for name in names:
+        engine.remove_container(name)
+    return names
+
+
+def clean(engine: Engine, images: bool = True) -> Cleaned:
+    done = Cleaned(containers=stopped_containers(engine))
+    if images:
+        for image in engine.dangling_images(IMAGE_LABEL):
+            why = engine.remove_image(image)
+            if why is None:
+                done.images.append(image)
+            else:
+                done.kept.append(f"{image[:19]}: {why}")
+    return done

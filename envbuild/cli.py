@@ -399,6 +399,139 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
         sys.exit(1)
 
 
+def _source_options(f):
+    """Where outdated and bump ask: the same --mirror, --ca-bundle and --netrc as build."""
+    for option in reversed([
+        click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Ask a mirror for base image tags, e.g. docker.io=mirror.corp:5000 (repeatable)."),
+        click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="CA bundle for the indexes and registries [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
+        click.option("--netrc", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="A netrc file with package index credentials."),
+    ]):
+        f = option(f)
+    return f
+
+
+def _sources(mirrors, ca_bundle, netrc):
+    from .build import default_ca_bundle
+    from .registry.refs import mirror_image
+    from .sources import Sources
+
+    for given, option in ((ca_bundle, "--ca-bundle"), (netrc, "--netrc")):
+        if given is not None and not given.is_file():
+            raise InvalidInput(f"{option} {given}: not a regular file")
+    for rule in mirrors:
+        mirror_image("debian", [rule])  # a malformed FROM=TO is an exit-2 error before anything is asked
+    return Sources(ca_bundle=ca_bundle or default_ca_bundle(), netrc=netrc, mirrors=tuple(mirrors))
+
+
+def _outdated(m, backends, sources, quiet: bool):
+    from .sources import outdated
+
+    chosen = _choose(m, backends) if backends else m.containerizable()
+    say = None if quiet else (lambda line: click.echo(f"envbuild: {line}", err=True))
+    return outdated(m, chosen, sources, progress=say)
+
+
+@cli.command("outdated")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only this backend's pins besides the shared ones (repeatable) [default: every containerizable backend].")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--markdown", is_flag=True, help="A Markdown table (a pull request body, a job summary).")
+@click.option("--exit-code", is_flag=True, help="Exit 1 when something newer fits (CI: propose a bump).")
+@_source_options
+@_matrix_options
+def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc, matrix_path, overrides) -> None:
+    """What is newer than each pin, what of that fits, and why the rest does not.
+
+    Every pin (transformers, accelerate, uv, extras, each backend's torch, plugin and base image) is asked
+    of its own source: the package index it installs from (PEP 691/503, metadata per PEP 658 or the wheel)
+    and the registry of the base image (same-shaped tags; a moved digest). A newer release fits when every
+    rule holds: the plugin's pairing and torch range, the torch that transformers and accelerate declare,
+    wheels for each platform, a vendor base that fixes torch. A source that cannot be reached is reported
+    for its pins; the rest still answer. Writes nothing.
+
+    \b
+    Examples:
+      envbuild outdated
+      envbuild outdated --backend cuda --json
+      envbuild outdated --exit-code --markdown > outdated.md   # CI
+    """
+    from . import report
+
+    m = _load(matrix_path, overrides)
+    findings = _outdated(m, backends, _sources(mirrors, ca_bundle, netrc), quiet=as_json)
+    if as_json:
+        _emit_json([f.to_json() for f in findings])
+    elif markdown:
+        click.echo(report.markdown_table(report.outdated_rows(findings), report.OUTDATED_COLUMNS), nl=False)
+    else:
+        click.echo(report.table(report.outdated_rows(findings), report.OUTDATED_COLUMNS))
+        unreachable = [f for f in findings if f.error]
+        if unreachable:
+            click.secho(f"{len(unreachable)} pin(s) could not be asked: their source did not answer.", fg="yellow", err=True)
+    if exit_code and any(f.newer or f.also for f in findings):
+        sys.exit(1)
+
+
+@cli.command("bump")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only this backend's pins besides the shared ones (repeatable).")
+@click.option("--only", "only", multiple=True, metavar="FIELD", help="Only these pins: transformers, accelerate, uv, torch, plugin, base_image, or a dotted field such as backends.cuda.base_image (repeatable).")
+@click.option("--to", "to", metavar="VERSION", help="Set the one pin --only names to this version (checked like any other).")
+@click.option("--dry-run", is_flag=True, help="Print the diff; write nothing.")
+@click.option("--output", "-o", "dockerfiles", default="dockerfiles", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Where the Dockerfiles are rendered.")
+@click.option("--no-lock", is_flag=True, help="Do not refresh the locks that exist (then `envbuild lock --check` names them).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_matrix_options
+@_input_options
+def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_path, overrides, inputs) -> None:
+    """Apply what `outdated` finds to fit: edit matrix.yaml in place, render, refresh the locks.
+
+    Only the changed values differ in matrix.yaml: every comment, key order and layout stays. The edited
+    matrix is validated, then it and the Dockerfiles are written together (or nothing is); the locks of
+    the backends whose images change are refreshed where locks/BACKEND.txt exists. Prints the diff.
+
+    \b
+    Examples:
+      envbuild bump --dry-run
+      envbuild bump --only transformers --only uv
+      envbuild bump --only backends.cuda.base_image
+      envbuild bump --only transformers --to 5.24.0
+    """
+    from . import matrix as matrix_mod
+    from .sources import bump as bumping
+
+    if overrides:
+        raise click.UsageError("bump edits the matrix file itself: it takes no --set")
+    bumping.check_only(only)
+    path = Path(matrix_path or matrix_mod.default_path())
+    m = _load(str(path))
+    opts = inputs.options()
+    sources = _sources(inputs.values["mirrors"], opts.ca_bundle, inputs.values["netrc"])
+    findings = _outdated(m, backends, sources, quiet=as_json)
+    new = bumping.changes(findings, only, to, matrix=m, sources=sources)
+    result = bumping.bump(path, new, dockerfiles, dry_run=dry_run)
+    locks_refreshed = []
+    if result.written and not no_lock and result.matrix is not None:
+        from . import lock as locks
+
+        existing = [result.matrix.backend(n) for n in result.backends if locks.path(opts, result.matrix.backend(n)).is_file()]
+        if existing:
+            echo = lambda line: click.echo(line, err=True)  # noqa: E731
+            locks_refreshed = locks.lock(result.matrix, existing, opts, locks.LockOptions(), _engine(), echo=echo)
+    if as_json:
+        _emit_json({**result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in locks_refreshed]})
+        return
+    if not new:
+        click.echo("nothing to bump: every pin is the newest that fits (see `envbuild outdated`)")
+        return
+    click.echo(result.diff, nl=False)
+    if dry_run:
+        click.echo(f"(dry run: {path} and {dockerfiles}/ left as they are)")
+        return
+    for written in result.written:
+        click.echo(f"wrote {written}")
+    for r in locks_refreshed:
+        click.echo(f"{r.backend}: {r.path} {r.status}")
+
+
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
     for result in results:
         if result.ok:

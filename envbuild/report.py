@@ -255,3 +255,23 @@ def env_text(result: EnvResult) -> str:
             lines.append(f"{p.backend}: probe FAILED: {result.probe_error}")
     lines.append(f"Use it: source {p.dir / 'bin' / 'activate'}; test it again: {shlex.join(p.probe_command())}")
     return "\n".join(lines)
+
+
+# --- outdated ---------------------------------------------------------------------------------------------
+
+OUTDATED_COLUMNS = ["pin", "current", "newest", "fits", "note"]
+
+
+def outdated_rows(findings: list[Any]) -> list[dict[str, Any]]:
+    rows = []
+    for f in findings:
+        if f.error:
+            note = f"not asked: {f.error}"
+        else:
+            note = "; ".join(f.why)
+            moved = {k: v for k, v in f.also.items() if k != f.field}
+            if moved:
+                note = "; ".join(x for x in (note, "with " + ", ".join(f"{k}={v}" for k, v in moved.items())) if x)
+        rows.append({"pin": f.field, "current": f.current, "newest": f.newest or "?", "fits": f.fits or "?",
+                     "note": "; ".join(x for x in ("newer" if f.newer else "", note) if x)})
+    return rows

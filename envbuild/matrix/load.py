@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..errors import EnvbuildError, MatrixError, Problem
 from ..files import read_user
 from ..paths import DEFAULT_MATRIX
 from ..text import shown, unsafe_char
+from . import rules
 from .model import Backend, Compile, Detect, Image, Index, Matrix, Plugin, Python, RunSpec, Torch
 from .schema import BACKEND, TOP, Field, check_str, type_message
 
@@ -268,33 +268,35 @@ def _check_pairing(b: dict[str, Any], path: Path_, loc: _Located) -> None:
     plugin, torch = b.get("plugin"), b.get("torch")
     if not plugin or not torch or not plugin.get("version") or not torch.get("version"):
         return
-    pv, tv = Version(plugin["version"]), Version(torch["version"])
-    release = lambda v: (v.release + (0, 0, 0))[:3]  # noqa: E731  ("2.14" is 2.14.0)
-    rule = plugin.get("pairing")
     where = path + ("plugin", "version")
-    if rule == "same-release" and release(pv) != release(tv):
-        loc.at(
-            where,
-            f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} "
-            f"(rule same-release: the plugin's X.Y.Z must equal torch's)",
-        )
-    if rule == "same-minor" and pv.release[:2] != tv.release[:2]:
-        loc.at(
-            where,
-            f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} "
-            f"(rule same-minor: the plugin's X.Y must equal torch's)",
-        )
-    if rule == "local-torch" and pv.local != f"torch{tv.public}":
-        loc.at(
-            where,
-            f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} "
-            f"(rule local-torch: the version must end in '+torch{tv.public}')",
-        )
-    if plugin.get("torch") and not SpecifierSet(plugin["torch"]).contains(tv, prereleases=True):
+    why = rules.plugin_fits(plugin.get("pairing") or "none", plugin["version"], torch["version"])
+    if why:
+        loc.at(where, f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} ({why})")
+    if not rules.in_range(plugin.get("torch"), torch["version"]):
         loc.at(
             path + ("plugin", "torch"),
             f"{_dotted(path + ('plugin', 'torch'))}: torch {torch['version']} is outside the plugin's supported range '{plugin['torch']}'",
         )
+
+
+def _check_torch_required(top: dict[str, Any], b: dict[str, Any], path: Path_, loc: _Located) -> None:
+    """Every backend's torch carries the transformers and accelerate the matrix pins (their declared minimum)."""
+    version = (b.get("torch") or {}).get("version")
+    if not version:
+        return
+    for dist in ("transformers", "accelerate"):
+        pin = top.get(dist) or {}
+        if not pin.get("version") or not pin.get("torch"):
+            continue
+        why = rules.torch_required(dist, pin["version"], pin["torch"], version)
+        if why:
+            line = loc.lines.get((dist, "torch"))
+            recorded = loc.override.get((dist, "torch")) or (f"{dist}.torch at {loc.source}:{line}" if line else f"{dist}.torch")
+            effect = ("transformers then runs without PyTorch and no model loads" if dist == "transformers"
+                      else "accelerate cannot be installed next to it")
+            where = path + ("torch", "version")
+            loc.at(where, f"{_dotted(where)}: {why} ({recorded}); {effect}: pin a torch that fits, or an older "
+                          f"{dist} for the whole matrix (`envbuild outdated` names the newest that fits)")
 
 
 ACCELERATOR_API = Version("2.6")  # torch.accelerator answers for every device type from here on
@@ -353,6 +355,8 @@ def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
             if b is None:
                 continue
             _check_backend(b, raw, path, loc)
+            if top is not None:
+                _check_torch_required(top, b, path, loc)
             backends.append(_make_backend(name, b))
     elif "backends" in (data or {}):
         loc.at(("backends",), f"backends: {type_message(backends_raw, 'a mapping of backend name -> settings')}")
@@ -363,6 +367,8 @@ def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
         image=Image(**top["image"]),
         transformers=top["transformers"]["version"],
         accelerate=top["accelerate"]["version"],
+        transformers_torch=top["transformers"].get("torch"),
+        accelerate_torch=top["accelerate"].get("torch"),
         uv=top["uv"]["version"],
         backends=tuple(backends),
         packages=tuple(top["packages"] or ()),

@@ -157,6 +157,8 @@ class Matrix:
     backends: tuple[Backend, ...] = field(default=())
     packages: tuple[str, ...] = ()  # extras every image carries (PEP 508)
     index: Index = field(default_factory=Index)
+    transformers_torch: str | None = None  # the torch the pinned transformers declares it needs
+    accelerate_torch: str | None = None
 
     @property
     def names(self) -> list[str]:

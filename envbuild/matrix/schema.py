@@ -15,6 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..text import unsafe_char, unsafe_message
+from .rules import RULES
 
 # --------------------------------------------------------------------------------------------------
 # Value checkers. Each returns (value, None) or (None, "why").
@@ -173,6 +174,9 @@ def _list(kind: str, **kw: Any) -> Field:
 
 
 _VERSIONED = {"version": Field(check=_check_version, required=True)}
+# transformers and accelerate: the torch the pinned release declares it needs (its metadata's Requires-Dist),
+# so that validate can hold every backend's torch to it offline; outdated and bump refresh it.
+_NEEDS_TORCH = {**_VERSIONED, "torch": Field(check=_check_specifier)}
 
 _RUN = {
     "gpus": _leaf("gpus"),
@@ -219,7 +223,7 @@ BACKEND = {
             "version": Field(check=_check_version, required=True),
             "source": _leaf("word", default="pip", choices=("pip", "base")),
             "index_url": _leaf("url"),
-            "pairing": _leaf("word", default="none", choices=("same-release", "same-minor", "local-torch", "none")),
+            "pairing": _leaf("word", default="none", choices=RULES),
             "torch": Field(check=_check_specifier),
             # What the plugin loads from the vendor (toolkit, driver) and where that comes from: the probe's
             # advice when the plugin cannot load.
@@ -263,8 +267,8 @@ TOP = {
             "vendor": _leaf("text", default="envbuild"),
         },
     ),
-    "transformers": Field(section=_VERSIONED, required=True),
-    "accelerate": Field(section=_VERSIONED, required=True),
+    "transformers": Field(section=_NEEDS_TORCH, required=True),
+    "accelerate": Field(section=_NEEDS_TORCH, required=True),
     # The installer used inside image builds (never shipped in an image): pinned here, and only here.
     "uv": Field(section=_VERSIONED, required=True),
     # Extra packages every image carries (PEP 508): locked with transformers and accelerate, under the torch

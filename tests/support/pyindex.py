@@ -21,19 +21,19 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
-    """A pure-Python wheel of `name` whose module says its version."""
+def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = (), tag: str = "py3-none-any") -> Path:
+    """A wheel of `name` whose module says its version (pure Python unless `tag` names a platform)."""
     dist = re.sub(r"[-_.]+", "_", name)
     files = {
         f"{dist}/__init__.py": f'__version__ = "{version}"\n'.encode(),
         f"{dist}-{version}.dist-info/METADATA": (
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
             + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
-        f"{dist}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: envbuild-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: envbuild-tests\nRoot-Is-Purelib: true\nTag: " + tag.encode() + b"\n",
     }
     record = f"{dist}-{version}.dist-info/RECORD"
     files[record] = ("".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items()) + f"{record},,\n").encode()
-    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    path = folder / f"{dist}-{version}-{tag}.whl"
     with zipfile.ZipFile(path, "w") as zf:
         for p, d in files.items():
             zf.writestr(zipfile.ZipInfo(p, date_time=(2026, 1, 1, 0, 0, 0)), d)
@@ -59,14 +59,25 @@ class SimpleIndex:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/simple"
 
-    def add(self, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
-        wheel = make_wheel(self.root / "files", name, version, requires)
+    def add(self, name: str, version: str, requires: tuple[str, ...] = (), *, tag: str = "py3-none-any",
+            metadata: bool = False, yanked: bool = False) -> Path:
+        """Publish a release; with `metadata`, its core metadata beside it (PEP 658), as PyPI serves it."""
+        wheel = make_wheel(self.root / "files", name, version, requires, tag)
         project = re.sub(r"[-_.]+", "-", name).lower()
         self.projects.setdefault(project, []).append(wheel)
+        self.attrs = getattr(self, "attrs", {})
+        attrs = ' data-yanked=""' if yanked else ""
+        if metadata:
+            with zipfile.ZipFile(wheel) as zf:
+                meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+                data = zf.read(meta)
+            Path(str(wheel) + ".metadata").write_bytes(data)
+            attrs += f' data-core-metadata="sha256={hashlib.sha256(data).hexdigest()}"'
+        self.attrs[wheel.name] = attrs
         page = self.root / "simple" / project / "index.html"
         page.parent.mkdir(parents=True, exist_ok=True)
-        links = "".join(f'<a href="../../files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
-                        f"{html.escape(w.name)}</a>\n" for w in self.projects[project])
+        links = "".join(f'<a href="../../files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}"'
+                        f'{self.attrs.get(w.name, "")}>{html.escape(w.name)}</a>\n' for w in self.projects[project])
         page.write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
         (self.root / "simple" / "index.html").write_text(
             "<!DOCTYPE html>\n<html><body>\n" + "".join(f'<a href="{p}/">{p}</a>\n' for p in sorted(self.projects))

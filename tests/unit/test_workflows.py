@@ -23,7 +23,7 @@ from envbuild import ci
 from envbuild.matrix import load
 
 WORKFLOWS = REPO / ".github" / "workflows"
-NAMES = ["ci.yml", "publish.yml", "nightly.yml", "locks.yml"]
+NAMES = ["ci.yml", "publish.yml", "nightly.yml", "locks.yml", "bump.yml"]
 MATRIX = load(MATRIX_PATH)
 FROM_JSON = re.compile(r"^\$\{\{\s*fromJSON\(\s*needs\.([\w-]+)\.outputs\.([\w-]+)\s*\)\s*\}\}$")
 MATRIX_KEY = re.compile(r"\bmatrix\.([A-Za-z_][\w-]*)")
@@ -116,7 +116,7 @@ def test_actionlint(name: str) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_the_four_workflows_and_nothing_else() -> None:
+def test_the_workflows_and_nothing_else() -> None:
     assert sorted(p.name for p in WORKFLOWS.iterdir()) == sorted(NAMES)
 
 
@@ -248,3 +248,44 @@ def test_a_matrix_key_that_disappears_is_caught() -> None:
     for e in gm["include"]:
         e.pop("smoke_args")
     assert any("matrix.smoke_args" in p for p in workflow_problems(read("nightly.yml"), gm))
+
+
+def _envbuild_lines() -> Iterator[tuple[str, str]]:
+    for name in NAMES:
+        for step_text in strings(read(name)):
+            for line in step_text.splitlines():
+                line = line.strip()
+                if line.startswith("envbuild "):
+                    yield name, line.split(" # ")[0].split(" >")[0].split(" ||")[0]
+
+
+def test_every_envbuild_command_and_option_a_workflow_runs_exists() -> None:
+    """A renamed command or option breaks the workflows here, not on a Monday night."""
+    from envbuild.cli import cli
+
+    seen = 0
+    for name, line in _envbuild_lines():
+        words = line.split()
+        command = cli.commands.get(words[1])
+        assert command is not None, f"{name}: `{line}`: no command {words[1]!r}"
+        known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+        for word in words[2:]:
+            if word.startswith("--"):
+                assert word.split("=")[0] in known, f"{name}: `{line}`: {words[1]} has no option {word}"
+        seen += 1
+    assert seen >= 10
+
+
+def test_the_bump_workflow_asks_bumps_builds_smokes_then_proposes_one_pull_request() -> None:
+    doc = read("bump.yml")
+    assert set(doc["on"]) == {"schedule", "workflow_dispatch"}
+    steps = doc["jobs"]["bump"]["steps"]
+    runs = [str(s.get("run", "")) for s in steps]
+    order = ["envbuild outdated --markdown --exit-code", "envbuild bump", "envbuild build --backend auto",
+             "envbuild smoke --backend auto", "gh pr create"]
+    at = [next(i for i, r in enumerate(runs) if fragment in r) for fragment in order]
+    assert at == sorted(at), at
+    gated = [s for s in steps if any(f in str(s.get("run", "")) for f in order[1:])]
+    assert all("steps.outdated.outputs.newer == 'true'" in s.get("if", "") for s in gated)
+    propose = runs[at[-1]]
+    assert "cat outdated.md" in propose and "envbuild summary results/" in propose and "gh pr edit" in propose

@@ -1,0 +1,222 @@
+"""Package indexes, read-only: the releases of a distribution (PEP 691 JSON, else PEP 503 HTML) and what a
+release requires (its core metadata: PEP 658 where the index serves it, else read from the wheel)."""
+
+from __future__ import annotations
+
+import email.parser
+import netrc as netrc_mod
+import re
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urljoin, urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import Version
+
+from ..errors import EnvbuildError
+from ..paths import cache_dir
+
+_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+TIMEOUT = 30.0
+MAX_PAGE = 64 << 20  # a project page (torch's on PyTorch's index is a few MB)
+MAX_WHEEL = 512 << 20  # read for its metadata only where the index serves no .metadata file
+
+
+class SourceError(EnvbuildError):
+    """A source could not answer (unreachable, refused, not found): reported for the pins it serves."""
+
+
+@dataclass(frozen=True)
+class File:
+    filename: str
+    url: str
+    version: Version
+    requires_python: str | None = None
+    yanked: bool = False
+    sha256: str | None = None
+    metadata: bool = False  # the index serves URL.metadata (PEP 658/714)
+
+    @property
+    def wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+
+def _version(filename: str) -> Version | None:
+    try:
+        if filename.endswith(".whl"):
+            return parse_wheel_filename(filename)[1]
+        return parse_sdist_filename(filename)[1]
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.links.append(dict(attrs))
+
+
+class IndexClient:
+    """One HTTP session for every index of a run, with the build's CA bundle and netrc."""
+
+    def __init__(self, ca_bundle: Path | None = None, netrc: Path | None = None, timeout: float = TIMEOUT):
+        import requests  # the docker SDK's dependency: no new one, and only loaded by outdated/bump
+
+        self._requests = requests
+        self.session = requests.Session()
+        self.session.headers["User-Agent"] = "envbuild-outdated"
+        if ca_bundle:
+            self.session.verify = str(ca_bundle)
+        self._netrc = netrc_mod.netrc(str(netrc)) if netrc else None
+        self.timeout = timeout
+        self._pages: dict[str, list[File]] = {}
+
+    def _get(self, url: str, **kw: Any) -> Any:
+        auth = None
+        if self._netrc:
+            found = self._netrc.authenticators(urlsplit(url).hostname or "")
+            auth = (found[0], found[2]) if found else None
+        try:
+            response = self.session.get(url, timeout=self.timeout, auth=auth, **kw)
+        except self._requests.RequestException as exc:
+            raise SourceError(f"{_host(url)} cannot be reached ({_reason(exc)})") from None
+        if response.status_code == 404:
+            raise SourceError(f"{url}: not found (404)")
+        if response.status_code >= 400:
+            raise SourceError(f"{url}: the index answered {response.status_code} {response.reason}")
+        return response
+
+    def files(self, index_url: str, name: str) -> list[File]:
+        """Every file of `name` on the index (yanked ones marked)."""
+        url = index_url.rstrip("/") + f"/{canonicalize_name(name)}/"
+        if url in self._pages:
+            return self._pages[url]
+        if url.startswith("file://"):
+            page = Path(urlsplit(url).path) / "index.html"
+            if not page.is_file():
+                raise SourceError(f"{url}: not found")
+            files = _from_html(page.read_text(), url)
+        else:
+            response = self._get(url, headers={"Accept": _ACCEPT})
+            body = response.content[:MAX_PAGE]
+            kind = response.headers.get("Content-Type", "")
+            files = _from_json(response.json(), response.url) if "json" in kind else _from_html(body.decode("utf-8", "replace"), response.url)
+        self._pages[url] = files
+        return files
+
+    def versions(self, index_url: str, name: str, *, prereleases: bool = False, public: bool = False) -> list[Version]:
+        """Released versions, newest first (yanked ones left out; local labels dropped with `public`)."""
+        found = {Version(f.version.public) if public else f.version for f in self.files(index_url, name) if not f.yanked}
+        return sorted((v for v in found if prereleases or not v.is_prerelease), reverse=True)
+
+    def metadata(self, index_url: str, name: str, version: str | Version) -> email.message.Message:
+        """The core metadata of one release: from URL.metadata where served, else from its wheel."""
+        want = Version(str(version))
+        wheels = [f for f in self.files(index_url, name) if f.wheel and f.version == want]
+        if not wheels:
+            raise SourceError(f"{name} {version}: no wheel on {index_url} to read its metadata from")
+        f = sorted(wheels, key=lambda w: ("none-any" not in w.filename, w.filename))[0]
+        cached = cache_dir("sources") / "metadata" / f"{f.sha256}.METADATA" if f.sha256 else None
+        if cached and cached.is_file():
+            text = cached.read_text()
+        elif f.metadata:
+            text = self._get(f.url.split("#")[0] + ".metadata").text
+        else:
+            text = self._wheel_metadata(f)
+        if cached:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(cached)
+        return email.parser.Parser().parsestr(text)
+
+    def _wheel_metadata(self, f: File) -> str:
+        response = self._get(f.url, stream=True)
+        with tempfile.TemporaryFile() as tmp:
+            size = 0
+            for chunk in response.iter_content(1 << 20):
+                size += len(chunk)
+                if size > MAX_WHEEL:
+                    raise SourceError(f"{f.filename}: larger than {MAX_WHEEL >> 20} MiB; the index serves no .metadata for it")
+                tmp.write(chunk)
+            tmp.seek(0)
+            try:
+                with zipfile.ZipFile(tmp) as z:
+                    name = next(n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
+                    return z.read(name).decode("utf-8")
+            except (zipfile.BadZipFile, StopIteration):
+                raise SourceError(f"{f.filename}: not a wheel with a METADATA file") from None
+
+    def requirement(self, index_url: str, name: str, version: str | Version, dist: str, extra: str | None = None) -> str | None:
+        """The specifier release `name version` puts on `dist` (through `extra` where given), or None."""
+        meta = self.metadata(index_url, name, version)
+        return requirement_of(meta.get_all("Requires-Dist") or [], dist, extra)
+
+
+def requirement_of(requires: list[str], dist: str, extra: str | None = None) -> str | None:
+    """The specifier on `dist` among Requires-Dist lines: unconditional first, else through `extra`."""
+    found: list[tuple[int, str]] = []
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) != canonicalize_name(dist):
+            continue
+        if req.marker is None:
+            found.append((0, str(req.specifier)))
+        elif extra and "extra" in str(req.marker) and req.marker.evaluate({"extra": extra}):
+            found.append((1, str(req.specifier)))
+    return min(found)[1] if found else None
+
+
+def _from_json(doc: dict[str, Any], base: str) -> list[File]:
+    out = []
+    for item in doc.get("files") or []:
+        filename = item.get("filename") or ""
+        version = _version(filename)
+        if version is None:
+            continue
+        meta = item.get("core-metadata", item.get("dist-info-metadata"))
+        out.append(File(filename, urljoin(base, item.get("url") or ""), version, item.get("requires-python"),
+                        bool(item.get("yanked")), (item.get("hashes") or {}).get("sha256"), bool(meta)))
+    return out
+
+
+def _from_html(text: str, base: str) -> list[File]:
+    parser = _Links()
+    parser.feed(text)
+    out = []
+    for link in parser.links:
+        href = link.get("href") or ""
+        filename = unquote(href.split("#")[0].rsplit("/", 1)[-1])
+        version = _version(filename)
+        if version is None:
+            continue
+        digest = re.search(r"#sha256=([0-9a-f]{64})", href)
+        meta = link.get("data-core-metadata", link.get("data-dist-info-metadata"))
+        out.append(File(filename, urljoin(base, href), version, link.get("data-requires-python"),
+                        "data-yanked" in link, digest.group(1) if digest else None, meta not in (None, "false")))
+    return out
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).netloc or url
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    for marker in ("Name or service not known", "Temporary failure in name resolution", "Connection refused",
+                   "timed out", "CERTIFICATE_VERIFY_FAILED", "Network is unreachable"):
+        if marker in text:
+            return marker.lower() if marker != "CERTIFICATE_VERIFY_FAILED" else "TLS certificate not trusted: pass --ca-bundle"
+    return text.splitlines()[0][:200] if text else type(exc).__name__

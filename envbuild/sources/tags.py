@@ -1,0 +1,186 @@
+"""Base image tags and digests from their registry (OCI distribution API through oras: the anonymous token
+flow of public registries, credentials as publish finds them), and which tags have the same shape."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from ..registry.credentials import from_env
+from ..registry.refs import normalize_ref, registry_host
+from ..registry.session import unreachable_reason
+from .index import SourceError
+
+_MANIFESTS = ", ".join([
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+])
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    host: str  # as Docker names it (docker.io)
+    repository: str  # without the host: library/debian
+    tag: str | None
+    digest: str | None
+
+    @classmethod
+    def parse(cls, ref: str) -> "ImageRef":
+        full = normalize_ref(ref)
+        rest, _, digest = full.partition("@")
+        host = registry_host(full)
+        path = rest[len(host) + 1:]
+        name, sep, tag = path.rpartition(":")
+        if not sep or "/" in tag:
+            name, tag = path, None
+        return cls(host, name, tag or None, digest or None)
+
+    def with_tag(self, tag: str, digest: str | None = None) -> str:
+        """The reference as the matrix writes it (Docker's short form kept)."""
+        return f"{short(self.host, self.repository)}:{tag}" + (f"@{digest}" if digest else "")
+
+
+def short(host: str, repository: str) -> str:
+    if host == "docker.io":
+        return repository.removeprefix("library/")
+    return f"{host}/{repository}"
+
+
+def _loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class RegistryClient:
+    """Read-only registry queries; plain HTTP only for loopback registries, as Docker allows."""
+
+    def __init__(self, ca_bundle: Path | None = None, environ: Mapping[str, str] | None = None,
+                 publish_host: str | None = None):
+        self.ca_bundle = ca_bundle
+        self.environ = environ
+        self.publish_host = publish_host
+        self._clients: dict[str, object] = {}
+        self._checked: dict[str, str | None] = {}
+
+    def _client(self, host: str):
+        if host in self._clients:
+            return self._clients[host]
+        if host not in self._checked:
+            self._checked[host] = unreachable_reason(host)
+        if self._checked[host]:
+            raise SourceError(f"registry {host} cannot be reached ({self._checked[host]})")
+        import oras.provider  # only outdated and bump ask registries for tags
+
+        api = "registry-1.docker.io" if host == "docker.io" else host
+        client = oras.provider.Registry(hostname=api, insecure=_loopback(host),
+                                        tls_verify=str(self.ca_bundle) if self.ca_bundle else True)
+        creds = from_env(host, self.environ) if host == self.publish_host else None
+        if creds:
+            client.auth.set_basic_auth(creds.username, creds.password)
+        self._clients[host] = client
+        return client
+
+    def _request(self, ref: ImageRef, url: str, method: str = "GET", headers: dict | None = None):
+        client = self._client(ref.host)
+        import oras.container
+
+        try:
+            client.auth.load_configs(oras.container.Container(f"{ref.host}/{ref.repository}"))
+        except Exception:  # no Docker config: anonymous
+            pass
+        try:
+            response = client.do_request(f"{client.prefix}://{url}", method, headers=headers or {})
+        except Exception as exc:  # requests' and oras' errors alike: the registry did not answer usably
+            raise SourceError(f"registry {ref.host}: {str(exc).splitlines()[0][:200] or type(exc).__name__}") from None
+        if response.status_code in (401, 403):
+            raise SourceError(f"registry {ref.host} refused {ref.repository} ({response.status_code}): log in with "
+                              f"`docker login {ref.host}`")
+        if response.status_code == 404:
+            raise SourceError(f"{short(ref.host, ref.repository)}: not found on {ref.host}")
+        if response.status_code >= 400:
+            raise SourceError(f"registry {ref.host} answered {response.status_code} for {ref.repository}")
+        return response
+
+    def tags(self, ref: ImageRef) -> list[str]:
+        api = "registry-1.docker.io" if ref.host == "docker.io" else ref.host
+        url = f"{api}/v2/{ref.repository}/tags/list"
+        tags: list[str] = []
+        for _ in range(100):  # pages (Link: <...>; rel="next")
+            response = self._request(ref, url)
+            tags += response.json().get("tags") or []
+            link = re.search(r"<([^>]+)>;\s*rel=\"?next", response.headers.get("Link", ""))
+            if not link:
+                break
+            url = f"{api}{link.group(1)}" if link.group(1).startswith("/") else link.group(1).split("://", 1)[-1]
+        return tags
+
+    def digest(self, ref: ImageRef, tag: str) -> str:
+        api = "registry-1.docker.io" if ref.host == "docker.io" else ref.host
+        response = self._request(ref, f"{api}/v2/{ref.repository}/manifests/{tag}", "HEAD", {"Accept": _MANIFESTS})
+        digest = response.headers.get("Docker-Content-Digest")
+        if not digest:
+            raise SourceError(f"registry {ref.host} gave no digest for {ref.repository}:{tag}")
+        return digest
+
+
+# --------------------------------------------------------------------------------------------------
+# Tags of the same shape: the same words, numbers compared as versions, except the numbers that name the OS
+# or the Python, which stay (a newer CUDA on the same Ubuntu, a newer ROCm with the same Python).
+
+_FIXED = re.compile(r"(?:ubuntu|debian|py|python|cp|el|ubi|rhel|rocky|alpine|amzn|al|centos|bookworm|jammy|noble)$", re.IGNORECASE)
+_NUMBER = re.compile(r"\d+(?:\.\d+)*")
+
+
+def shape(tag: str, fixed_first: bool = False) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]] | None:
+    """(the tag with its comparable numbers blanked, those numbers) — tags of one shape compare by the numbers."""
+    parts: list[str] = []
+    numbers: list[tuple[int, ...]] = []
+    last = 0
+    for i, m in enumerate(_NUMBER.finditer(tag)):
+        before = tag[last:m.start()]
+        parts.append(before)
+        word = re.search(r"[A-Za-z]+$", before)
+        if (word and _FIXED.match(word.group(0))) or (fixed_first and i == 0):
+            parts.append(m.group(0))  # part of the shape: must match exactly
+        else:
+            parts.append("#" * (m.group(0).count(".") + 1))
+            numbers.append(tuple(int(x) for x in m.group(0).split(".")))
+        last = m.end()
+    parts.append(tag[last:])
+    return tuple(parts), tuple(numbers)
+
+
+def newer_tags(current: str, tags: list[str], repository: str = "") -> list[str]:
+    """Tags of the same shape as `current` with larger numbers, newest first."""
+    fixed_first = repository.rsplit("/", 1)[-1] == "python"  # python:3.12-slim: the leading number is the Python
+    want, numbers = shape(current, fixed_first)
+    if not numbers:
+        return []
+    found = []
+    for tag in tags:
+        s, n = shape(tag, fixed_first)
+        if s == want and n > numbers:
+            found.append((n, tag))
+    return [t for _, t in sorted(found, reverse=True)]
+
+
+def follow(current_tag: str, new_tag: str, value: str) -> str | None:
+    """The value that sits in `new_tag` where `value` sits in `current_tag` (a vendor base's torch), or None."""
+    old = list(_NUMBER.finditer(current_tag))
+    new = list(_NUMBER.finditer(new_tag))
+    if len(old) != len(new):
+        return None
+    for a, b in zip(old, new):
+        if a.group(0) == value or value.startswith(a.group(0) + "+") or a.group(0) == value.split("+")[0]:
+            return b.group(0)
+    return None

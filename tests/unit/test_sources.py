@@ -1,0 +1,144 @@
+"""Pure logic of outdated and bump: tag shapes, requirement metadata, in-place matrix edits, transformers'
+torch requirement in validate, and which pins bump writes."""
+
+from __future__ import annotations
+
+import pytest
+from support.constants import MATRIX
+
+from envbuild.errors import InvalidInput, MatrixError
+from envbuild.matrix import load, loads
+from envbuild.matrix.edit import apply
+from envbuild.sources import Finding
+from envbuild.sources.bump import changes, check_only, select
+from envbuild.sources.index import _from_html, requirement_of
+from envbuild.sources.tags import ImageRef, follow, newer_tags
+
+
+@pytest.mark.parametrize("current, tags, repo, expected", [
+    ("13.2.1-base-ubuntu24.04", ["13.2.2-base-ubuntu24.04", "13.3.0-base-ubuntu26.04", "13.2.2-runtime-ubuntu24.04",
+                                 "13.10.0-base-ubuntu24.04", "12.9.9-base-ubuntu24.04"], "nvidia/cuda",
+     ["13.10.0-base-ubuntu24.04", "13.2.2-base-ubuntu24.04"]),
+    ("rocm10.1.0_ubuntu24.04_py3.12_pytorch_release_2.14.0",
+     ["rocm10.2.0_ubuntu24.04_py3.12_pytorch_release_2.15.0", "rocm10.2.0_ubuntu24.04_py3.13_pytorch_release_2.15.0",
+      "rocm10.2.0_ubuntu22.04_py3.12_pytorch_release_2.15.0"], "rocm/pytorch",
+     ["rocm10.2.0_ubuntu24.04_py3.12_pytorch_release_2.15.0"]),
+    ("3.12-slim-bookworm", ["3.13-slim-bookworm", "3.12.8-slim-bookworm"], "library/python", []),
+    ("bookworm-slim", ["trixie-slim"], "library/debian", []),
+])
+def test_newer_tags_compare_only_tags_of_the_same_shape(current, tags, repo, expected):
+    assert newer_tags(current, tags, repo) == expected
+
+
+def test_a_vendor_base_carries_its_torch_and_plugin_in_the_tag():
+    assert follow("v1.23.1-torch2.1.0-ubuntu22.04-py310", "v1.33.1-torch2.11.0-ubuntu22.04-py310", "2.1.0") == "2.11.0"
+    assert follow("v1.23.1-torch2.1.0-ubuntu22.04-py310", "v1.33.1-torch2.11.0-ubuntu22.04-py310", "1.23.1") == "1.33.1"
+    assert follow("1.24.1-latest", "1.25.0-latest", "2.11.0") is None  # the tag does not say
+
+
+def test_image_refs_keep_dockers_short_form():
+    ref = ImageRef.parse("debian:bookworm-slim")
+    assert (ref.host, ref.repository, ref.tag, ref.digest) == ("docker.io", "library/debian", "bookworm-slim", None)
+    assert ref.with_tag("trixie-slim") == "debian:trixie-slim"
+    d = "sha256:" + "a" * 64
+    ref = ImageRef.parse(f"127.0.0.1:5000/v/cuda:13@{d}")
+    assert (ref.host, ref.repository, ref.tag, ref.digest) == ("127.0.0.1:5000", "v/cuda", "13", d)
+    assert ref.with_tag("14", d) == f"127.0.0.1:5000/v/cuda:14@{d}"
+
+
+def test_requirements_read_through_the_extra_and_unconditionally():
+    lines = ['torch>=2.6; extra == "torch"', 'torchvision; extra == "vision"', "numpy>=1.17", 'torch>=2.2; extra == "dev"']
+    assert requirement_of(lines, "torch", "torch") == ">=2.6"
+    assert requirement_of(lines, "torch") is None  # only through an extra
+    assert requirement_of(["torch>=2.0.0", 'torch>=2.8; extra == "x"'], "torch", "x") == ">=2.0.0"
+
+
+def test_simple_html_pages_give_versions_metadata_and_yanks():
+    page = ('<a href="../../files/uv-0.13.9-py3-none-any.whl#sha256=' + "b" * 64 + '" data-core-metadata="sha256=x">uv</a>'
+            '<a href="../../files/uv-0.14.0-py3-none-any.whl" data-yanked="">uv</a><a href="other.txt">x</a>')
+    files = _from_html(page, "http://h/simple/uv/")
+    assert [(str(f.version), f.metadata, f.yanked, f.sha256 is not None) for f in files] == [
+        ("0.13.9", True, False, True), ("0.14.0", False, True, False)]
+    assert files[0].url == "http://h/files/uv-0.13.9-py3-none-any.whl#sha256=" + "b" * 64
+
+
+TEXT = """\
+# head comment
+transformers:
+  version: "5.23.0"  # why this pin
+uv:
+  version: '0.13.8'
+backends:
+  cpu:
+    base_image: debian:bookworm-slim   # the base
+"""
+
+
+def test_edit_replaces_only_the_scalar_and_adds_a_missing_sibling_at_its_indentation():
+    out = apply(TEXT, {"transformers.version": "5.24.0", "uv.version": "0.13.9", "transformers.torch": ">=2.6",
+                       "backends.cpu.base_image": "debian:trixie-slim"})
+    assert out == TEXT.replace('"5.23.0"', '"5.24.0"').replace("'0.13.8'", "'0.13.9'").replace(
+        "  version: \"5.24.0\"  # why this pin\n", "  version: \"5.24.0\"  # why this pin\n  torch: \">=2.6\"\n").replace(
+        "debian:bookworm-slim   #", "debian:trixie-slim   #")
+
+
+def test_edit_of_a_field_not_in_the_matrix_is_a_located_error():
+    with pytest.raises(MatrixError, match="backends.gpu: not in the matrix"):
+        apply(TEXT, {"backends.gpu.torch.version": "1"})
+
+
+def test_validate_holds_every_backend_to_the_torch_transformers_requires(tmp_path):
+    text = MATRIX.read_text()
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text.replace('  torch: ">=2.6"', '  torch: ">=2.15"', 1))
+    with pytest.raises(MatrixError) as err:
+        load(path)
+    messages = [str(p) for p in err.value.problems]
+    rocm_line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("  rocm:"))
+    rocm = next(m for m in messages if "backends.rocm.torch.version" in m)
+    version_line = int(rocm.split(":")[1])
+    assert rocm.startswith(f"{path}:") and version_line > rocm_line
+    assert "torch 2.14.0 is below what transformers" in rocm and "requires (torch>=2.15)" in rocm
+    assert f"transformers.torch at {path}:" in rocm
+    assert not any("backends.cpu." in m for m in messages)  # 2.15.0 carries it
+
+
+def test_the_shipped_matrix_records_what_its_transformers_needs():
+    m = load(MATRIX)
+    assert m.transformers_torch and m.accelerate_torch
+    from envbuild.matrix.rules import torch_required
+
+    for b in m.backends:
+        assert torch_required("transformers", m.transformers, m.transformers_torch, b.torch.version) is None, b.name
+
+
+def test_a_torch_requirement_must_be_a_specifier():
+    text = MATRIX.read_text().replace('  torch: ">=2.6"', '  torch: "2.6 or newer"', 1)
+    with pytest.raises(MatrixError, match="transformers.torch: '2.6 or newer' is not a valid version specifier"):
+        loads(text, "m.yaml")
+
+
+def _f(field: str, current: str, fits: str | None, also: dict | None = None, bumpable: bool = True) -> Finding:
+    return Finding(field, None, "src", current, fits, fits, also=also or {}, bumpable=bumpable)
+
+
+def test_bump_writes_what_fits_and_what_moves_with_it_only_for_the_pins_chosen():
+    found = [_f("transformers.version", "5.23.0", "5.24.0", {"transformers.torch": ">=2.7"}),
+             _f("uv.version", "0.13.8", "0.13.8"),
+             _f("backends.rocm.base_image", "r:1", "r:2", {"backends.rocm.torch.version": "2.15.0"}),
+             _f("packages[0]", "datasets>=4", "4.1", bumpable=False)]
+    assert changes(found) == {"transformers.version": "5.24.0", "transformers.torch": ">=2.7",
+                              "backends.rocm.base_image": "r:2", "backends.rocm.torch.version": "2.15.0"}
+    assert [f.field for f in select(found, ("base_image",))] == ["backends.rocm.base_image"]
+    assert changes(found, ("uv",), "0.14.0") == {"uv.version": "0.14.0"}
+    with pytest.raises(InvalidInput, match="--to 1 needs exactly one pin; --only chose 2"):
+        changes(found, ("transformers", "uv"), "1")
+    with pytest.raises(InvalidInput, match="--only 'tranformers'"):
+        check_only(("tranformers",))
+
+
+def test_bump_takes_no_set_and_names_an_unknown_only(invoke, tmp_path):
+    result = invoke("bump", "--matrix", MATRIX, "--set", "uv.version=1")
+    assert result.exit_code == 2 and "takes no --set" in result.output
+    result = invoke("bump", "--matrix", MATRIX, "--only", "nope")
+    assert result.exit_code == 2 and "--only 'nope': expected one of" in result.output

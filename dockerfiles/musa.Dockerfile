@@ -70,6 +70,8 @@ ARG ENVBUILD_CACHE_ID
 # The dependencies of transformers and accelerate, exactly as locked (layer deps); they change less often
 # than either. Then torch must still import: the build fails, not the user, when a dependency broke it
 # (without the device plugins torch would load by itself: their drivers come with the device, at run time).
+# The same import records the device architectures torch was compiled for (no device needed), which
+# smoke and run compare with the host's; a list the matrix declares (the image's label) must be exactly it.
 RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=lock/deps.txt,target=/run/layer.txt \
@@ -81,7 +83,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python python3 --break-system-packages --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --find-links /run/wheelhouse --compile-bytecode \
         -r /run/layer.txt; fi \
-    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 python3 -c "import torch"
+    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 python3 -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
@@ -143,4 +145,7 @@ LABEL org.opencontainers.image.title="envbuild-musa" \
       dev.envbuild.torch="2.9.1" \
       dev.envbuild.plugin="torch-musa==2.9.1" \
       dev.envbuild.transformers="5.24.0" \
-      dev.envbuild.accelerate="1.15.0"
+      dev.envbuild.accelerate="1.15.0" \
+      dev.envbuild.requires.driver="unknown" \
+      dev.envbuild.requires.stack="none" \
+      dev.envbuild.requires.arch="unknown"

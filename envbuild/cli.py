@@ -227,12 +227,44 @@ def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str
 
 @cli.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--compat", is_flag=True, help="The compatibility table: what each image needs of the host (minimum driver, architectures), its platforms, size and last smoke result.")
+@click.option("--markdown", is_flag=True, help="With --compat: Markdown, as COMPATIBILITY.md holds it.")
+@click.option("--manifest", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="With --compat: take image sizes and smoke results from this manifest.")
+@click.option("--check", "check_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help="With --compat: write nothing; exit 1 when FILE is not the current Markdown table.")
 @_matrix_options
-def list_(as_json: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """Every backend: device string, base image, torch and plugin pins, containerizable."""
+def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, check_path: Path | None, matrix_path: str,
+          overrides: tuple[str, ...]) -> None:
+    """Every backend: device string, base image, torch and plugin pins, containerizable.
+
+    With --compat, which image fits which host: the table in COMPATIBILITY.md (`--markdown`), or JSON for
+    tools (`--json`); `--check COMPATIBILITY.md` fails when the file is stale, as `render --check` does for the
+    Dockerfiles.
+    """
     from . import report
 
     m = _load(matrix_path, overrides)
+    if (markdown or manifest or check_path) and not compat:
+        raise click.UsageError("--markdown, --manifest and --check go with --compat")
+    if compat:
+        from .registry import manifest as manifests
+
+        rows = report.compat_rows(m, manifests.load(manifest, must_exist=True) if manifest else None)
+        text = report.compat_markdown(rows)
+        if check_path:
+            from .files import read_host
+
+            if read_host(check_path) != text:
+                click.secho(f"{check_path} is not the current compatibility table: run `envbuild list --compat "
+                            f"--markdown > {check_path}`.", fg="red", err=True)
+                sys.exit(1)
+            click.echo(f"{check_path} is up to date")
+        elif as_json:
+            _emit_json([{k: v for k, v in r.items()} for r in rows])
+        elif markdown:
+            click.echo(text, nl=False)
+        else:
+            click.echo(report.table(rows, report.COMPAT_COLUMNS))
+        return
     rows = [report.backend_summary(b) for b in m.backends]
     if as_json:
         _emit_json(rows)
@@ -561,8 +593,9 @@ def _report_builds(results: list, json_path: str | None, platform: str | None) -
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds before the container is stopped and the smoke fails.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result (with the probe's report) as JSON.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
+@click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
 @_matrix_options
-def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, overrides) -> None:
+def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, matrix_path, overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
 
     Inside the container the probe imports the plugin, checks the device is visible (never falling back
@@ -583,7 +616,8 @@ def smoke(backends, image, model, timeout, json_path, junit_path, matrix_path, o
     engine = _engine()
     for backend in chosen:
         try:
-            result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo)
+            result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo,
+                             ignore_host=ignore_host)
         except s.SmokeError as exc:
             if len(chosen) == 1 and not (json_path or junit_path):
                 raise
@@ -633,9 +667,11 @@ def clean(containers_only: bool, as_json: bool) -> None:
 @click.option("--no-workdir", is_flag=True, help="Mount no folder at /workspace.")
 @click.option("--tty/--no-tty", default=None, help="Allocate a terminal [default: when this one is a terminal].")
 @click.option("--dry-run", is_flag=True, help="Print the exact `docker run` line (secret values masked) and run nothing.")
+@click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
 @_matrix_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, matrix_path, overrides, command) -> None:
+def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, ignore_host, matrix_path, overrides,
+         command) -> None:
     """Work in a backend's image: `envbuild run [OPTIONS] [-- COMMAND ...]`, a shell without a command.
 
     The container gets the backend's device flags and shared-memory setting from the matrix, one cache
@@ -657,7 +693,7 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     b = m.select([_auto(m) if backend == "auto" else backend])[0]
     opts = runner.RunOptions(image=image, cache=cache, volumes=volumes, env=env, workdir=workdir,
                              mount_workdir=not no_workdir, command=command, tty=tty)
-    sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run))
+    sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host))
 
 
 @cli.command("detect")
@@ -686,7 +722,7 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
         return
     click.echo(report.detect_text(det))
     try:
-        name, reason = d.choose(det, m)
+        name, reason = d.choose(det, m, root=root or "/")
         click.echo(f"--backend auto would choose {name} ({reason})")
     except EnvbuildError as exc:
         click.echo(str(exc))
@@ -848,8 +884,9 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
 @click.option("--tag", help="Tag to pull [default: the backend's pinned tag from the matrix, e.g. cpu-torch2.15.0-transformers5.23.0].")
 @click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), help="Refuse the image unless its digest is the one this manifest records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
 @_matrix_options
-def pull(backends, registry, tag, manifest, as_json, matrix_path, overrides) -> None:
+def pull(backends, registry, tag, manifest, as_json, ignore_host, matrix_path, overrides) -> None:
     """Pull a backend's prebuilt image, verify it, and print how to run it.
 
     The tag comes from the matrix (the pinned one, so the image carries exactly this matrix's versions).
@@ -871,7 +908,8 @@ def pull(backends, registry, tag, manifest, as_json, matrix_path, overrides) -> 
     results = []
     engine = Engine()
     for backend in chosen:
-        r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True))
+        r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True),
+                   ignore_host=ignore_host)
         results.append(r)
         if as_json:
             continue

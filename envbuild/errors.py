@@ -68,6 +68,10 @@ class SmokeError(EnvbuildError):
     """The smoke test could not run (the host lacks what the backend needs, the image is missing)."""
 
 
+class HostMismatch(SmokeError):
+    """The host's driver or device architecture is known not to run the image (smoke, run and pull refuse)."""
+
+
 class PublishError(EnvbuildError):
     """A push or pull did not complete; nothing was recorded or tagged for it."""
 

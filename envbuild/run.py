@@ -136,7 +136,7 @@ def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactiv
 
 
 def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, dry_run: bool = False,
-        out=None) -> int:
+        out=None, ignore_host: bool = False) -> int:
     """Run `docker run ...` on this terminal and return the command's exit status (the terminal and the signals
     are the command's); with dry_run, print that line instead. A flag the host refuses is explained."""
     from .smoke import preflight
@@ -146,12 +146,19 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
         print(call.display(), file=out or sys.stdout)
         return 0
     preflight.require(backend, engine)
+    if not ignore_host:
+        preflight.require_host(backend, matrix=matrix)
     if opts.cache and _is_folder(opts.cache):
         Path(opts.cache).expanduser().mkdir(parents=True, exist_ok=True)  # the image's user writes into it
     image = opts.image or matrix.tags(backend)[0]
     if engine.image_id(image) is None:
         raise EnvbuildError(f"image {image} is not on this Docker engine: build it with `envbuild build --backend "
                             f"{backend.name}` or pull it with `envbuild pull --backend {backend.name}` (or pass --image)")
+    if not ignore_host:  # with the architectures the image's build measured
+        from .host.compat import image_arch
+
+        preflight.require_host(backend, matrix=matrix, measured_arch=image_arch(engine, image),
+                               echo=lambda line: print(line, file=sys.stderr))
     status, stderr = engine.client_run(list(call.args), dict(call.env))
     if status == REFUSED:
         why = preflight.refused(backend, stderr)

@@ -251,7 +251,27 @@ def _find(b: Backend, root: Path, pci: list[PciDevice] | None, env: dict[str, An
     f.detected = bool(sources) and all(sources) and plat is not False and pci_ok is not False
     if f.detected and det.pci_vendors and pci is None:
         f.evidence.append(Evidence("note", f"PCI not checked: {root / 'sys/bus/pci'} is absent"))
+    if f.detected and b.host is not None:
+        _driver(b, root, env, f)
     return f
+
+
+def _driver(b: Backend, root: Path, env: dict[str, Any], f: Finding) -> None:
+    """The detected device's driver version and architectures: evidence when known, a hint when not (never a
+    reason to call the device absent)."""
+    from . import drivers
+
+    stack = drivers.STACKS[b.host.stack]
+    cache = env.setdefault("drivers", {})
+    if stack.driver not in cache:
+        cache[stack.driver] = drivers.read(stack.driver, root, env["path_env"], env.get("runner") or drivers.run_tool)
+    host = cache[stack.driver]
+    if host.version:
+        f.evidence.append(Evidence("driver", f"{stack.driver_title} {host.version} ({', '.join(host.evidence)})"))
+    else:
+        f.missing.append(f"the {stack.driver_title} version ({'; '.join(host.notes)})")
+    if host.archs:
+        f.evidence.append(Evidence("arch", ", ".join(host.archs)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -302,15 +322,22 @@ def _summary(f: Finding, per_kind: int = 3) -> str:
     return ", ".join(parts)
 
 
-def choose(detection: Detection, matrix: Matrix, *, native: bool = False) -> tuple[str, str]:
+def choose(detection: Detection, matrix: Matrix, *, native: bool = False,
+           root: str | os.PathLike[str] = "/") -> tuple[str, str]:
     """`--backend auto`: (backend, reason). Raises when several backends, or only a non-containerizable one, are found.
+    Variants of one backend (cuda, cuda-cu126) are one choice: the newest whose needs this host's driver and
+    devices meet (read under `root`).
 
     native=True (for `envbuild env` and `doctor`, which need no container) counts non-containerizable backends too.
     """
     found = [detection.finding(name) for name in detection.detected]
     boxes = [f for f in found if native or matrix.backend(f.backend).containerizable]
-    if len(boxes) > 1:
+    if len({matrix.backend(f.backend).family for f in boxes}) > 1:
         raise AmbiguousBackendError(boxes)
+    if len(boxes) > 1:
+        name, why = newest_variant([matrix.backend(f.backend) for f in boxes], Path(root))
+        f = detection.finding(name)
+        return name, f"detected {f.description or f.backend}: {_summary(f)}; {why}"
     if boxes:
         f = boxes[0]
         return f.backend, f"detected {f.description or f.backend}: {_summary(f)}"
@@ -321,3 +348,29 @@ def choose(detection: Detection, matrix: Matrix, *, native: bool = False) -> tup
             msg += f" Use --backend {detection.fallback} for a CPU image, or `envbuild env --backend {b.name}` natively."
         raise NotContainerizableError(msg)
     return detection.fallback, "no accelerator detected"
+
+
+def newest_variant(variants: list[Backend], root: Path = Path("/")) -> tuple[str, str]:
+    """Among variants of one backend: the one with the newest accelerator stack that this host is not known to
+    refuse (its driver and devices, read under `root`), and why; the newest of all when the host says nothing."""
+    from packaging.version import InvalidVersion, Version
+
+    from .compat import host_check
+
+    def stack(b: Backend) -> Version:
+        try:
+            return Version(b.host.version) if b.host and b.host.version else Version("0")
+        except InvalidVersion:
+            return Version("0")
+
+    ordered = sorted(variants, key=stack, reverse=True)
+    passed_over = []
+    for b in ordered:
+        check = host_check(b, root)
+        if check.ok or not check.blocking:
+            why = f"{b.name} is the newest variant this host runs ({check.detail})"
+            if passed_over:
+                why += "; passed over: " + "; ".join(passed_over)
+            return b.name, why
+        passed_over.append(f"{b.name} ({check.detail})")
+    return ordered[0].name, f"no variant fits this host ({'; '.join(passed_over)}); {ordered[0].name} is the newest"

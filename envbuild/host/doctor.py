@@ -24,6 +24,7 @@ from ..registry import credentials
 from ..registry.refs import registry_host
 from ..smoke import preflight
 from ..smoke.preflight import Check, skip as _skip
+from . import compat
 from .platform import host_platform
 
 if TYPE_CHECKING:
@@ -262,6 +263,7 @@ def diagnose(
     checks = [daemon, check_builder(), preflight.runtime(backend, runtimes, rootp)]
     checks += check_devices(matrix, backend, rootp, path_env)
     checks += [c for c in (preflight.device_nodes(backend, rootp), preflight.groups(backend, rootp)) if c]
+    checks.append(compat.host_check(backend, rootp, matrix=matrix, path_env=path_env))  # smoke, run, pull refuse on it
     checks.append(check_disk(backend, engine))
     if registry:
         checks.append(check_credentials(registry))

@@ -8,6 +8,7 @@ from .model import (
     Backend,
     Compile,
     Detect,
+    HostNeeds,
     Image,
     Index,
     Matrix,
@@ -19,6 +20,6 @@ from .model import (
 )
 
 __all__ = [
-    "DEFAULT_MATRIX", "PACKAGED_MATRIX", "default_path", "load", "loads", "Backend", "Compile", "Detect", "Image", "Index", "Matrix",
+    "DEFAULT_MATRIX", "PACKAGED_MATRIX", "default_path", "load", "loads", "Backend", "Compile", "Detect", "HostNeeds", "Image", "Index", "Matrix",
     "Plugin", "Python", "RunSpec", "Torch", "not_containerizable_message",
 ]

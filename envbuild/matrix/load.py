@@ -18,7 +18,7 @@ from ..files import read_user
 from ..paths import DEFAULT_MATRIX
 from ..text import shown, unsafe_char
 from . import rules
-from .model import Backend, Compile, Detect, Image, Index, Matrix, Plugin, Python, RunSpec, Torch
+from .model import Backend, Compile, Detect, HostNeeds, Image, Index, Matrix, Plugin, Python, RunSpec, Torch
 from .schema import BACKEND, TOP, Field, check_str, type_message
 
 # --------------------------------------------------------------------------------------------------
@@ -338,6 +338,42 @@ def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Lo
     _check_pairing(b, path, loc)
 
 
+def _merged(base: Any, over: Any) -> Any:
+    """`over` on top of `base`: mappings merge key by key, anything else is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: _merged(base.get(k), v) for k, v in over.items()}}
+    return over
+
+
+def _with_variants(backends: dict[str, Any], loc: _Located) -> dict[str, Any]:
+    """Each variant (variant_of: NAME) as its base backend's settings with its own on top; one level deep."""
+    out = {}
+    for name, raw in backends.items():
+        of = raw.get("variant_of") if isinstance(raw, dict) else None
+        if of is None:
+            out[name] = raw
+            continue
+        path = ("backends", name, "variant_of")
+        base = backends.get(of) if isinstance(of, str) else None
+        _, why = check_str("name")(of)
+        if why:
+            loc.at(path, f"{_dotted(path)}: {why}")
+        elif not isinstance(base, dict) or of == name:
+            valid = ", ".join(n for n in backends if n != name)
+            loc.at(path, f"{_dotted(path)}: '{of}' is not another backend of this matrix (valid: {valid})")
+        elif base.get("variant_of") is not None:
+            loc.at(path, f"{_dotted(path)}: '{of}' is itself a variant (of '{base.get('variant_of')}'): name that one")
+        else:
+            over = {k: v for k, v in raw.items() if k != "variant_of"}
+            if "device" in over and over["device"] != base.get("device"):
+                loc.at(("backends", name, "device"), f"backends.{name}.device: a variant keeps its base's device "
+                                                     f"('{base.get('device')}')")
+            out[name] = {**_merged(base, over), "variant_of": of}
+            continue
+        out[name] = {k: v for k, v in raw.items() if k != "variant_of"}
+    return out
+
+
 def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
     top = _validate_section(data, TOP, (), loc)
     backends_raw = data.get("backends") if isinstance(data, dict) else None
@@ -345,6 +381,7 @@ def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
     if isinstance(backends_raw, dict):
         if not backends_raw:
             loc.at(("backends",), "backends: lists no backend")
+        backends_raw = _with_variants(backends_raw, loc)
         for name, raw in backends_raw.items():
             path = ("backends", name)
             _, why = check_str("name")(name)
@@ -402,6 +439,8 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
         user=b.get("user") or "envbuild",
         compile=Compile(**(b.get("compile") or {})),
         apt=tuple(b.get("apt") or ()),
+        host=HostNeeds(**{**b["host"], "arch": tuple(b["host"]["arch"] or ())}) if b.get("host") else None,
+        variant_of=b.get("variant_of"),
     )
 
 

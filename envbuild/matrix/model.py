@@ -99,6 +99,16 @@ class Python:
 
 
 @dataclass(frozen=True)
+class HostNeeds:
+    """What the image needs of the host: the accelerator stack it carries, and what torch was built for."""
+
+    stack: str  # a key of envbuild.host.drivers.STACKS: cuda, rocm, cann, gaudi, neuron
+    version: str  # the stack's release in the image, e.g. "13.2"
+    driver: str | None = None  # the minimum driver, where the matrix overrides the vendor table
+    arch: tuple[str, ...] = ()  # declared device architectures (sm_90, gfx942); empty: not declared
+
+
+@dataclass(frozen=True)
 class Backend:
     name: str
     description: str
@@ -121,6 +131,13 @@ class Backend:
     user: str = "envbuild"  # the image's default user: "envbuild" (non-root) or "root"
     compile: Compile = field(default_factory=Compile)
     apt: tuple[str, ...] = ()  # Debian packages its runtime asks for
+    host: HostNeeds | None = None  # what it needs of the host's driver (None: no driver, e.g. cpu)
+    variant_of: str | None = None  # the backend whose settings it shares (same device, e.g. an older CUDA)
+
+    @property
+    def family(self) -> str:
+        """The backend its variants share settings with: itself, or the one it is a variant of."""
+        return self.variant_of or self.name
 
     @property
     def pins(self) -> dict[str, str]:

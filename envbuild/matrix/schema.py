@@ -255,6 +255,18 @@ BACKEND = {
     "compile": Field(section={"check": Field(check=_check_bool, default=False), "apt": _list("apt")}),
     # This backend's own extra packages (PEP 508), locked and installed in its image only.
     "packages": Field(list_of=_check_requirement, default=()),
+    # Another backend of the same device whose settings this one shares, overriding only what it sets (a
+    # variant, e.g. cuda-cu126 beside cuda: its own torch index and base image for older drivers).
+    "variant_of": _leaf("name"),
+    # What the image needs of the host: the accelerator stack it carries (its minimum driver comes from
+    # envbuild/host/drivers.py, or `driver` where the vendor says otherwise) and, optionally, the device
+    # architectures its torch was built for (the build checks them against torch itself).
+    "host": Field(section={
+        "stack": _leaf("word", required=True, choices=("cuda", "rocm", "cann", "gaudi", "neuron")),
+        "version": Field(check=_check_version, required=True),
+        "driver": Field(check=_check_version),
+        "arch": _list("word"),
+    }),
 }
 
 TOP = {

@@ -112,6 +112,19 @@ def git_revision(where: Path) -> tuple[str | None, bool | None]:
     return head.strip(), (bool(status.strip()) if status is not None else None)
 
 
+def image_requires(labels: Mapping[str, str], measured_arch: list[str] | None = None) -> dict[str, Any] | None:
+    """What the image needs of the host: its dev.envbuild.requires.* labels, and the architectures its build measured
+    (/opt/envbuild/torch-arch.txt) over the label's; None for an image built before these labels."""
+    if LABEL + "requires.driver" not in labels:
+        return None
+    label_arch = labels.get(LABEL + "requires.arch") or "unknown"
+    return {
+        "driver": labels.get(LABEL + "requires.driver"),
+        "stack": labels.get(LABEL + "requires.stack"),
+        "arch": measured_arch or (label_arch if label_arch in ("any", "unknown") else label_arch.split(",")),
+    }
+
+
 def image_versions(labels: Mapping[str, str]) -> dict[str, Any]:
     plugin = labels.get(LABEL + "plugin") or ""
     package, _, version = plugin.partition("==")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
+from ..host.compat import image_arch
 from . import manifest
 from .refs import check_repository, with_tags
 from .session import Session
@@ -173,12 +174,14 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
         "digest": digest,
         "image_id": image.id,
         "platform": f"{image.os}/{image.architecture}",
+        "size": image.size or None,  # bytes, unpacked (the compatibility table shows it)
         "versions": manifest.image_versions(image.labels) if image.labels.get(manifest.LABEL + "backend") else {
             "torch": backend.torch.version,
             "plugin": {"package": backend.plugin.package, "version": backend.plugin.version} if backend.plugin else None,
             "transformers": m.transformers,
             "accelerate": m.accelerate,
         },
+        "requires": manifest.image_requires(image.labels, image_arch(engine, image.id)),
         "git_revision": revision or head,
         "git_dirty": None if revision else dirty,
         "date": manifest.utc_now(),

@@ -37,9 +37,14 @@ class Pulled:
 
 def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = None, tag: str | None = None,
          manifest: Path | None = None, echo: Callable[[str], None] = lambda s: None,
-         environ: Mapping[str, str] | None = None) -> Pulled:
-    """Pull REG:TAG (default: the matrix's repository and pinned tag), verify its digest, tag it for smoke."""
+         environ: Mapping[str, str] | None = None, ignore_host: bool = False, root: Path = Path("/")) -> Pulled:
+    """Pull REG:TAG (default: the matrix's repository and pinned tag), verify its digest, tag it for smoke.
+    An image this host's driver is known not to run is refused before anything is downloaded."""
     from ..report import run_command
+    from ..smoke import preflight
+
+    if not ignore_host:
+        preflight.require_host(backend, root, matrix=m, echo=echo)
 
     registry = check_repository(registry or m.image.repository, "--registry" if registry else "image.repository")
     tag = tag or split_ref(m.tags(backend)[1])[1]

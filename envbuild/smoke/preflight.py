@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DockerError, SmokeError
+from ..errors import DockerError, HostMismatch, SmokeError
 from ..files import read_host
 
 if TYPE_CHECKING:
@@ -148,6 +148,24 @@ def require(backend: Backend, engine: Engine, root: Path = Path("/")) -> None:
         if check is not None and not check.ok:
             raise SmokeError(f"backend '{backend.name}': no {backend.device} device can be reached here: {check.detail}. "
                              f"Fix: {check.fix}")
+
+
+IGNORE_HOST = "--ignore-host skips this check"
+
+
+def require_host(backend: Backend, root: Path = Path("/"), *, matrix: Any = None, measured_arch: list[str] | None = None,
+                 echo: Any = None) -> Check:
+    """Refuse, with the fix, an image the host's driver or devices are known not to run (doctor lists the same
+    check). Unknowns and UNCONFIRMED facts are said through `echo`, never refused."""
+    from ..host import compat
+
+    check = compat.host_check(backend, root, matrix=matrix, measured_arch=measured_arch)
+    if not check.ok and check.blocking:
+        raise HostMismatch(f"backend '{backend.name}': this image will not run on this host: {check.detail}. "
+                         f"Fix: {check.fix} ({IGNORE_HOST})")
+    if not check.ok and echo is not None:
+        echo(f"[{backend.name}] warning: {check.detail}")
+    return check
 
 
 def _refusals(run: Any) -> list[tuple[tuple[str, ...], str | None]]:

@@ -100,12 +100,15 @@ def _refusal(backend: Backend) -> Iterator[None]:
 
 def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None = None, model: str = "synthetic",
           timeout: float = 600, extra_env: dict[str, str] | None = None,
-          echo: Callable[[str], None] = lambda s: None) -> SmokeResult:
+          echo: Callable[[str], None] = lambda s: None, ignore_host: bool = False,
+          root: Path = Path("/")) -> SmokeResult:
     from ..clean import stopped_containers  # clean names containers by this module's label
 
     image = image or matrix.tags(backend)[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
-    preflight.require(backend, engine)  # without the device, no image would help
+    preflight.require(backend, engine, root)  # without the device, no image would help
+    if not ignore_host:  # a driver known to be too old: refused before the engine is asked anything more
+        preflight.require_host(backend, root, matrix=matrix)
     for name in stopped_containers(engine):  # what a crash (a daemon killed mid-smoke) left behind
         echo(f"[{backend.name}] removed a stopped envbuild container left behind: {name}")
     image_id = engine.image_id(image)
@@ -114,6 +117,10 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
             f"image {image} is not on this Docker engine: build it with `envbuild build --backend {backend.name}` "
             f"or pull it with `envbuild pull --backend {backend.name}` (or pass --image)"
         )
+    if not ignore_host:  # again with the architectures its build measured (read from the image, not started)
+        from ..host.compat import image_arch
+
+        preflight.require_host(backend, root, matrix=matrix, measured_arch=image_arch(engine, image_id), echo=echo)
     echo(f"[{backend.name}] smoke: {image} (model: {model}, timeout: {timeout:g}s)")
     start = time.monotonic()
     tag = uuid.uuid4().hex[:8]

@@ -46,6 +46,18 @@ def test_image_carries_labels_and_pins(cpu_image, docker_client):
     assert labels["org.opencontainers.image.base.name"].endswith("envbuild-test/debian-python3:bookworm")
 
 
+def test_image_states_what_it_needs_of_the_host(cpu_image, docker_client):
+    """The cpu image needs no driver and runs on any CPU; its build recorded torch's (empty) device
+    architecture list, read back without starting a container."""
+    from envbuild.engine import Engine
+    from envbuild.host.compat import ARCH_FILE
+
+    labels = docker_client.images.get(cpu_image.tag).labels
+    assert (labels["dev.envbuild.requires.driver"], labels["dev.envbuild.requires.stack"],
+            labels["dev.envbuild.requires.arch"]) == ("none", "none", "any")
+    assert Engine().read_file(cpu_image.tag, ARCH_FILE) == b"\n"  # a CPU torch has no device architectures
+
+
 def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_leftover_containers):
     proc = envbuild(
         "smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--model", "synthetic",

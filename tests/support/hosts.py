@@ -40,3 +40,25 @@ VENDORS = {
     "mlu": (["/dev/cambricon_dev0", "/dev/cambricon_ctl"], [("0000:41:00.0", "0xcabc", "0x120000")], None),
     "musa": (["/dev/mtgpu.0"], [("0000:81:00.0", "0x1ed5", "0x030000")], None),
 }
+
+
+def add_driver(root: Path, files: dict[str, str]) -> Path:
+    """Driver files of a fake host: path under root -> content (see DRIVERS)."""
+    for rel, text in files.items():
+        p = root / rel.lstrip("/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+def nvidia_version(version: str) -> dict[str, str]:
+    return {"/proc/driver/nvidia/version": f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Sat Aug 19 "
+                                          "01:22:32 UTC 2026\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"}
+
+
+def kfd_nodes(*gfx_target_versions: int) -> dict[str, str]:
+    """A KFD topology: node 0 is the CPU (gfx_target_version 0), then one node per GPU."""
+    nodes = {}
+    for i, v in enumerate((0, *gfx_target_versions)):
+        nodes[f"/sys/class/kfd/kfd/topology/nodes/{i}/properties"] = f"cpu_cores_count 0\nsimd_count 304\ngfx_target_version {v}\n"
+    return nodes

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from support.constants import MATRIX
 from support.fakes import FakeEngine
-from support.hosts import VENDORS, make_root
+from support.hosts import VENDORS, add_driver, make_root, nvidia_version
 
 from envbuild import engine
 from envbuild.build import builder
@@ -59,7 +59,8 @@ def test_cpu_passes_trivially_with_a_daemon(m, tmp_path, builder_ok):
     client = FakeEngine(root=tmp_path)
     report = doctor.diagnose(m, m.backend("cpu"), connector=connector(client), root=make_root(tmp_path))
     assert report.ok, report_text(report)
-    assert [c.name for c in report.checks] == ["docker daemon", "buildkit", "runtime", "device", "disk", "leftover containers"]
+    assert [c.name for c in report.checks] == ["docker daemon", "buildkit", "runtime", "device", "host driver", "disk",
+                                                "leftover containers"]
     assert all(c.ok for c in report.checks)
     assert client.closed
     assert report_text(report).splitlines()[-1] == "Ready for cpu."
@@ -77,7 +78,7 @@ def test_cuda_without_the_nvidia_runtime_fails_with_nvidia_ctk(m, tmp_path, buil
 
 
 def test_cuda_with_the_runtime_and_the_gpu_passes(m, tmp_path, builder_ok, monkeypatch):
-    root = make_root(tmp_path, *VENDORS["cuda"])
+    root = add_driver(make_root(tmp_path, *VENDORS["cuda"]), nvidia_version("610.43.02"))
     tool = tmp_path / "bin/nvidia-smi"
     tool.parent.mkdir()
     tool.write_text("#!/bin/sh\n")

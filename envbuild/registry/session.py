@@ -112,8 +112,8 @@ class Session:
             return
         why = unreachable_reason(self.host)
         if why:
-            raise RegistryUnreachableError(f"registry {self.host} cannot be reached from here: {why}. Is the address "
-                                           "right, and is this machine on a network that reaches it?")
+            raise RegistryUnreachableError(f"registry {self.host} unreachable from here ({why}): is it running, is the "
+                                           "address right, and is this machine on a network that reaches it?")
         self._reachable = True
 
     def _retrying(self, action: str, fn: Callable[[], Any], echo: Callable[[str], None]) -> Any:
@@ -200,7 +200,10 @@ class Session:
         stall = float(self.environ.get("ENVBUILD_STALL_SECONDS") or STALL)
         moved, last, done = time.monotonic(), "", {}
         events: queue.Queue = queue.Queue()
-        stream = start()
+        try:  # the engine may refuse at once (no credentials, no such tag): said like any registry error
+            stream = start()
+        except EngineError as exc:
+            raise self.error(exc.explanation, action) from None
 
         def pump() -> None:
             try:

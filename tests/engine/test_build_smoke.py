@@ -271,14 +271,15 @@ def test_interrupted_smoke_removes_container(cpu_image, engine, sig, no_leftover
 
     from envbuild.smoke import leftover_containers
 
+    before = set(leftover_containers(engine))  # another's container must not be taken for this smoke's
     proc = subprocess.Popen(
         ["envbuild", "smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.monotonic() + 60
-    while not leftover_containers(engine) and time.monotonic() < deadline:
+    while not set(leftover_containers(engine)) - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert leftover_containers(engine), "the smoke container never started"
+    assert set(leftover_containers(engine)) - before, "the smoke container never started"
     proc.send_signal(getattr(signal, sig))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err

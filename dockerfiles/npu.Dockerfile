@@ -40,7 +40,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,shari
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
-    && /opt/venv/bin/pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.9"
+    && /opt/venv/bin/pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
 
 # torch, torch-npu and what they need, exactly as locked (locks/npu.txt, layer torch): the largest
 # layer and the one that changes least. Bytecode is compiled here, once, rather than in every container.

@@ -41,7 +41,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,shari
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export PIP_BREAK_SYSTEM_PACKAGES=1 \
-    && python3 -m pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.9"
+    && python3 -m pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
 
 # The lock: what installing torch, transformers, accelerate adds to this base, resolved
 # here by pip. `envbuild lock` builds this target alone (its result is locks/rocm.txt); an image build

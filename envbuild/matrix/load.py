@@ -407,6 +407,7 @@ def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
         transformers_torch=top["transformers"].get("torch"),
         accelerate_torch=top["accelerate"].get("torch"),
         uv=top["uv"]["version"],
+        avoid=tuple((d, tuple(top[d].get("avoid") or ())) for d in ("transformers", "accelerate", "uv") if top[d].get("avoid")),
         backends=tuple(backends),
         packages=tuple(top["packages"] or ()),
         index=Index(**(top.get("index") or {"url": "https://pypi.org/simple", "extra_urls": ()})),

@@ -176,6 +176,10 @@ class Matrix:
     index: Index = field(default_factory=Index)
     transformers_torch: str | None = None  # the torch the pinned transformers declares it needs
     accelerate_torch: str | None = None
+    avoid: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (transformers|accelerate|uv, releases never to propose)
+
+    def avoided(self, dist: str) -> tuple[str, ...]:
+        return dict(self.avoid).get(dist, ())
 
     @property
     def names(self) -> list[str]:

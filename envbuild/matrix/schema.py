@@ -173,7 +173,8 @@ def _list(kind: str, **kw: Any) -> Field:
     return Field(list_of=check_str(kind), default=(), **kw)
 
 
-_VERSIONED = {"version": Field(check=_check_version, required=True)}
+# `avoid`: releases known broken for these images (say why in a comment): outdated and bump never propose them.
+_VERSIONED = {"version": Field(check=_check_version, required=True), "avoid": Field(list_of=_check_version, default=())}
 # transformers and accelerate: the torch the pinned release declares it needs (its metadata's Requires-Dist),
 # so that validate can hold every backend's torch to it offline; outdated and bump refresh it.
 _NEEDS_TORCH = {**_VERSIONED, "torch": Field(check=_check_specifier)}

@@ -80,6 +80,15 @@ def _asked(finding: Finding, ask: Callable[[], None]) -> Finding:
     return finding
 
 
+def _without_avoided(f: Finding, versions: list[Version], avoid: tuple[str, ...], dist: str) -> list[Version]:
+    """The releases the matrix does not avoid; each avoided one that is newer is said."""
+    bad = {Version(v) for v in avoid}
+    for v in versions:
+        if v in bad and v > Version(f.current):
+            f.why.append(f"{v}: avoided ({dist}.avoid in the matrix)")
+    return [v for v in versions if v not in bad]
+
+
 def _newer(versions: Iterable[Version], current: str) -> list[Version]:
     cur = Version(current)
     return [v for v in versions if v > cur]
@@ -103,6 +112,7 @@ def _shared(sources: Sources, matrix: Matrix, dist: str, backends: list[Backend]
         versions = sources.index.versions(matrix.index.url, dist, prereleases=Version(current).is_prerelease)
         f.newest = str(versions[0]) if versions else None
         f.fits = current
+        versions = _without_avoided(f, versions, matrix.avoided(dist), dist)
         scanned: list[tuple[Version, str | None]] = []
         for v in _newer(versions, current):  # newest first: the first that every backend carries wins
             spec = _needs_torch(sources, matrix, dist, v)
@@ -137,7 +147,8 @@ def _uv(sources: Sources, matrix: Matrix) -> Finding:
     def ask() -> None:
         versions = sources.index.versions(matrix.index.url, "uv")
         f.newest = str(versions[0]) if versions else None
-        f.fits = f.newest if versions and versions[0] > Version(matrix.uv) else matrix.uv
+        versions = _without_avoided(f, versions, matrix.avoided("uv"), "uv")
+        f.fits = str(versions[0]) if versions and versions[0] > Version(matrix.uv) else matrix.uv
 
     return _asked(f, ask)
 

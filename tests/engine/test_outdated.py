@@ -291,3 +291,15 @@ def test_the_real_pypi_is_asked_for_the_shipped_matrix(tmp_path):
     assert Version(t["newest"]) >= Version(t["current"])
     assert t["fits"] == t["current"] or t["why"] or t["newer"], t
     assert found["uv.version"]["error"] is None
+
+
+def test_an_avoided_release_is_never_proposed_and_says_why(world, tmp_path):
+    project = tmp_path / "p"
+    project.mkdir()
+    text = (world["project"] / "matrix.yaml").read_text()
+    (project / "matrix.yaml").write_text(text.replace("uv:\n  version: '0.13.8'\n", "uv:\n  version: '0.13.8'\n  avoid: [\"0.13.9\"]\n"))
+    proc = envbuild("outdated", "--json", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    uv = next(f for f in json.loads(proc.stdout) if f["field"] == "uv.version")
+    assert (uv["newest"], uv["fits"], uv["newer"]) == ("0.13.9", "0.13.8", False)
+    assert uv["why"] == ["0.13.9: avoided (uv.avoid in the matrix)"]

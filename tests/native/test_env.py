@@ -113,10 +113,10 @@ def test_existing_environment_needs_force(cpu_env, tmp_path):
 def test_failed_install_leaves_nothing(invoke, tmp_path):
     d = tmp_path / "venv"
     result = invoke("env", "--backend", "cpu", "--dir", d, "--matrix", MATRIX,
-                    "--set", "backends.cpu.torch.version=0.0.1", "--set", f"backends.cpu.torch.index_url=file://{tmp_path}")
+                    "--set", "backends.cpu.torch.version=99.0.1", "--set", f"backends.cpu.torch.index_url=file://{tmp_path}")
     assert result.exit_code == 1
-    assert "Error: installing torch==0.0.1 failed (exit code 1):" in result.stderr
-    assert "torch==0.0.1" in result.stderr  # pip's own words, tailed
+    assert "Error: installing torch==99.0.1 failed (exit code 1):" in result.stderr
+    assert "torch==99.0.1" in result.stderr  # pip's own words, tailed
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

@@ -275,6 +275,8 @@ def test_interrupted_smoke_removes_container(cpu_image, engine, sig, no_leftover
     proc = subprocess.Popen(
         ["envbuild", "smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # as from a terminal: a suite started in the background inherits SIGINT ignored (POSIX), and so would this
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while not set(leftover_containers(engine)) - before and time.monotonic() < deadline:

@@ -202,7 +202,9 @@ def test_a_pull_whose_connections_are_cut_tags_nothing_and_the_rerun_completes(u
     pinned = m.tags(m.backend("cpu"))[1].rsplit(":", 1)[1]  # what pull asks for by default
     proxy = FaultProxy(("127.0.0.1", int(registry.host.rsplit(":", 1)[1])), mode="cut", after=4 << 20).start()
     ref = f"{proxy.host}/envbuild:{pinned}"
-    pull = ["pull", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--registry", f"{proxy.host}/envbuild"]
+    # pull tags what it pulled as the matrix's REPO:cpu: a repository of its own, so the session's cpu image stays
+    pull = ["pull", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--set", "image.repository=envbuild-test/faults-pulled",
+            "--registry", f"{proxy.host}/envbuild"]
     try:
         start = time.monotonic()
         # the daemon retries each cut download for minutes; envbuild gives a transfer that moves nothing 20 s

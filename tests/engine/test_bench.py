@@ -43,5 +43,11 @@ def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, d
         assert line in proc.stdout
     # It cleans up after itself: its images and the cache mounts of its cold build.
     assert not docker_client.images.list(name="envbuild-bench/envbuild")
-    live = {r["ID"] for r in docker_client.api.df().get("BuildCache") or []}
+    import docker
+
+    try:
+        live = {r["ID"] for r in docker_client.api.df().get("BuildCache") or []}
+    except docker.errors.APIError as exc:  # Docker 20.10 after a daemon was killed mid-build: moby/buildkit#3599
+        assert "snapshot" in str(exc) and "cannot list its build cache" in proc.stderr, (exc, proc.stderr)
+        return
     assert not live & set(doc["cache_mounts"])

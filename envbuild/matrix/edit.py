@@ -53,8 +53,7 @@ def apply(text: str, changes: Mapping[str, str], source: str = "matrix.yaml") ->
             edits.append((line, col, end, f"{quote}{value}{quote}"))
         else:
             last = list(node)[-1]
-            line, _ = node.lc.key(last)
-            indent = node.lc.key(last)[1]
+            line, indent = node.lc.key(last)
             edits.append((line + 1, indent, -1, f"{' ' * indent}{key}: \"{value}\"\n"))
     for line, col, end, new in sorted(edits, reverse=True):
         if end == -1:

@@ -15,7 +15,7 @@ REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
-__all__ = ["DIGEST", "REPOSITORY", "TAG", "check_repository", "mirror_image", "normalize_ref", "registry_host",
+__all__ = ["DIGEST", "REPOSITORY", "TAG", "api_host", "check_repository", "mirror_image", "normalize_ref", "registry_host",
            "same_repository", "split_ref", "with_tags"]
 
 
@@ -32,6 +32,11 @@ def registry_host(ref: str) -> str:
         name = first.partition(":")[0]
         return first if "." in name or name == "localhost" else "docker.io"
     return first if _is_host(first) else "docker.io"
+
+
+def api_host(host: str) -> str:
+    """Where a registry host answers the distribution API: Docker Hub's docker.io is registry-1.docker.io."""
+    return "registry-1.docker.io" if host == "docker.io" else host
 
 
 def normalize_ref(ref: str) -> str:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from ..engine import EngineError, StreamBroken
 from ..errors import PublishError, RegistryAuthError, RegistryUnreachableError
 from .credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
-from .refs import DIGEST, registry_host
+from .refs import DIGEST, api_host, registry_host
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -45,8 +45,7 @@ _PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PRO
 
 def _address(host: str) -> tuple[str, int]:
     """Where a registry host listens: docker.io is registry-1.docker.io; without a port, 443."""
-    if host == "docker.io":
-        return "registry-1.docker.io", 443
+    host = api_host(host)
     name, sep, port = host.rpartition(":")
     return (name, int(port)) if sep and port.isdigit() else (host, 443)
 
@@ -213,6 +212,9 @@ class Session:
             except BaseException as exc:  # handed to the reader, raised there
                 events.put(("error", exc))
 
+        def stalled_error() -> PublishError:
+            return PublishError(f"{action} timed out: no data moved for {stall:g}s (the daemon said: {last or 'nothing'})")
+
         reader = threading.Thread(target=pump, name="envbuild-transfer", daemon=True)
         reader.start()
         stalled = False
@@ -222,7 +224,7 @@ class Session:
                     kind, line = events.get(timeout=max(0.1, stall - (time.monotonic() - moved)))
                 except queue.Empty:
                     stalled = True
-                    raise PublishError(f"{action} timed out: no data moved for {stall:g}s (the daemon said: {last or 'nothing'})") from None
+                    raise stalled_error() from None
                 if kind == "end":
                     break
                 if kind == "error":
@@ -237,9 +239,9 @@ class Session:
                     moved = time.monotonic()
                 elif status:
                     last = f"{layer}: {status}" if layer else status
-                if time.monotonic() - moved > stall:
+                if time.monotonic() - moved > stall:  # lines keep coming, none of them progress
                     stalled = True
-                    raise PublishError(f"{action} timed out: no data moved for {stall:g}s (the daemon said: {last or 'nothing'})")
+                    raise stalled_error()
                 aux = line.get("aux") or {}
                 if isinstance(aux, dict) and aux.get("Digest"):
                     digest = str(aux["Digest"])

@@ -102,12 +102,7 @@ def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: 
     if dry_run:
         return result
     rendered = render.render(result.matrix, result.matrix.containerizable())
-    wanted: dict[Path, str] = {matrix_path: text}
-    for name, body in rendered.items():
-        target = dockerfiles / name
-        if not target.is_file() or target.read_text() != body:
-            wanted[target] = body
-    dockerfiles.mkdir(parents=True, exist_ok=True)
-    files.commit(files.stage(wanted))
-    result.written = [str(p) for p in wanted]
+    staged = files.stage({matrix_path: text, **{dockerfiles / name: body for name, body in rendered.items()}})
+    files.commit(staged)  # stage leaves unchanged files out: what is listed was written
+    result.written = [str(p) for p in staged]
     return result

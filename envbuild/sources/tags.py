@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..registry.credentials import from_env
-from ..registry.refs import normalize_ref, registry_host
+from ..registry.refs import api_host, normalize_ref, registry_host
 from ..registry.session import unreachable_reason
 from .index import SourceError
 
@@ -81,8 +81,7 @@ class RegistryClient:
             raise SourceError(f"registry {host} cannot be reached ({self._checked[host]})")
         import oras.provider  # only outdated and bump ask registries for tags
 
-        api = "registry-1.docker.io" if host == "docker.io" else host
-        client = oras.provider.Registry(hostname=api, insecure=_loopback(host),
+        client = oras.provider.Registry(hostname=api_host(host), insecure=_loopback(host),
                                         tls_verify=str(self.ca_bundle) if self.ca_bundle else True)
         creds = from_env(host, self.environ) if host == self.publish_host else None
         if creds:
@@ -112,7 +111,7 @@ class RegistryClient:
         return response
 
     def tags(self, ref: ImageRef) -> list[str]:
-        api = "registry-1.docker.io" if ref.host == "docker.io" else ref.host
+        api = api_host(ref.host)
         url = f"{api}/v2/{ref.repository}/tags/list"
         tags: list[str] = []
         for _ in range(100):  # pages (Link: <...>; rel="next")
@@ -125,7 +124,7 @@ class RegistryClient:
         return tags
 
     def digest(self, ref: ImageRef, tag: str) -> str:
-        api = "registry-1.docker.io" if ref.host == "docker.io" else ref.host
+        api = api_host(ref.host)
         response = self._request(ref, f"{api}/v2/{ref.repository}/manifests/{tag}", "HEAD", {"Accept": _MANIFESTS})
         digest = response.headers.get("Docker-Content-Digest")
         if not digest:
@@ -141,7 +140,7 @@ _FIXED = re.compile(r"(?:ubuntu|debian|py|python|cp|el|ubi|rhel|rocky|alpine|amz
 _NUMBER = re.compile(r"\d+(?:\.\d+)*")
 
 
-def shape(tag: str, fixed_first: bool = False) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]] | None:
+def shape(tag: str, fixed_first: bool = False) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
     """(the tag with its comparable numbers blanked, those numbers) — tags of one shape compare by the numbers."""
     parts: list[str] = []
     numbers: list[tuple[int, ...]] = []

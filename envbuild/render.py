@@ -17,15 +17,6 @@ from .paths import cache_dir
 from .text import shown
 
 TEMPLATES = Path(__file__).parent / "templates"
-# Prints the architectures torch was compiled for (CUDA's sm_/compute_, ROCm's gfx, XPU's targets; none for a
-# CPU build) and fails when the matrix declares others: the image's label must not lie. No device needed
-# (torch.cuda.get_arch_list() would answer [] without one). No quotes, '$' or backslashes: it sits in "...".
-ARCH_SCRIPT = (
-    "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); "
-    "got = sorted(set((f() or '').split())) if f else []; want = sorted('{want}'.split()); print(' '.join(got)); "
-    "sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') "
-    "+ '; the matrix declares host.arch ' + ' '.join(want))"
-)
 VENV = "/opt/venv"
 CONSTRAINTS = "/opt/envbuild/constraints.txt"
 
@@ -106,7 +97,7 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         run_flags=" ".join(backend.run.docker_args()),
         version_tag=matrix.tags(backend)[1].rsplit(":", 1)[1],
         requires=compat.needs(backend),
-        arch_script=ARCH_SCRIPT.format(want=" ".join(backend.host.arch if backend.host else ())),
+        arch_want=" ".join(backend.host.arch if backend.host else ()),
         arch_file=compat.ARCH_FILE,
     )
     # Collapse runs of blank lines left by optional blocks, so output reads as if hand-written.

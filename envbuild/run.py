@@ -147,7 +147,10 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
         return 0
     preflight.require(backend, engine)
     if not ignore_host:
-        preflight.require_host(backend, matrix=matrix)
+        from .host.compat import host_driver, image_arch
+
+        host = host_driver(backend)
+        preflight.require_host(backend, host, matrix=matrix)
     if opts.cache and _is_folder(opts.cache):
         Path(opts.cache).expanduser().mkdir(parents=True, exist_ok=True)  # the image's user writes into it
     image = opts.image or matrix.tags(backend)[0]
@@ -155,9 +158,7 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
         raise EnvbuildError(f"image {image} is not on this Docker engine: build it with `envbuild build --backend "
                             f"{backend.name}` or pull it with `envbuild pull --backend {backend.name}` (or pass --image)")
     if not ignore_host:  # with the architectures the image's build measured
-        from .host.compat import image_arch
-
-        preflight.require_host(backend, matrix=matrix, measured_arch=image_arch(engine, image),
+        preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image),
                                echo=lambda line: print(line, file=sys.stderr))
     status, stderr = engine.client_run(list(call.args), dict(call.env))
     if status == REFUSED:

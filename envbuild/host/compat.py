@@ -163,12 +163,18 @@ def check(backend: Backend, host: drivers.HostDriver | None, *, matrix: Matrix |
     return Check(NAME, True, "; ".join(parts))
 
 
+def host_driver(backend: Backend, root: Path = Path("/"), *, path_env: str | None = None,
+              runner: drivers.Runner = drivers.run_tool) -> drivers.HostDriver | None:
+    """The host's side of this backend's stack (driver files, the vendor tool); None when it has no stack."""
+    if backend.host is None:
+        return None
+    if path_env is None and root != Path("/"):  # a fake root's tools, never this machine's
+        path_env = drivers.root_path(root)
+    return drivers.read(drivers.STACKS[backend.host.stack].driver, root, path_env, runner)
+
+
 def host_check(backend: Backend, root: Path = Path("/"), *, matrix: Matrix | None = None, path_env: str | None = None,
                runner: drivers.Runner = drivers.run_tool, measured_arch: list[str] | None = None) -> Check:
     """Read the host's side for this backend's stack, then `check`."""
-    if backend.host is None:
-        return check(backend, None)
-    if path_env is None and root != Path("/"):  # a fake root's tools, never this machine's
-        path_env = drivers.root_path(root)
-    host = drivers.read(drivers.STACKS[backend.host.stack].driver, root, path_env, runner)
+    host = host_driver(backend, root, path_env=path_env, runner=runner)
     return check(backend, host, matrix=matrix, measured_arch=measured_arch)

@@ -44,7 +44,9 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     from ..smoke import preflight
 
     if not ignore_host:
-        preflight.require_host(backend, root, matrix=m, echo=echo)
+        from ..host.compat import host_driver
+
+        preflight.require_host(backend, host_driver(backend, root), matrix=m, echo=echo)
 
     registry = check_repository(registry or m.image.repository, "--registry" if registry else "image.repository")
     tag = tag or split_ref(m.tags(backend)[1])[1]

@@ -153,13 +153,15 @@ def require(backend: Backend, engine: Engine, root: Path = Path("/")) -> None:
 IGNORE_HOST = "--ignore-host skips this check"
 
 
-def require_host(backend: Backend, root: Path = Path("/"), *, matrix: Any = None, measured_arch: list[str] | None = None,
+def require_host(backend: Backend, host: Any, *, matrix: Any = None, measured_arch: list[str] | None = None,
                  echo: Any = None) -> Check:
     """Refuse, with the fix, an image the host's driver or devices are known not to run (doctor lists the same
-    check). Unknowns and UNCONFIRMED facts are said through `echo`, never refused."""
+    check). `host` is what `compat.host_driver` read, once per command: smoke and run check it again once the
+    image's measured architectures are known. Unknowns and UNCONFIRMED facts are said through `echo`, never
+    refused."""
     from ..host import compat
 
-    check = compat.host_check(backend, root, matrix=matrix, measured_arch=measured_arch)
+    check = compat.check(backend, host, matrix=matrix, measured_arch=measured_arch)
     if not check.ok and check.blocking:
         raise HostMismatch(f"backend '{backend.name}': this image will not run on this host: {check.detail}. "
                          f"Fix: {check.fix} ({IGNORE_HOST})")

@@ -108,7 +108,10 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
     preflight.require(backend, engine, root)  # without the device, no image would help
     if not ignore_host:  # a driver known to be too old: refused before the engine is asked anything more
-        preflight.require_host(backend, root, matrix=matrix)
+        from ..host.compat import host_driver, image_arch
+
+        host = host_driver(backend, root)
+        preflight.require_host(backend, host, matrix=matrix)
     for name in stopped_containers(engine):  # what a crash (a daemon killed mid-smoke) left behind
         echo(f"[{backend.name}] removed a stopped envbuild container left behind: {name}")
     image_id = engine.image_id(image)
@@ -118,9 +121,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
             f"or pull it with `envbuild pull --backend {backend.name}` (or pass --image)"
         )
     if not ignore_host:  # again with the architectures its build measured (read from the image, not started)
-        from ..host.compat import image_arch
-
-        preflight.require_host(backend, root, matrix=matrix, measured_arch=image_arch(engine, image_id), echo=echo)
+        preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image_id), echo=echo)
     echo(f"[{backend.name}] smoke: {image} (model: {model}, timeout: {timeout:g}s)")
     start = time.monotonic()
     tag = uuid.uuid4().hex[:8]

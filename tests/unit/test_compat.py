@@ -170,16 +170,19 @@ def test_smoke_refuses_an_old_driver_before_starting_a_container(tmp_path):
         smoke.smoke(M, M.backend("cuda"), engine, root=root, ignore_host=True)
 
 
-def test_smoke_uses_the_architectures_the_image_recorded(tmp_path):
+def test_smoke_uses_the_architectures_the_image_recorded(tmp_path, monkeypatch):
     from envbuild import smoke
 
     root = host(tmp_path, "cuda", nvidia_version("610.43.02"), tool="7.0")
     engine = FakeEngine(["runc", "nvidia"])
     img = engine.add_image("sha256:" + "c" * 64, [M.tags(M.backend("cuda"))[0]])
     img.files[compat.ARCH_FILE] = b"sm_75 sm_80 sm_90\n"
+    reads = []
+    monkeypatch.setattr(compat.drivers, "read", lambda *a, read=compat.drivers.read: reads.append(a) or read(*a))
     with pytest.raises(HostMismatch, match="this host's devices are sm_70"):
         smoke.smoke(M, M.backend("cuda"), engine, root=root)
     assert engine.volumes == []
+    assert len(reads) == 1  # the host is read once (files, nvidia-smi), checked before and after the image is known
 
 
 def test_pull_refuses_before_downloading(tmp_path):

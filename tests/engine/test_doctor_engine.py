@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,23 @@ from support.constants import MATRIX
 pytestmark = pytest.mark.docker
 
 
+def roomy(docker_client) -> bool:
+    """Whether Docker's data root has the 10 GiB doctor asks of a cpu build: a fact of the host, not of envbuild
+    (where it lacks them, the disk check must fail and say so)."""
+    from envbuild.host.doctor import DISK_GIB
+
+    return shutil.disk_usage(docker_client.info()["DockerRootDir"]).free >= DISK_GIB["cpu"] * 2**30
+
+
 def test_cli_cpu_passes_where_docker_runs(invoke, docker_client):
     result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX)
-    assert result.exit_code == 0, result.output
     assert "ok    docker daemon" in result.stdout and f"Docker {docker_client.version()['Version']}" in result.stdout
-    assert "ok    buildkit" in result.stdout and "ok    disk" in result.stdout
+    assert "ok    buildkit" in result.stdout
+    if not roomy(docker_client):
+        assert result.exit_code == 1 and "FAIL  disk" in result.stdout and "docker builder prune" in result.stdout
+        return
+    assert result.exit_code == 0, result.output
+    assert "ok    disk" in result.stdout
     assert result.stdout.splitlines()[-1].startswith("Ready for cpu")
 
 
@@ -25,9 +38,11 @@ def test_cli_auto_json_where_docker_runs(invoke, docker_client):
     result = invoke("doctor", "--json", "--matrix", MATRIX)
     assert result.stderr.startswith("auto: chose cpu (no accelerator detected)")
     data = json.loads(result.stdout)
-    assert data["ok"] is True and data["backend"] == "cpu"
+    assert data["backend"] == "cpu"
     statuses = {c["name"]: c["status"] for c in data["checks"]}
-    assert statuses["docker daemon"] == statuses["buildkit"] == statuses["disk"] == "ok"
+    assert statuses["docker daemon"] == statuses["buildkit"] == "ok"
+    assert statuses["disk"] == ("ok" if roomy(docker_client) else "FAIL")
+    assert data["ok"] is roomy(docker_client)
 
 
 def test_cli_cuda_on_this_engine_names_the_toolkit(invoke, docker_client):

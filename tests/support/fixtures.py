@@ -86,6 +86,38 @@ def base_image(registry, docker_client) -> Iterator[str]:
             pass
 
 
+# Disk: CI machines have tens of GB, and each image here is 1.5-5 GB plus its build cache. What a module of
+# engine tests made is removed when it ends; the session's own images (base, stand-in base, cpu image) stay.
+KEEP_BUILD_CACHE = 3 * 2**30  # bytes of BuildKit cache kept between modules (the most recently used)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def reclaim_disk(request):
+    if request.node.get_closest_marker("docker") is None:
+        yield
+        return
+    client = request.getfixturevalue("docker_client")
+    before = _tags(client)
+    yield
+    try:
+        testbed.reclaim(client, before, keep_build_cache=KEEP_BUILD_CACHE)
+    except Exception as exc:  # tidiness only: a daemon a fault test left broken says so on its own
+        print(f"reclaim_disk after {request.node.name}: {exc}")
+
+
+def _tags(client) -> set[str]:
+    try:
+        return testbed.image_tags(client)
+    except Exception:  # a daemon not answering: nothing to compare with, so nothing is removed later
+        return set()
+
+
+@pytest.fixture(scope="session")
+def standin_base(registry, base_image, docker_client) -> str:
+    """A stand-in for python:3.12-slim (the base plus Debian's python3-venv), in the registry."""
+    return testbed.standin_base(registry, docker_client, base_image)
+
+
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory) -> Path:
     """torch's CPU wheel, taken from this machine's disk the way pip finds it."""
@@ -129,7 +161,7 @@ def cpu_image(cpu_overrides, wheelhouse, ca_bundle, docker_client, tmp_path_fact
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
-    tag = "envbuild-test/envbuild:cpu"
+    tag = f"{testbed.CPU_REPOSITORY}:cpu"
     return BuiltImage(tag, docker_client.images.get(tag).id, cpu_overrides, output, logs / "locks")
 
 

@@ -27,6 +27,7 @@ from .constants import CPU_SET, TORCH
 CACHE = Path(os.environ.get("ENVBUILD_TEST_CACHE", Path.home() / ".cache" / "envbuild-tests"))
 BASE_TAR = CACHE / "debian-bookworm-python3.tar"
 BASE_NAME = "envbuild-test/debian-python3:bookworm"
+CPU_REPOSITORY = "envbuild-test/envbuild"  # the session's cpu image is CPU_REPOSITORY:cpu
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 
 
@@ -164,6 +165,34 @@ def standin_base(registry: Registry, docker_client, base_ref: str) -> str:
     return ref
 
 
+KEPT = (BASE_NAME, STANDIN_NAME, f"{CPU_REPOSITORY}:cpu")  # the session's images (tests/support/fixtures.py)
+
+
+def image_tags(docker_client) -> set[str]:
+    return {t for image in docker_client.images.list() for t in image.tags}
+
+
+def reclaim(docker_client, before: set[str], *, keep_build_cache: int) -> None:
+    """Remove the tags made since `before` (untagging: an image another tag names stays), except those naming
+    the session's images; then dangling images, and the build cache beyond `keep_build_cache` bytes."""
+    kept = set()
+    for name in KEPT:
+        try:
+            kept.add(docker_client.images.get(name).id)
+        except Exception:  # not built (yet) in this session
+            pass
+    for image in docker_client.images.list():
+        if image.id in kept:
+            continue
+        for tag in set(image.tags) - before:
+            try:
+                docker_client.images.remove(tag)
+            except Exception:  # used by a container a test still holds: its own teardown says so
+                pass
+    docker_client.images.prune(filters={"dangling": True})
+    docker_client.api.prune_builds(keep_storage=keep_build_cache, all=True)
+
+
 def make_wheelhouse(into: Path, torch: str = TORCH) -> Path:
     """torch's CPU wheel, taken from this machine's disk the way pip finds it."""
     into.mkdir(parents=True, exist_ok=True)
@@ -183,7 +212,7 @@ def host_ca_bundle() -> Path:
     return default_ca_bundle() or Path(HOST_CA)
 
 
-def cpu_overrides(base_image: str, repository: str = "envbuild-test/envbuild") -> list[str]:
+def cpu_overrides(base_image: str, repository: str = CPU_REPOSITORY) -> list[str]:
     """The --set arguments that build the cpu image from the local base and the wheelhouse."""
     return ["--set", f"backends.cpu.base_image={base_image}", *CPU_SET, "--set", f"image.repository={repository}"]
 

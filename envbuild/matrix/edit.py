@@ -15,13 +15,48 @@ from ..errors import Problem, MatrixError
 _PLAIN_END = re.compile(r"\s+#|\s*$")
 
 
-def _locate(doc: Any, path: list[str], source: str) -> tuple[Any, str]:
+def load(text: str) -> Any:
+    from ruamel.yaml import YAML
+
+    return YAML(typ="rt").load(io.StringIO(text))
+
+
+def holds(doc: Any, dotted: str) -> bool:
+    """Whether the file itself sets this field (a variant's inherited settings are not in its text)."""
+    node = doc
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _locate(doc: Any, path: list[str], source: str) -> tuple[Any, list[str]]:
+    """The deepest mapping on the path that the file has, and the keys under it that it lacks (at least the
+    last). Only inside a backend may mappings be missing (a variant sets just what differs from its base)."""
     node = doc
     for i, part in enumerate(path[:-1]):
-        if not hasattr(node, "lc") or part not in node:
+        if not isinstance(node, dict) or (part not in node and i < 2):
             raise MatrixError([Problem(source, None, f"{'.'.join(path[: i + 1])}: not in the matrix")])
+        if part not in node:
+            return node, path[i:]
         node = node[part]
-    return node, path[-1]
+    if not isinstance(node, dict):
+        raise MatrixError([Problem(source, None, f"{'.'.join(path[:-1])}: not a mapping")])
+    return node, path[-1:]
+
+
+def _block_end(lines: list[str], line: int, indent: int) -> int:
+    """The line after the block that starts at `line` (a key at `indent` and whatever is nested under it)."""
+    end = line + 1
+    while end < len(lines):
+        stripped = lines[end].lstrip(" ")
+        if stripped.strip() and not stripped.startswith("#") and len(lines[end]) - len(stripped) <= indent:
+            break
+        end += 1
+    while end > line + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1  # blank lines and the comments above the next key stay after the insertion
+    return end
 
 
 def _scalar_end(line: str, col: int) -> int:
@@ -36,27 +71,30 @@ def _scalar_end(line: str, col: int) -> int:
 
 def apply(text: str, changes: Mapping[str, str], source: str = "matrix.yaml") -> str:
     """`text` with each dotted field set to its new value. A field missing beside its siblings (e.g.
-    transformers.torch) is added after the last of them, quoted, at their indentation."""
-    from ruamel.yaml import YAML
-
-    yaml = YAML(typ="rt")
-    doc = yaml.load(io.StringIO(text))
+    transformers.torch) is added after the last of them, quoted, at their indentation; mappings missing on its
+    way (a variant's `torch:`) are added with it."""
+    doc = load(text)
     lines = text.splitlines(keepends=True)
-    edits: list[tuple[int, int, int, str]] = []  # (line, start col, end col, new text); end -1: insert a line
+    edits: list[tuple[int, int, int, str]] = []  # (line, start col, end col, new text); end -1: insert lines
     for dotted, value in changes.items():
-        node, key = _locate(doc, dotted.split("."), source)
-        if key in node:
-            line, col = node.lc.value(key)
+        node, missing = _locate(doc, dotted.split("."), source)
+        if len(missing) == 1 and missing[0] in node:
+            line, col = node.lc.value(missing[0])
             old = lines[line].rstrip("\n")
             end = _scalar_end(old, col)
             quote = old[col] if old[col:col + 1] in ("\"", "'") else ""
             edits.append((line, col, end, f"{quote}{value}{quote}"))
-        else:
-            last = list(node)[-1]
-            line, indent = node.lc.key(last)
-            edits.append((line + 1, indent, -1, f"{' ' * indent}{key}: \"{value}\"\n"))
-    for line, col, end, new in sorted(edits, reverse=True):
+            continue
+        line, indent = node.lc.key(list(node)[-1])
+        added = [f"{' ' * (indent + 2 * i)}{key}:\n" for i, key in enumerate(missing[:-1])]
+        added.append(f"{' ' * (indent + 2 * (len(missing) - 1))}{missing[-1]}: \"{value}\"\n")
+        edits.append((_block_end(lines, line, indent), indent, -1, "".join(added)))
+    # From the bottom up, so earlier positions hold. On one line, its value is replaced before lines go above it,
+    # and of the lines inserted at one place the deeper go last, so they end up on top (inside the block).
+    for line, col, end, new in sorted(edits, key=lambda e: (e[0], e[2] != -1, -e[1]), reverse=True):
         if end == -1:
+            if line == len(lines) and lines and not lines[-1].endswith("\n"):  # added lines start a line of their own
+                lines[-1] += "\n"
             lines.insert(line, new)
         else:
             old = lines[line]

@@ -4,7 +4,7 @@ written together or not at all; the locks that exist are then refreshed by the c
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +80,36 @@ def changes(findings: list[Finding], only: tuple[str, ...] = (), to: str | None 
     return out
 
 
-def affected(matrix: Matrix, fields: list[str]) -> list[str]:
-    """The backends whose images a change of these fields alters."""
-    if any(not f.startswith("backends.") for f in fields):
-        return [b.name for b in matrix.containerizable()]
-    names = {f.split(".")[1] for f in fields}
-    return [b.name for b in matrix.containerizable() if b.name in names]
+def placed(text: str, matrix: Matrix, new: dict[str, str]) -> dict[str, str]:
+    """Each change where the matrix holds it. A field a variant inherits stays inherited when its base has, or
+    is given, the same value; another value is written into the variant, which from then on holds its own."""
+    doc = edit.load(text)
+    out = {}
+    for dotted, value in new.items():
+        parts = dotted.split(".")
+        if parts[0] == "backends" and len(parts) > 2 and not edit.holds(doc, dotted):
+            of = next((b.variant_of for b in matrix.backends if b.name == parts[1]), None)
+            if of is not None:
+                inherited = ".".join(["backends", of, *parts[2:]])
+                if new.get(inherited, _value(matrix, of, parts[2:])) == value:
+                    continue
+        out[dotted] = value
+    return out
+
+
+def _value(matrix: Matrix, backend: str, path: list[str]) -> Any:
+    node: Any = matrix.backend(backend)
+    for part in path:
+        node = getattr(node, part, None)
+    return node
+
+
+def affected(old: Matrix, new: Matrix) -> list[str]:
+    """The backends whose images the edit alters: its own settings or one it inherits (a variant's), or a pin
+    every image shares."""
+    before = {b.name: b for b in old.backends}
+    shared = replace(old, backends=(), path="") != replace(new, backends=(), path="")
+    return [b.name for b in new.containerizable() if shared or before.get(b.name) != b]
 
 
 def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: bool = False) -> Bump:
@@ -94,11 +118,13 @@ def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: 
     old_text = files.read_user(matrix_path, str(matrix_path), limit=MAX_MATRIX).decode("utf-8")
     if not new:
         return result
-    text = edit.apply(old_text, new, str(matrix_path))
+    before = loads(old_text, str(matrix_path))
+    result.changes = placed(old_text, before, new)
+    text = edit.apply(old_text, result.changes, str(matrix_path))
     result.matrix = loads(text, str(matrix_path))  # the edited matrix must validate before anything is written
     result.diff = "".join(difflib.unified_diff(old_text.splitlines(True), text.splitlines(True),
                                                f"a/{matrix_path.name}", f"b/{matrix_path.name}"))
-    result.backends = affected(result.matrix, list(new))
+    result.backends = affected(before, result.matrix)
     if dry_run:
         return result
     rendered = render.render(result.matrix, result.matrix.containerizable())

@@ -8,7 +8,7 @@ import pytest
 from support.constants import TORCH
 from support.standin import build, in_image, overrides, probe, smoke
 
-pytestmark = [pytest.mark.docker, pytest.mark.own_build_cache]  # its cache: GBs no other build uses
+pytestmark = pytest.mark.docker
 
 
 # --- cuda: PyPI's torch for Linux is the CUDA build, and brings the CUDA runtime as wheels -------------------

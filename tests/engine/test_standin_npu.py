@@ -8,7 +8,7 @@ import pytest
 from support.constants import TORCH
 from support.standin import NPU_PLUGIN, VERSIONS, Standin, build, in_image, overrides, probe, smoke
 
-pytestmark = [pytest.mark.docker, pytest.mark.own_build_cache]  # its cache: GBs no other build uses
+pytestmark = pytest.mark.docker
 
 
 # --- npu: torch-npu from PyPI; it loads the CANN toolkit, which only the vendor's base carries ----------------

@@ -8,7 +8,7 @@ import pytest
 from support.constants import TORCH
 from support.standin import VERSIONS, Standin, build, in_image, overrides, probe, smoke
 
-pytestmark = [pytest.mark.docker, pytest.mark.own_build_cache]  # its cache: GBs no other build uses
+pytestmark = pytest.mark.docker
 
 
 # --- tpu: torch-tpu 0.2.0 and libtpu from PyPI; its runtime needs no vendor stack to import -------------------

@@ -87,11 +87,8 @@ def base_image(registry, docker_client) -> Iterator[str]:
 
 
 # Disk: CI machines have tens of GB, and each image here is 1.5-5 GB plus its build cache. What a module of
-# engine tests tagged is removed when it ends (the session's own images stay: base, stand-in base, cpu image);
-# so is the build cache of a module marked `own_build_cache`, which no later build reuses. The rest of the
-# cache serves later modules, unless the disk runs low.
-LOW_DISK = 25 * 2**30  # free bytes at Docker's data root below which the build cache is cut ...
-KEEP_BUILD_CACHE = 3 * 2**30  # ... to this many bytes (the most recently used)
+# engine tests made is removed when it ends; the session's own images (base, stand-in base, cpu image) stay.
+KEEP_BUILD_CACHE = 3 * 2**30  # bytes of BuildKit cache kept between modules (the most recently used)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -100,20 +97,19 @@ def reclaim_disk(request):
         yield
         return
     client = request.getfixturevalue("docker_client")
-    tags = _before(testbed.image_tags, client)
-    cache = _before(testbed.build_cache_ids, client) if request.node.get_closest_marker("own_build_cache") else None
+    before = _tags(client)
     yield
     try:
-        testbed.reclaim(client, tags, cache, low=LOW_DISK, keep=KEEP_BUILD_CACHE)
+        testbed.reclaim(client, before, keep_build_cache=KEEP_BUILD_CACHE)
     except Exception as exc:  # tidiness only: a daemon a fault test left broken says so on its own
         print(f"reclaim_disk after {request.node.name}: {exc}")
 
 
-def _before(read, client) -> set[str] | None:
+def _tags(client) -> set[str]:
     try:
-        return read(client)
-    except Exception:  # a daemon not answering (or one that cannot list its cache): nothing is removed later
-        return None
+        return testbed.image_tags(client)
+    except Exception:  # a daemon not answering: nothing to compare with, so nothing is removed later
+        return set()
 
 
 @pytest.fixture(scope="session")

@@ -172,36 +172,25 @@ def image_tags(docker_client) -> set[str]:
     return {t for image in docker_client.images.list() for t in image.tags}
 
 
-def build_cache_ids(docker_client) -> set[str]:
-    return {r["ID"] for r in docker_client.api.df().get("BuildCache") or []}
-
-
-def reclaim(docker_client, tags_before: set[str] | None, cache_before: set[str] | None, *, low: int, keep: int) -> None:
-    """Remove the tags made since `tags_before` (untagging: an image another tag names stays), except those
-    naming the session's images, and dangling images (None: what was there is unknown, so no tag goes). With `cache_before`, the build cache made since goes
-    too (by record: a newer record is not the most used). When less than `low` bytes are still free, the build
-    cache is cut to the `keep` most recently used bytes: slower later builds, but the suite fits the disk."""
+def reclaim(docker_client, before: set[str], *, keep_build_cache: int) -> None:
+    """Remove the tags made since `before` (untagging: an image another tag names stays), except those naming
+    the session's images; then dangling images, and the build cache beyond `keep_build_cache` bytes."""
     kept = set()
     for name in KEPT:
         try:
             kept.add(docker_client.images.get(name).id)
         except Exception:  # not built (yet) in this session
             pass
-    for image in docker_client.images.list() if tags_before is not None else []:
+    for image in docker_client.images.list():
         if image.id in kept:
             continue
-        for tag in set(image.tags) - tags_before:
+        for tag in set(image.tags) - before:
             try:
                 docker_client.images.remove(tag)
             except Exception:  # used by a container a test still holds: its own teardown says so
                 pass
     docker_client.images.prune(filters={"dangling": True})
-    if cache_before is not None:
-        for record in build_cache_ids(docker_client) - cache_before:
-            docker_client.api.prune_builds(filters={"id": record}, all=True)
-    root = docker_client.info().get("DockerRootDir") or "/var/lib/docker"
-    if shutil.disk_usage(root).free < low:
-        docker_client.api.prune_builds(keep_storage=keep, all=True)
+    docker_client.api.prune_builds(keep_storage=keep_build_cache, all=True)
 
 
 def make_wheelhouse(into: Path, torch: str = TORCH) -> Path:

@@ -172,16 +172,17 @@ def image_tags(docker_client) -> set[str]:
     return {t for image in docker_client.images.list() for t in image.tags}
 
 
-def reclaim(docker_client, before: set[str], *, keep_build_cache: int) -> None:
-    """Remove the tags made since `before` (untagging: an image another tag names stays), except those naming
-    the session's images; then dangling images, and the build cache beyond `keep_build_cache` bytes."""
+def reclaim(docker_client, before: set[str] | None, *, keep_build_cache: int) -> None:
+    """Remove the tags made since `before` (untagging: an image another tag names stays; None: what was there is
+    unknown, so no tag goes), except those naming the session's images; then dangling images, and the build
+    cache beyond `keep_build_cache` bytes (the most recently used stay)."""
     kept = set()
     for name in KEPT:
         try:
             kept.add(docker_client.images.get(name).id)
         except Exception:  # not built (yet) in this session
             pass
-    for image in docker_client.images.list():
+    for image in docker_client.images.list() if before is not None else []:
         if image.id in kept:
             continue
         for tag in set(image.tags) - before:

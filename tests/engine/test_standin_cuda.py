@@ -16,8 +16,8 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def cuda(standin_base, ca_bundle, tmp_path_factory):
-    # No wheelhouse: it holds torch's CPU build, which would win over PyPI's CUDA one. The image (about 5 GB) and
-    # its cache go when this module ends (support/fixtures.py: reclaim_disk).
+    # No wheelhouse: it holds torch's CPU build, which would win over PyPI's CUDA one. The image (about 5 GB) goes
+    # when this module ends, and the build cache is cut to 3 GB (support/fixtures.py: reclaim_disk).
     return build("cuda", overrides("cuda", standin_base), tmp_path_factory.mktemp("cuda"), "--ca-bundle", str(ca_bundle))
 
 

@@ -1,5 +1,5 @@
 """Helpers for the stand-in builds (tests/engine/test_standin_*.py, a module per backend so that each
-backend's images and build cache are removed before the next one builds).
+backend's image is removed, and the build cache cut, before the next one builds).
 
 Backends proven as far as a machine without their device allows: their real Dockerfile and their real vendor
 plugin from PyPI, built on a stand-in base (the local Debian base with Python's venv, for python:3.12-slim or the

@@ -28,34 +28,37 @@ SET_ASIDE = "envbuild: uv cache"
 
 
 # Seconds after the torch step starts: uv starting and reading its cache; downloading (torch's dependencies
-# come from PyPI); unpacking and copying torch into the environment (the step takes 20-40 s here).
-@pytest.mark.parametrize("moment,delay", [("early", 0.5), ("downloads", 3.0), ("unpacking", 10.0)])
-def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(moment, delay, project, cpu_image, wheelhouse,
-                                                                            ca_bundle, docker_client):
+# come from PyPI); unpacking and copying torch into the environment (the step takes 20-40 s here). The kills
+# come one after another (each cut-off step leaves its orphans and its half-written cache), then a plain build
+# and a --no-cache build must both succeed: the harder case, and one rebuild instead of three (CI's time).
+MOMENTS = (("early", 0.5), ("downloads", 3.0), ("unpacking", 10.0))
+
+
+def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project, cpu_image, wheelhouse, ca_bundle,
+                                                                            docker_client):
     args = build_args(cpu_image, wheelhouse, ca_bundle)
-    running = Running(*args, "--no-cache", "-v", cwd=project)
-    running.wait_for(TORCH_STEP, timeout=600)
-    time.sleep(delay)
-    testbed.kill_dockerd()
-    try:
-        rc, out = running.finish(timeout=180)
-    finally:
-        testbed.start_dockerd()
-    assert rc != 0, out
-    # The next plain build installs the torch layer again (the cut-off step committed nothing) and succeeds.
+    for moment, delay in MOMENTS:
+        running = Running(*args, "--no-cache", "-v", cwd=project)
+        running.wait_for(TORCH_STEP, timeout=600)
+        time.sleep(delay)
+        testbed.kill_dockerd()
+        try:
+            rc, out = running.finish(timeout=180)
+        finally:
+            testbed.start_dockerd()
+        assert rc != 0, f"{moment}: the build outlived its daemon:\n{out[-2000:]}"
+    # The next plain build installs the torch layer again (no cut-off step committed anything) and succeeds. It
+    # sets the last step's cache aside unless that step's orphan finished its install after all (then the cache
+    # is whole and kept): which one happened is said, not asserted (test_build_cache in tests/unit pins both).
+    orphans = subprocess.run(["pgrep", "-f", "/run/uv/uv pip install"], capture_output=True, text=True).stdout.split()
     again = envbuild(*args, "-v", cwd=project, timeout=1200)
     assert again.returncode == 0, again.stderr[-3000:]
-    if moment != "early":  # by then the step had marked its cache in use: the next one set it aside
-        assert SET_ASIDE in again.stderr and "set aside" in again.stderr, again.stderr[-3000:]
+    print(f"orphaned uv processes after the kills: {len(orphans)}; the plain build "
+          f"{'set the cut-off cache aside' if SET_ASIDE in again.stderr else 'found a whole cache'}")
     assert image_id(docker_client, f"{REPO}:cpu") is not None
-
-
-def test_no_cache_starts_from_an_empty_uv_cache_and_succeeds(project, cpu_image, wheelhouse, ca_bundle):
-    args = build_args(cpu_image, wheelhouse, ca_bundle)
-    assert envbuild(*args, cwd=project, timeout=1200).returncode == 0
+    # --no-cache really starts from nothing: one new, empty uv cache (the torch step starts it, later steps use it).
     fresh = envbuild(*args, "--no-cache", "-v", cwd=project, timeout=1200)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
-    # Exactly one new generation per --no-cache build: the torch step starts it, later steps reuse it.
     assert fresh.stderr.count("set aside") == 1, fresh.stderr[-3000:]
 
 

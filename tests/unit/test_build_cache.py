@@ -72,3 +72,89 @@ def test_other_failures_are_not_blamed_on_the_cache():
                  "RUN apt-get update failed: E: Unable to locate package python3",
                  "deps RUN python -c import torch failed: ModuleNotFoundError: No module named 'torch'"):
         assert builder.cache_failure(said) is None, said
+
+
+# --- the rendered uv step's shell, run for real (sh, a real folder) with a stand-in for uv ------------------------
+
+import re  # noqa: E402
+import subprocess  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from test_render import RENDERED, runs  # noqa: E402
+
+STUB = """#!/bin/sh
+# Stands in for uv: records the cache it was given and what it found there, then fills it (or fails).
+echo "$UV_CACHE_DIR" >> "$LOG"
+ls -A "$UV_CACHE_DIR" | tr '\\n' ' ' >> "$LOG"; echo >> "$LOG"
+[ -n "$UV_FAIL" ] && exit 1
+mkdir -p "$UV_CACHE_DIR/archive-v0/sympy" && touch "$UV_CACHE_DIR/archive-v0/sympy/sympy-1.14.0.dist-info"
+exit 0
+"""
+
+
+def torch_step() -> str:
+    """The cpu Dockerfile's torch step as the shell runs it: mounts dropped, paths moved to a test folder."""
+    (step,) = [r for r in runs(RENDERED["cpu.Dockerfile"]) if "lock/torch.txt" in r]
+    return re.sub(r"--mount=\S+\s*", "", step)
+
+
+@pytest.fixture
+def step(tmp_path):
+    stub = tmp_path / "uv"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    script = torch_step().replace("/run/uv/uv", str(stub)).replace("/root/.cache/uv", str(cache))
+    log = tmp_path / "log"
+
+    def run(**env: str) -> tuple[int, str, list[str]]:
+        log.write_text("")
+        proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin", "LOG": str(log), **env})
+        return proc.returncode, proc.stdout + proc.stderr, log.read_text().splitlines()
+
+    run.cache = cache / "envbuild"
+    return run
+
+
+def test_a_finished_step_leaves_its_cache_for_the_next(step):
+    rc, _, first = step()
+    assert rc == 0
+    rc, out, second = step()
+    assert rc == 0 and "set aside" not in out
+    assert second[0] == first[0] and "archive-v0" in second[1]  # the same generation, with what the first left
+    assert not list(step.cache.glob("*.inflight"))
+
+
+def test_a_cut_off_step_s_cache_is_never_read_again(step):
+    assert step()[0] == 0
+    generation = (step.cache / "current").read_text().strip()
+    (step.cache / f"{generation}.inflight").touch()  # what a step killed with its daemon leaves behind
+    rc, out, seen = step()
+    assert rc == 0 and "set aside" in out
+    assert seen[0] != str(step.cache / generation) and seen[1] == ""  # a new, empty generation
+    assert not (step.cache / generation).exists()
+
+
+def test_a_failed_step_keeps_its_mark_so_the_next_starts_empty(step):
+    assert step(UV_FAIL="1")[0] != 0
+    assert list(step.cache.glob("*.inflight"))
+    rc, out, seen = step()
+    assert rc == 0 and "set aside" in out and seen[1] == ""
+
+
+def test_no_cache_starts_one_empty_generation_per_build(step):
+    assert step()[0] == 0
+    rc, out, seen = step(ENVBUILD_FRESH_CACHE="build-1")
+    assert rc == 0 and "set aside" in out and seen[1] == ""
+    rc, out, again = step(ENVBUILD_FRESH_CACHE="build-1")  # the same build's next uv step
+    assert rc == 0 and "set aside" not in out and again[0] == seen[0] and "archive-v0" in again[1]
+
+
+def test_each_cache_id_has_its_own_folder(step):
+    assert step()[0] == 0
+    rc, _, seen = step(ENVBUILD_CACHE_ID="bench-cold-1")
+    assert rc == 0 and "/bench-cold-1/" in seen[0] and seen[1] == ""
+    assert Path(seen[0]).parent.name == "bench-cold-1"

@@ -245,6 +245,13 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[dict[s
     return out
 
 
+def _changed_words(items: list[dict[str, str]]) -> str:
+    """The grid's short note: versions and the verdict with their values, the rest by name."""
+    words = [f"{c['what']} {c['before']} → {c['after']}" if c["what"] in ("result", "torch", "plugin", "transformers")
+             else c["what"] for c in items]
+    return "; ".join(words)
+
+
 def human_size(size: Any) -> str | None:
     return f"{size / 1e9:.2f} GB" if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0 else None
 
@@ -310,7 +317,7 @@ def collect(m: Matrix, inputs: Inputs) -> dict[str, Any]:
             "description": b.description if b else "not in matrix.yaml",
             "device": b.device if b else None, "containerizable": b.containerizable if b else True,
             "platforms": own, "now": now, "previous": prev, "changes": changes(prev, now) if prev else [],
-            "history": series, "ran": len(ran),
+            "history": series, "ran": len(ran), "changed": _changed_words(changes(prev, now) if prev else []),
             "never_passed": (b is None or b.containerizable) and not any(s["result"] == PASS for s in series),
             "min_driver": c.get("min driver") or ("none" if b and b.device == "cpu" else "-"),
             "architectures": c.get("architectures") or "-",
@@ -320,6 +327,7 @@ def collect(m: Matrix, inputs: Inputs) -> dict[str, Any]:
                       "transformers": m.transformers, "accelerate": m.accelerate} if b else {}),
             "base_image": b.base_image if b else None,
             "run_why": b.run.why if b else None,
+            "reason": (b.reason or "no container can reach it") if b and not b.containerizable else None,
         })
     platforms.sort(key=lambda p: (not p.startswith("linux/"), p))
     for row in rows:
@@ -336,7 +344,7 @@ def _cell(row: dict[str, Any], platform: str) -> dict[str, Any]:
     if platform not in row["platforms"]:
         return {"result": NONE, "symbol": SYMBOL[NONE], "word": WORD[NONE], "platform": platform, "note": None, "device": None}
     result = now["result"] if now["result"] == IMPOSSIBLE or now["platform"] == platform else NOT_RUN
-    note = now["error"] if result in (FAIL, IMPOSSIBLE) else None
+    note = now["error"] if result == FAIL else (row["reason"] if result == IMPOSSIBLE else None)
     return {"result": result, "symbol": SYMBOL[result], "word": WORD[result], "platform": platform,
             "note": note, "device": now["device_name"] if result in (PASS, FAIL) else None}
 

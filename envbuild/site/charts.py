@@ -26,9 +26,10 @@ def _pygal() -> Any:
 def _config(Style: Any, colours: tuple[str, ...], **more: Any) -> dict[str, Any]:
     style = Style(background="white", plot_background="white", foreground="#1f2328", foreground_strong="#1f2328",
                   foreground_subtle="#57606a", colors=colours, font_family="system-ui, sans-serif",
-                  label_font_size=11, major_label_font_size=11, title_font_size=13, legend_font_size=11)
+                  label_font_size=11, major_label_font_size=11, title_font_size=13, legend_font_size=11,
+                  no_data_font_size=16)
     return dict(style=style, width=440, height=220, js=[], disable_xml_declaration=False, x_label_rotation=30,
-                truncate_label=-1, margin=8, show_dots=True, dots_size=3, print_values=False, **more)
+                truncate_label=-1, margin=8, no_data_text="no smoke result in these runs", show_dots=True, dots_size=3, print_values=False, **more)
 
 
 def _without_script(svg: bytes) -> bytes:

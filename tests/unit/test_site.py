@@ -117,7 +117,8 @@ def built(inputs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
 
 # --- a real browser -------------------------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium")
+# Debian's chromium (scripts/test installs it); Ubuntu runners may name theirs chromium-browser.
+CHROMIUM = os.environ.get("ENVBUILD_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 CONSOLE = re.compile(r":CONSOLE[:(\]]")
 
 
@@ -257,7 +258,9 @@ def test_the_grid_in_the_browser_matches_the_inputs(built: tuple[Path, dict[str,
     (button,) = d.find(lambda n: n.tag == "button")
     assert button.attrs["data-copy"] == digest("cuda2.15.09800000000") and "hidden" not in button.attrs  # the script ran
     assert d.find(lambda n: n.tag == "code")[0].text() == digest("cuda2.15.09800000000")[:19]
-    assert "result pass \u2192 fail" in rows["cuda"].text() and "check generate pass \u2192 FAIL" in rows["cuda"].text()
+    assert "changed since 2026-11-30: result pass \u2192 fail; device; check generate" in rows["cuda"].text()
+    assert ("cuda : result pass \u2192 fail ; device NVIDIA H200 \u2192 NVIDIA H100 80GB HBM3 ; check generate pass \u2192 FAIL"
+            in changes.text())  # (text() puts a space between elements)
 
     rocm = rows["rocm"]
     assert "never-passed" in rocm.attrs["class"] and "never passed" in rocm.text()
@@ -344,7 +347,7 @@ def test_screenshots_at_desktop_and_phone_widths(built: tuple[Path, dict[str, An
     out, _ = built
     keep = Path(os.environ.get("ENVBUILD_SITE_SCREENSHOTS") or tmp_path)  # to look at them
     keep.mkdir(parents=True, exist_ok=True)
-    for name, (w, h) in {"desktop": (1400, 1000), "phone": (390, 844)}.items():
+    for name, (w, h) in {"desktop": (1400, 1000), "phone": (390, int(os.environ.get("ENVBUILD_SITE_PHONE_HEIGHT", 844)))}.items():
         for page in ("index.html", "backend/cuda.html"):
             png = keep / f"{name}-{page.replace('/', '-')}.png"
             assert screenshot(out / page, png, w, h) == (w, h)

@@ -159,6 +159,7 @@ def state(m: Matrix, name: str, run: Run | None) -> dict[str, Any]:
                          "platform": _text(entry.get("platform")), "size": _number(entry.get("size")),
                          "digest": _text(entry.get("digest")), "repository": _text(entry.get("repository")),
                          "tags": [str(t) for t in entry.get("tags") or []], "signature": signature(entry),
+                         "requires": entry.get("requires") if isinstance(entry.get("requires"), dict) else None,
                          "versions": {"torch": None, "plugin": None, "transformers": None}, "versions_from": None,
                          "known": bool(entry or smoke)}
     if b is not None:
@@ -319,8 +320,7 @@ def collect(m: Matrix, inputs: Inputs) -> dict[str, Any]:
             "platforms": own, "now": now, "previous": prev, "changes": changes(prev, now) if prev else [],
             "history": series, "ran": len(ran), "changed": _changed_words(changes(prev, now) if prev else []),
             "never_passed": (b is None or b.containerizable) and not any(s["result"] == PASS for s in series),
-            "min_driver": c.get("min driver") or ("none" if b and b.device == "cpu" else "-"),
-            "architectures": c.get("architectures") or "-",
+            **_needs(now, c, b),
             "size": human_size(now["size"]), "digest_short": short_digest(now["digest"]),
             **_lines(m, b),
             "pins": ({"torch": b.torch.version, **({b.plugin.package: b.plugin.version} if b.plugin else {}),
@@ -337,6 +337,19 @@ def collect(m: Matrix, inputs: Inputs) -> dict[str, Any]:
             "manifest": str(inputs.manifest) if inputs.manifest else None,
             "smoke": [str(p) for p in inputs.smoke], "history": str(inputs.history) if inputs.history else None,
             "latest": latest.date if latest else None, "previous": runs[-2].date if len(runs) > 1 else None}
+
+
+def _needs(now: dict[str, Any], compat: dict[str, Any], b: Backend | None) -> dict[str, Any]:
+    """The host driver minimum and device architectures: what the published image's labels record (the manifest's
+    "requires"), else what the matrix says (as `envbuild list --compat`)."""
+    req = now.get("requires")
+    if req and req.get("driver"):
+        driver = str(req["driver"]) + (f" ({req['stack']})" if req.get("stack") not in (None, "none") else "")
+        arch = req.get("arch")
+        return {"min_driver": driver, "architectures": ", ".join(map(str, arch)) if isinstance(arch, list) else str(arch or "-"),
+                "needs_from": "the image's labels"}
+    return {"min_driver": compat.get("min driver") or ("none" if b and b.device == "cpu" else "-"),
+            "architectures": compat.get("architectures") or "-", "needs_from": "matrix.yaml" if compat else None}
 
 
 def _cell(row: dict[str, Any], platform: str) -> dict[str, Any]:

@@ -86,7 +86,8 @@ def write_run(folder: Path, day: int, last: bool) -> None:
     (folder / "smoke" / "unrelated.json").write_text('{"not": "a smoke report"}')
     images = {
         "cpu": entry("cpu", date, size=3_100_000_000 + day * 10_000_000, torch=cpu_torch),
-        "cuda": entry("cuda", date, size=9_800_000_000, signed=not last),
+        "cuda": {**entry("cuda", date, size=9_800_000_000, signed=not last),
+                 "requires": {"driver": "nvidia>=580.65.06", "stack": "cuda 13.0", "arch": ["sm_90", "sm_100"]}},
         "rocm": entry("rocm", date, size=21_000_000_000, signed=None),
         EVIL: entry(EVIL, date, size=1, torch=HOSTILE, transformers=HOSTILE),
     }
@@ -252,8 +253,10 @@ def test_the_grid_in_the_browser_matches_the_inputs(built: tuple[Path, dict[str,
     assert cell(rows["cuda"], "data-field", "signature").text() == "NOT verified"
     from envbuild import report
 
-    want = next(r for r in report.compat_rows(load(FIXED)) if r["backend"] == "cuda")["min driver"]
-    assert cell(rows["cuda"], "data-field", "min_driver").text() == want and "nvidia >= " in want
+    # The needs the published image's labels record (the manifest), else the matrix's (as `list --compat`).
+    assert cell(rows["cuda"], "data-field", "min_driver").text() == "nvidia>=580.65.06 (cuda 13.0)"
+    want = next(r for r in report.compat_rows(load(FIXED)) if r["backend"] == "neuron")["min driver"]
+    assert cell(rows["neuron"], "data-field", "min_driver").text() == want and "neuron >= " in want
     d = cell(rows["cuda"], "data-field", "digest")
     (button,) = d.find(lambda n: n.tag == "button")
     assert button.attrs["data-copy"] == digest("cuda2.15.09800000000") and "hidden" not in button.attrs  # the script ran
@@ -343,15 +346,70 @@ def test_the_charts_are_svg_without_script(built: tuple[Path, dict[str, Any]]) -
     assert "pass" in results and "fail" in results
 
 
+# Headless chromium lays a page out at least 500px wide, whatever --window-size says (a 390px screenshot is
+# cropped, not narrower): at a phone's width the page is shown in an <iframe> of that width instead, whose
+# viewport (and CSS media queries) is exactly that wide.
+PHONE = (390, 844)
+FRAME = """<!doctype html><html><head><meta charset="utf-8"><title>frame</title>
+<style>body {{ margin: 0; }} iframe {{ border: 0; width: {w}px; height: {h}px; display: block; }}</style></head>
+<body><iframe id="f" src="{src}"></iframe>
+<script>
+document.getElementById("f").addEventListener("load", function () {{
+  var w = this.contentWindow, d = this.contentDocument, row = d.querySelector("table.grid tbody tr");
+  document.body.setAttribute("data-measured", JSON.stringify({{scroll: d.documentElement.scrollWidth,
+    row: row ? w.getComputedStyle(row).display : null, window: w.innerWidth}}));
+}});
+</script></body></html>"""
+
+
+def framed(page: Path, width: int, height: int, measured: bool = True) -> Path:
+    frame = page.with_name(f".frame-{width}-{page.name}")
+    text = FRAME.format(w=width, h=height, src=page.name)
+    frame.write_text(text if measured else re.sub(r"<script>.*</script>", "", text, flags=re.DOTALL))
+    return frame
+
+
+def measure(page: Path, width: int) -> dict[str, Any]:
+    """Layout at a viewport width, as the browser computed it (--dump-dom shows no layout)."""
+    frame = framed(page, width, 900)
+    try:
+        proc = chromium("--allow-file-access-from-files", "--dump-dom", "--window-size=1400,1000", frame.as_uri())
+    finally:
+        frame.unlink()
+    assert proc.returncode == 0 and console_messages(proc.stderr) == [], proc.stderr[-2000:]
+    (body,) = parse(proc.stdout).find(lambda n: n.tag == "body")
+    return json.loads(body.attrs["data-measured"])
+
+
+def test_the_grid_fits_a_phone_and_is_a_table_on_a_desktop(built: tuple[Path, dict[str, Any]]) -> None:
+    out, _ = built
+    phone = measure(out / "index.html", 390)
+    assert phone["window"] == 390 and phone["row"] == "block"  # one card per backend
+    assert phone["scroll"] <= 390, f"the page is {phone['scroll']}px wide at a phone's 390px: it scrolls sideways"
+    desktop = measure(out / "index.html", 1400)
+    assert desktop["row"] == "table-row"
+    cuda = measure(out / "backend" / "cuda.html", 390)
+    assert cuda["scroll"] <= 390, f"backend/cuda.html is {cuda['scroll']}px wide at 390px"
+
+
 def test_screenshots_at_desktop_and_phone_widths(built: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     out, _ = built
     keep = Path(os.environ.get("ENVBUILD_SITE_SCREENSHOTS") or tmp_path)  # to look at them
     keep.mkdir(parents=True, exist_ok=True)
-    for name, (w, h) in {"desktop": (1400, 1000), "phone": (390, int(os.environ.get("ENVBUILD_SITE_PHONE_HEIGHT", 844)))}.items():
-        for page in ("index.html", "backend/cuda.html"):
-            png = keep / f"{name}-{page.replace('/', '-')}.png"
-            assert screenshot(out / page, png, w, h) == (w, h)
-            assert png.stat().st_size > 10_000  # not a blank page
+    tall = int(os.environ.get("ENVBUILD_SITE_SCREENSHOT_HEIGHT") or 0)  # the whole page, to look at
+    for page in ("index.html", "backend/cuda.html"):
+        name = page.replace("/", "-")
+        png = keep / f"desktop-{name}.png"
+        assert screenshot(out / page, png, 1400, tall or 1000) == (1400, tall or 1000)
+        assert png.stat().st_size > 10_000  # not a blank page
+        w, h = PHONE
+        frame = framed(out / page, w, tall or h, measured=False)
+        try:
+            png = keep / f"phone-{name}.png"
+            assert screenshot(frame, png, w, tall or h) == (w, tall or h)
+        finally:
+            frame.unlink()
+        assert png.stat().st_size > 10_000
 
 
 # --- inputs, history, output --------------------------------------------------------------------------

@@ -81,12 +81,13 @@ def run_date(name: str) -> str | None:
 
 
 def _smoke_docs(f: Path, doc: Any, strict: bool) -> list[dict[str, Any]]:
+    """The `smoke --json` results in a document; [] for other JSON in a folder (strict: it must be one)."""
     items = doc if isinstance(doc, list) else [doc]
     if not strict and not any(isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys() for d in items):
         return []  # another JSON file in an artifacts folder
     why = next((w for w in map(result_problem, items) if w), None) if items else "an empty list"
     if why:
-        raise InvalidInput(f"{f}: not the output of `envbuild smoke --json`: {why}")
+        raise InvalidInput(f"{shown(str(f))}: not the output of `envbuild smoke --json`: {why}")
     return items
 
 
@@ -96,7 +97,7 @@ def load_smoke(paths: list[Path] | tuple[Path, ...]) -> tuple[dict[str, dict[str
     files: list[str] = []
     for path in paths:
         for f in sorted(path.rglob("*.json")) if path.is_dir() else [path]:
-            docs = _smoke_docs(f, read_json(f, str(f), InvalidInput), strict=not path.is_dir())
+            docs = _smoke_docs(f, read_json(f, shown(str(f)), InvalidInput), strict=not path.is_dir())
             for d in docs:
                 results[d["backend"]] = d
             if docs:
@@ -108,10 +109,10 @@ def load_run(folder: Path, date: str) -> Run:
     """A history folder: its manifest (an object with "schema" and "images") and its smoke reports."""
     run = Run(date)
     for f in sorted(folder.rglob("*.json")):
-        doc = read_json(f, str(f), InvalidInput)
+        doc = read_json(f, shown(str(f)), InvalidInput)
         if isinstance(doc, dict) and "images" in doc and "schema" in doc:
             if run.manifest is not None:
-                raise InvalidInput(f"{f}: a second manifest in the history run {folder.name} (one per run)")
+                raise InvalidInput(f"{shown(str(f))}: a second manifest in the history run {folder.name} (one per run)")
             run.manifest = manifests.load(f, must_exist=True)
         else:
             docs = _smoke_docs(f, doc, strict=False)
@@ -312,13 +313,18 @@ def collect(m: Matrix, inputs: Inputs) -> dict[str, Any]:
             if p not in platforms:
                 platforms.append(p)
         ran = [s for s in series if s["result"] in (PASS, FAIL)]
+        since = None  # the first run of the current streak: green (or red) since when
+        for s in reversed(series):
+            if s["result"] != now["result"]:
+                break
+            since = s["date"]
         c = compat.get(name) or {}
         rows.append({
             "backend": name, "slug": slug(name), "in_matrix": b is not None,
             "description": b.description if b else "not in matrix.yaml",
             "device": b.device if b else None, "containerizable": b.containerizable if b else True,
             "platforms": own, "now": now, "previous": prev, "changes": changes(prev, now) if prev else [],
-            "history": series, "ran": len(ran), "changed": _changed_words(changes(prev, now) if prev else []),
+            "history": series, "ran": len(ran), "since": since if now["result"] in (PASS, FAIL) else None, "changed": _changed_words(changes(prev, now) if prev else []),
             "never_passed": (b is None or b.containerizable) and not any(s["result"] == PASS for s in series),
             **_needs(now, c, b),
             "size": human_size(now["size"]), "digest_short": short_digest(now["digest"]),
@@ -355,11 +361,13 @@ def _needs(now: dict[str, Any], compat: dict[str, Any], b: Backend | None) -> di
 def _cell(row: dict[str, Any], platform: str) -> dict[str, Any]:
     now = row["now"]
     if platform not in row["platforms"]:
-        return {"result": NONE, "symbol": SYMBOL[NONE], "word": WORD[NONE], "platform": platform, "note": None, "device": None}
+        return {"result": NONE, "symbol": SYMBOL[NONE], "word": WORD[NONE], "platform": platform, "note": None, "device": None,
+                "since": None}
     result = now["result"] if now["result"] == IMPOSSIBLE or now["platform"] == platform else NOT_RUN
     note = now["error"] if result == FAIL else (row["reason"] if result == IMPOSSIBLE else None)
-    return {"result": result, "symbol": SYMBOL[result], "word": WORD[result], "platform": platform,
-            "note": note, "device": now["device_name"] if result in (PASS, FAIL) else None}
+    return {"result": result, "symbol": SYMBOL[result], "word": WORD[result], "platform": platform, "note": note,
+            "device": now["device_name"] if result in (PASS, FAIL) else None,
+            "since": row["since"] if result in (PASS, FAIL) else None}
 
 
 def _lines(m: Matrix, b: Backend | None) -> dict[str, Any]:

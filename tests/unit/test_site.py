@@ -237,6 +237,7 @@ def test_the_grid_in_the_browser_matches_the_inputs(built: tuple[Path, dict[str,
 
     cpu = cell(rows["cpu"], "data-platform", "linux/amd64")
     assert cpu.attrs["data-result"] == "pass" and "\u2713 pass" in cpu.text() and "x86_64" in cpu.text()
+    assert "since 2026-11-27" in cpu.text()  # green since the first run shown
     assert cell(rows["cpu"], "data-platform", "linux/arm64").attrs["data-result"] == "not run"
     assert cell(rows["cpu"], "data-field", "torch").text() == "2.15.0"
     assert cell(rows["cpu"], "data-field", "size").text() == "3.14 GB"
@@ -248,7 +249,7 @@ def test_the_grid_in_the_browser_matches_the_inputs(built: tuple[Path, dict[str,
     assert "cpu: result" not in changes.text() and "torch 2.14.0 \u2192 2.15.0" in changes.text()
 
     cuda = cell(rows["cuda"], "data-platform", "linux/amd64")
-    assert cuda.attrs["data-result"] == "fail" and "\u2717 FAIL" in cuda.text()
+    assert cuda.attrs["data-result"] == "fail" and "\u2717 FAIL" in cuda.text() and "since 2026-12-01" in cuda.text()
     assert "generate: FAILED: out of memory" in cuda.text() and "NVIDIA H100 80GB HBM3" in cuda.text()
     assert cell(rows["cuda"], "data-field", "signature").text() == "NOT verified"
     from envbuild import report
@@ -496,3 +497,20 @@ def test_the_cli_builds_a_site_and_refuses_bad_input(inputs: dict[str, Path], tm
     proc = subprocess.run(["envbuild", "site", "--matrix", str(FIXED), "--output", str(tmp_path / "x")],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and "--manifest, --smoke-json or --history" in proc.stderr
+
+
+def test_a_manifest_alone_gives_the_verdicts_it_recorded(tmp_path: Path) -> None:
+    """What `envbuild publish --smoke-json` records is enough: the verdict, its failed checks, the size."""
+    m = load(FIXED)
+    smoke = {"ok": False, "passed": 6, "failed": 1, "failed_checks": ["cpu_match"], "error": "cpu_match: differs",
+             "seconds": 51.5, "date": "2026-12-01T01:00:00Z"}
+    doc = {"schema": 1, "images": {"cpu": entry("cpu", "2026-12-01T01:00:00Z", size=3_000_000_000, smoke=smoke, signed=None)}}
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    data = site.collect(m, site.Inputs(str(FIXED), manifest=tmp_path / "m.json", now=NOW))
+    cpu = next(r for r in data["rows"] if r["backend"] == "cpu")
+    assert [c["result"] for c in cpu["cells"]] == ["fail", "not run", "n/a"]
+    assert cpu["cells"][0]["note"] == "cpu_match: differs" and cpu["now"]["seconds"] == 51.5
+    assert cpu["now"]["checks"] == [{"name": "cpu_match", "ok": False, "message": "failed (from the manifest)"}]
+    assert cpu["now"]["versions_from"] == "the manifest" and cpu["size"] == "3.00 GB" and cpu["now"]["signature"] is None
+    md = site.markdown(data)
+    assert "| cpu (never passed) | \u2717 FAIL |" in md and "| mps | \u2014 not a platform | \u2014 not a platform | \u2298 impossible here |" in md

@@ -60,6 +60,7 @@ class Run:
     manifest: dict[str, Any] | None = None
     smoke: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
+    inherited: bool = False  # the manifest is an earlier run's: its images, not its smoke verdicts
 
 
 def _basic(date: str) -> str:
@@ -154,7 +155,7 @@ def state(m: Matrix, name: str, run: Run | None) -> dict[str, Any]:
     entry = ((run.manifest or {}).get("images") or {}).get(name) if run else None
     entry = entry if isinstance(entry, dict) else {}
     smoke = run.smoke.get(name) if run else None
-    summary = entry.get("smoke") if isinstance(entry.get("smoke"), dict) else None
+    summary = entry.get("smoke") if isinstance(entry.get("smoke"), dict) and not (run and run.inherited) else None
     s: dict[str, Any] = {"backend": name, "date": run.date if run else None, "result": NOT_RUN, "checks": [],
                          "seconds": None, "device_name": None, "error": None, "smoke_date": None,
                          "platform": _text(entry.get("platform")), "size": _number(entry.get("size")),
@@ -293,6 +294,9 @@ def collect(m: Matrix, inputs: Inputs) -> dict[str, Any]:
             current.smoke, files = load_smoke(inputs.smoke)
             current.sources += files
         runs = [r for r in runs if r.date != current.date] + [current]
+    for before, run in zip(runs, runs[1:]):
+        if run.manifest is None and before.manifest is not None:  # nothing published since: the same images
+            run.manifest, run.inherited = before.manifest, True
     runs = runs[-inputs.keep:]
     names = list(m.names)
     for r in runs:  # backends only the inputs know (a manifest of another matrix): shown, marked as such

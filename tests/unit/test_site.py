@@ -514,3 +514,18 @@ def test_a_manifest_alone_gives_the_verdicts_it_recorded(tmp_path: Path) -> None
     assert cpu["now"]["versions_from"] == "the manifest" and cpu["size"] == "3.00 GB" and cpu["now"]["signature"] is None
     md = site.markdown(data)
     assert "| cpu (never passed) | \u2717 FAIL |" in md and "| mps | \u2014 not a platform | \u2014 not a platform | \u2298 impossible here |" in md
+
+
+def test_a_run_without_a_manifest_keeps_the_images_of_the_run_before(tmp_path: Path) -> None:
+    """Nothing published since the last manifest: the same images (size, digest), not its old smoke verdict."""
+    m = load(FIXED)
+    smoke = {"ok": True, "passed": 8, "failed": 0, "failed_checks": [], "error": None, "seconds": 40, "date": "2026-11-30T01:00:00Z"}
+    (tmp_path / "h" / "2026-11-30").mkdir(parents=True)
+    (tmp_path / "h" / "2026-11-30" / "envbuild-manifest.json").write_text(json.dumps(
+        {"schema": 1, "images": {"cuda": entry("cuda", "2026-11-30T01:00:00Z", size=9_000_000_000, smoke=smoke)}}))
+    (tmp_path / "h" / "2026-12-01").mkdir()
+    (tmp_path / "h" / "2026-12-01" / "smoke-cpu.json").write_text(json.dumps(smoke_doc("cpu", NOW, ok=True, seconds=3)))
+    data = site.collect(m, site.Inputs(str(FIXED), history=tmp_path / "h", now=NOW))
+    cuda = next(r for r in data["rows"] if r["backend"] == "cuda")
+    assert cuda["size"] == "9.00 GB" and cuda["now"]["digest"] and [c["what"] for c in cuda["changes"]] == ["result"]
+    assert [s["result"] for s in cuda["history"]] == ["pass", "not run"]  # the old verdict is not repeated

@@ -172,6 +172,7 @@ def state(m: Matrix, name: str, run: Run | None) -> dict[str, Any]:
         s["result"] = IMPOSSIBLE
         s["error"] = not_containerizable_message(b)
         s["platform"] = b.platforms[0] if b.platforms else None
+        s["size_text"] = None
         return s
     probe = smoke.get("probe") if smoke and isinstance(smoke.get("probe"), dict) else {}
     if smoke:
@@ -203,6 +204,7 @@ def state(m: Matrix, name: str, run: Run | None) -> dict[str, Any]:
         s["versions"] = {"torch": _text(ev.get("torch")), "transformers": _text(ev.get("transformers")),
                          "plugin": f"{plugin.get('package')} {plugin.get('version')}" if plugin else None}
         s["versions_from"] = "the manifest"
+    s["size_text"] = human_size(s["size"])
     if not s["platform"] and b is not None and b.platforms:
         s["platform"] = b.platforms[0]  # a report that names none: the backend's first platform
     return s

@@ -125,11 +125,12 @@ CONSOLE = re.compile(r":CONSOLE[:(\]]")
 
 def chromium(*args: str, timeout: int = 90) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM, "Debian's chromium is not installed: scripts/test installs it (apt-get install chromium)"
-    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"envbuild-chromium-{os.getpid()}"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-           f"--user-data-dir={home}", "--enable-logging=stderr", "--v=0", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "HOME": str(home)})
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="envbuild-chromium-") as home:  # a profile of its own, gone after
+        cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+               f"--user-data-dir={home}", "--enable-logging=stderr", "--v=0", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "HOME": home})
 
 
 def console_messages(stderr: str) -> list[str]:

@@ -445,6 +445,11 @@ def test_the_site_carries_its_history_forward(built: tuple[Path, dict[str, Any]]
     again = site.build(m, site.Inputs(str(FIXED), history=out / "history", keep=3, now="2026-12-02T00:00:00Z"), tmp_path / "s2")
     assert [r["date"] for r in again["runs"]] == ["2026-11-29T03:23:00Z", "2026-11-30T03:23:00Z", NOW]
     assert again["latest"] == NOW
+    # Its own history/ as the input, into the same folder: read whole before the new site replaces it.
+    out = Path(shutil.copytree(out, tmp_path / "copy"))
+    site.build(m, site.Inputs(str(FIXED), history=out / "history", now="2026-12-02T00:00:00Z"), out)
+    assert [r["run"] for r in json.loads((out / "history" / "index.json").read_text())["runs"]] == [*DATES, "2026-12-01T034000Z"]
+    assert site.load_history(out / "history")[-1].smoke["cuda"]["ok"] is False
 
 
 def test_the_output_is_replaced_whole_and_only_when_it_is_a_site(built: tuple[Path, dict[str, Any]], tmp_path: Path,

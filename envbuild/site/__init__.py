@@ -198,8 +198,9 @@ def state(m: Matrix, name: str, run: Run | None) -> dict[str, Any]:
     if pv:
         s["versions"] = {"torch": _text(pv.get("torch")), "plugin": _text(pv.get("plugin")), "transformers": _text(pv.get("transformers"))}
         s["versions_from"] = "the probe"
-        if plugin and s["versions"]["plugin"]:
-            s["versions"]["plugin"] = f"{plugin.get('package')} {s['versions']['plugin']}"
+        package = (plugin or {}).get("package") or (b.plugin.package if b is not None and b.plugin else None)
+        if package and s["versions"]["plugin"]:  # the probe gives the plugin's version only
+            s["versions"]["plugin"] = f"{package} {s['versions']['plugin']}"
     elif ev:
         s["versions"] = {"torch": _text(ev.get("torch")), "transformers": _text(ev.get("transformers")),
                          "plugin": f"{plugin.get('package')} {plugin.get('version')}" if plugin else None}

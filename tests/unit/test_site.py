@@ -535,3 +535,15 @@ def test_a_run_without_a_manifest_keeps_the_images_of_the_run_before(tmp_path: P
     cuda = next(r for r in data["rows"] if r["backend"] == "cuda")
     assert cuda["size"] == "9.00 GB" and cuda["now"]["digest"] and [c["what"] for c in cuda["changes"]] == ["result"]
     assert [s["result"] for s in cuda["history"]] == ["pass", "not run"]  # the old verdict is not repeated
+
+
+def test_a_plugin_version_the_probe_saw_is_named_by_its_package(tmp_path: Path) -> None:
+    m = load(FIXED)
+    b = next(b for b in m.backends if b.plugin and b.containerizable)
+    doc = smoke_doc(b.name, NOW, ok=True, seconds=9)
+    doc["probe"]["versions"]["plugin"] = "9.9.9"
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    data = site.collect(m, site.Inputs(str(FIXED), smoke=(tmp_path / "s.json",), now=NOW))
+    row = next(r for r in data["rows"] if r["backend"] == b.name)
+    assert row["now"]["versions"]["plugin"] == f"{b.plugin.package} 9.9.9" and row["now"]["versions_from"] == "the probe"
+    assert [c["result"] for c in row["cells"]][0] == "pass" and row["size"] is None

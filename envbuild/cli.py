@@ -1021,6 +1021,35 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
         sys.exit(1)
 
 
+@cli.command("site")
+@click.option("--manifest", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="The current manifest (envbuild-manifest.json): digests, sizes, versions, signatures.")
+@click.option("--smoke-json", "smoke_json", multiple=True, type=click.Path(exists=True, path_type=Path), metavar="FILE|DIR", help="`envbuild smoke --json` reports of the current run: files, or folders searched for *.json (repeatable).")
+@click.option("--history", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR", help="Earlier runs: one folder per run named by its UTC date (YYYY-MM-DD or YYYY-MM-DDTHHMMSSZ) holding its manifest and smoke reports; a published site's history/ folder is one.")
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR", help="Where to write the site (a new or empty folder, or a site written before: replaced whole).")
+@click.option("--keep", default=60, show_default=True, type=click.IntRange(min=1), help="Show and carry forward this many runs, the newest.")
+@_matrix_options
+def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -> None:
+    """A static status site: backends x platforms with the last smoke result, a page per backend, trends.
+
+    \b
+    HTML, CSS and SVG charts: open OUTPUT/index.html, or publish the folder (GitHub Pages). OUTPUT/grid.md
+    is the same grid in Markdown, for $GITHUB_STEP_SUMMARY; OUTPUT/history/ holds the runs shown, in the
+    --history format. Without --manifest and --smoke-json the latest history run is the current one.
+    \b
+    Example (a nightly run):
+      envbuild site --manifest envbuild-manifest.json --smoke-json results --history history --output site
+    """
+    from . import matrix as matrices
+    from . import site
+
+    if not (manifest or smoke_json or history):
+        raise click.UsageError("give something to show: --manifest, --smoke-json or --history")
+    m = _load(matrix_path, overrides)
+    inputs = site.Inputs(matrix_path=str(matrix_path or matrices.default_path()), manifest=manifest,
+                         smoke=tuple(smoke_json), history=history, keep=keep)
+    site.build(m, inputs, output, echo=click.echo)
+
+
 def main() -> None:
     cli(prog_name="envbuild")
 

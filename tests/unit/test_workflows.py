@@ -212,6 +212,25 @@ def test_nightly_pulls_smokes_uploads_and_summarizes() -> None:
     assert "envbuild summary" in summary and "$GITHUB_STEP_SUMMARY" in summary
 
 
+def test_nightly_publishes_the_status_site_to_pages_and_its_grid_to_the_summary() -> None:
+    doc = read("nightly.yml")
+    job = doc["jobs"]["site"]
+    assert set(job["needs"]) == {"plan", "smoke"} and job["if"] == "${{ !cancelled() }}"
+    assert job["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    assert job["environment"]["name"] == "github-pages"
+    assert "pages" not in doc["permissions"]  # only this job may deploy
+    uses = [s.get("uses", "") for s in job["steps"]]
+    upload = next(i for i, u in enumerate(uses) if u.startswith("actions/upload-pages-artifact@"))
+    deploy = next(i for i, u in enumerate(uses) if u.startswith("actions/deploy-pages@"))
+    runs = [str(s.get("run", "")) for s in job["steps"]]
+    build = next(i for i, r in enumerate(runs) if "envbuild site" in r)
+    assert build < upload < deploy and job["steps"][upload]["with"]["path"] == "site"
+    assert "--output site" in runs[build] and "--history history" in runs[build] and "--smoke-json results" in runs[build]
+    assert 'cat site/grid.md >> "$GITHUB_STEP_SUMMARY"' in runs[build]
+    assert any("/history/index.json" in r for r in runs)  # the history the published site carries
+    assert any(".[site]" in r for r in runs)  # pygal, for the charts
+
+
 # --- the rules have teeth ------------------------------------------------------------------------------
 
 

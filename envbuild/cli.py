@@ -503,6 +503,48 @@ def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc,
         sys.exit(1)
 
 
+@cli.command("metadata")
+@click.option("--refresh", is_flag=True, help="Read the pins' metadata from their indexes and write the cache (else: check it, offline).")
+@_source_options
+@_matrix_options
+def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> None:
+    """The metadata cache beside the matrix (matrix.yaml -> matrix.metadata.json): each pin's Requires-Python and
+    what it requires of torch, read from its index (PEP 691/658, else the wheel). `validate` holds every backend's
+    Python and torch to it with no network; `bump` refreshes it with the pins it moves.
+
+    \b
+    Examples:
+      envbuild metadata              # offline: exit 1 naming each pin the cache lacks
+      envbuild metadata --refresh    # ask the indexes, write matrix.metadata.json, validate against it
+    """
+    from . import matrix as matrix_mod
+    from .matrix import facts
+
+    if overrides:
+        raise click.UsageError("metadata reads the matrix file itself: it takes no --set")
+    path = matrix_path or matrix_mod.default_path()
+    if refresh:
+        from .sources import metadata
+
+        sources = _sources(mirrors, ca_bundle, netrc)
+        cache, errors, changed = metadata.update(path, sources.index, say=lambda line: click.echo(f"envbuild: {line}", err=True))
+        for e in errors:
+            click.secho(f"not asked: {e}", fg="yellow", err=True)
+        click.echo(f"{'wrote' if changed else 'unchanged'} {cache.path}")
+    m = _load(path)  # validated against the cache
+    cache = facts.read(facts.path_for(path))
+    if cache is None:
+        click.secho(f"no metadata cache beside {path}: run `envbuild metadata --refresh`", fg="red", err=True)
+        sys.exit(1)
+    lacking = facts.missing(m, cache)
+    for line in lacking:
+        click.echo(f"missing: {line}")
+    if lacking:
+        click.secho(f"{len(lacking)} pin(s) unknown to {cache.path}: run `envbuild metadata --refresh`.", fg="red", err=True)
+        sys.exit(1)
+    click.echo(f"{cache.path}: every pin of {path} is known and fits its backends")
+
+
 @cli.command("bump")
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only this backend's pins besides the shared ones (repeatable).")
 @click.option("--only", "only", multiple=True, metavar="FIELD", help="Only these pins: transformers, accelerate, uv, torch, plugin, base_image, or a dotted field such as backends.cuda.base_image (repeatable).")

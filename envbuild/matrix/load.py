@@ -18,7 +18,8 @@ from ..files import read_user
 from ..paths import DEFAULT_MATRIX
 from ..text import shown, unsafe_char
 from . import rules
-from .model import Backend, Compile, Detect, HostNeeds, Image, Index, Matrix, Plugin, Python, RunSpec, Torch
+from .facts import Facts, path_for, problems as fact_problems, read as read_facts
+from .model import Backend, Compile, Detect, HostNeeds, Image, Index, Matrix, Pin, Plugin, Python, RunSpec, Torch
 from .schema import BACKEND, TOP, Field, check_str, type_message
 
 # --------------------------------------------------------------------------------------------------
@@ -285,13 +286,15 @@ def _check_torch_required(top: dict[str, Any], b: dict[str, Any], path: Path_, l
     if not version:
         return
     for dist in ("transformers", "accelerate"):
-        pin = top.get(dist) or {}
+        own = bool(b.get(dist))
+        pin = (b.get(dist) if own else top.get(dist)) or {}
         if not pin.get("version") or not pin.get("torch"):
             continue
         why = rules.torch_required(dist, pin["version"], pin["torch"], version)
         if why:
-            line = loc.lines.get((dist, "torch"))
-            recorded = loc.override.get((dist, "torch")) or (f"{dist}.torch at {loc.source}:{line}" if line else f"{dist}.torch")
+            key = (*path, dist, "torch") if own else (dist, "torch")
+            line = loc.lines.get(key)
+            recorded = loc.override.get(key) or (f"{_dotted(key)} at {loc.source}:{line}" if line else _dotted(key))
             effect = ("transformers then runs without PyTorch and no model loads" if dist == "transformers"
                       else "accelerate cannot be installed next to it")
             where = path + ("torch", "version")
@@ -442,10 +445,14 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
         apt=tuple(b.get("apt") or ()),
         host=HostNeeds(**{**b["host"], "arch": tuple(b["host"]["arch"] or ())}) if b.get("host") else None,
         variant_of=b.get("variant_of"),
+        own=tuple((d, Pin(b[d]["version"], b[d].get("torch"), tuple(b[d].get("avoid") or ())))
+                  for d in ("transformers", "accelerate") if b.get(d)),
     )
 
 
-def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Matrix:
+def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = (), facts: Facts | None = None) -> Matrix:
+    """The validated matrix; with `facts` (the metadata cache), every image's pins are also held to its Python and
+    torch."""
     tree, loc = _parse(text, source)
     overrides = list(overrides)
     if overrides:
@@ -456,12 +463,16 @@ def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()
         loc.at((), f"the matrix must be a mapping with 'image', 'transformers', 'accelerate' and 'backends', got {type_message(tree, 'a mapping')[len('expected a mapping, got '):]}")
         raise MatrixError(loc.problems)
     matrix = _build(tree, source, loc)
+    if matrix is not None and not loc.problems and facts is not None:
+        for where, message in fact_problems(matrix, facts):
+            loc.at(tuple(where.split(".")), message)
     if loc.problems or matrix is None:
         raise MatrixError(loc.problems)
     return matrix
 
 
-def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Matrix:
+def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = (), *, with_facts: bool = True) -> Matrix:
+    """The matrix file, validated; with the metadata cache beside it (facts.path_for) unless `with_facts` is False."""
     p = Path(path)
     if not p.exists() and not p.is_symlink():
         raise MatrixError([Problem(str(path), None, "no such file (pass --matrix FILE, or run from the envbuild checkout)")])
@@ -474,4 +485,4 @@ def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Ma
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise MatrixError([Problem(str(path), line, "not UTF-8 text")]) from None
-    return loads(text, str(path), overrides)
+    return loads(text, str(path), overrides, read_facts(path_for(p)) if with_facts else None)

@@ -193,25 +193,19 @@ def problems(matrix: Any, facts: Facts) -> list[tuple[str, str]]:
     release that would fit."""
     out = []
     for b, dist, version, where in carried(matrix):
-        python = b.python.version
-        if python is None:
-            said = f"backends.{b.name}.python.version: missing"
-            if not any(m.startswith(said) for _, m in out):
-                out.append((f"backends.{b.name}", f"{said}: the base's Python (e.g. \"3.12\"); "
-                            f"{Path(facts.path).name} holds the pins' Requires-Python, checked against it"))
-            continue
+        python = b.python.version  # None (not declared): only torch is checked; `envbuild metadata` says so
         why = facts.why_not(dist, version, python, b.torch.version)
         if not why:
             continue
         avoid = matrix.avoided(dist) if dist in ("transformers", "accelerate") else ()
         newest = facts.newest_fit(dist, python, b.torch.version, avoid)
-        fix = (f"the newest {dist} that fits Python {python} and torch {b.torch.version} is {newest}"
-               if newest else f"no cached {dist} release fits Python {python} and torch {b.torch.version}")
+        runs = f"Python {python} and torch {b.torch.version}" if python else f"torch {b.torch.version}"
+        fix = (f"the newest {dist} that fits {runs} is {newest}" if newest else f"no cached {dist} release fits {runs}")
         if dist in ("transformers", "accelerate"):
             fix += f": pin it for this backend (backends.{b.name}.{dist}.version) or use a base that fits"
         else:
             fix += ": pin it, or a torch and base that fit"
-        out.append((where, f"{where}: backend {b.name} (Python {python}, torch {b.torch.version}) cannot carry {dist} "
+        out.append((where, f"{where}: backend {b.name} ({runs}) cannot carry {dist} "
                            f"{version}: {'; '.join(why)} (its metadata, {Path(facts.path).name}); {fix}"))
     return out
 
@@ -220,6 +214,9 @@ def missing(matrix: Any, facts: Facts) -> list[str]:
     """The pins whose facts the cache lacks (unknown to validate)."""
     out = []
     for b, dist, version, where in carried(matrix):
-        if b.python.version and facts.why_not(dist, version, b.python.version, b.torch.version) is None:
+        if not b.python.version:
+            out.append(f"backends.{b.name}.python.version: not declared (the base's Python, e.g. \"3.12\"): the pins' "
+                       "Requires-Python cannot be checked")
+        elif facts.why_not(dist, version, b.python.version, b.torch.version) is None:
             out.append(f"{dist} {version} for Python {b.python.version} ({where}, backend {b.name})")
     return list(dict.fromkeys(out))

@@ -319,6 +319,32 @@ def _check_availability(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc
                                          "torch.accelerator (PyTorch 2.6 and later); remove it")
 
 
+def _check_stack(b: dict[str, Any], path: Path_, loc: _Located) -> None:
+    """The base's accelerator stack release, host.version, the torch index for it and the driver minimum are one
+    fact: they must agree (bump moves them together)."""
+    from ..host import drivers
+
+    h = b.get("host") or {}
+    if not h.get("stack") or not h.get("version"):
+        return
+    stack = drivers.STACKS[h["stack"]]
+    where = path + ("host", "version")
+    carried = drivers.image_release(stack, b.get("base_image"), h["version"])
+    if carried is not None and carried != h["version"]:
+        loc.at(where, f"{_dotted(where)}: '{h['version']}', but the base image {b['base_image']} carries {stack.title} "
+                      f"{carried}: state the base's release (the driver minimum and the torch index follow it)")
+        return
+    torch = b.get("torch") or {}
+    want = drivers.torch_index(stack, h["version"], torch.get("index_url")) if torch.get("source") == "pip" else None
+    if want and want != torch.get("index_url"):
+        at = path + ("torch", "index_url")
+        loc.at(at, f"{_dotted(at)}: {torch['index_url']} is not the torch index for {stack.title} {h['version']} "
+                   f"(host.version): {want}")
+    if stack.confirmed and not h.get("driver") and drivers.minimum_driver(stack, h["version"]) is None:
+        loc.at(where, f"{_dotted(where)}: no minimum {stack.driver_title} is known for {stack.title} {h['version']} "
+                      f"({stack.source}, envbuild/host/drivers.py): add its row there, or state host.driver with its source")
+
+
 def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located) -> None:
     """Rules across fields. `raw` tells a missing key from one that was present but invalid (already reported)."""
     typo = lambda key: any(difflib.get_close_matches(k, [key], n=1) for k in raw if k not in BACKEND)  # noqa: E731
@@ -339,6 +365,7 @@ def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Lo
     if b.get("plugin") and "import" not in raw and not typo("import"):
         loc.at(path, f"missing required key 'import' in {_dotted(path)} (the module that registers the plugin's device)")
     _check_pairing(b, path, loc)
+    _check_stack(b, path, loc)
 
 
 def _merged(base: Any, over: Any) -> Any:

@@ -143,6 +143,8 @@ _PYTHON = re.compile(r"^3\.[0-9]{1,2}$")
 def _check_python(value: Any) -> tuple[Any, str | None]:
     if not isinstance(value, str):
         return None, type_message(value, "a Python version string") + " (quote it, e.g. \"3.12\")"
+    if (ch := unsafe_char(value)) is not None:
+        return None, unsafe_message(value, ch)
     if not _PYTHON.match(value):
         return None, f"{value!r} is not a Python release such as \"3.12\" (major.minor)"
     return value, None

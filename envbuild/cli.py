@@ -576,25 +576,33 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
         raise click.UsageError("bump edits the matrix file itself: it takes no --set")
     bumping.check_only(only)
     path = Path(matrix_path or matrix_mod.default_path())
+    if not dry_run:
+        bumping.working(path)  # before any source is asked
     m = _load(str(path))
     opts = inputs.options()
     sources = _sources(inputs.values["mirrors"], opts.ca_bundle, inputs.values["netrc"])
     findings = _outdated(m, backends, sources, quiet=as_json)
     new = bumping.changes(findings, only, to, matrix=m, sources=sources)
-    result = bumping.bump(path, new, dockerfiles, dry_run=dry_run)
-    locks_refreshed = []
-    if result.written and not no_lock and result.matrix is not None:
+    result = bumping.bump(path, new, dockerfiles, dry_run=dry_run, index=sources.index)
+    locks_refreshed, locks_left = [], []
+    if result.written and result.matrix is not None:
         from . import lock as locks
 
         existing = [result.matrix.backend(n) for n in result.backends if locks.path(opts, result.matrix.backend(n)).is_file()]
-        if existing:
+        if existing and no_lock:
+            locks_left = [str(locks.path(opts, b)) for b in existing]
+        elif existing:
             echo = lambda line: click.echo(line, err=True)  # noqa: E731
             locks_refreshed = locks.lock(result.matrix, existing, opts, locks.LockOptions(), _engine(), echo=echo)
     if as_json:
-        _emit_json({**result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in locks_refreshed]})
+        _emit_json({**result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in locks_refreshed],
+                    "locks_left": locks_left})
         return
     if not new:
         click.echo("nothing to bump: every pin is the newest that fits (see `envbuild outdated`)")
+        for f in findings:  # what is newer, and why it was not proposed
+            if f.newest and f.why and f.newest not in (f.current, f.fits):
+                click.echo(f"  {f.field} stays {f.current}: {'; '.join(f.why)}")
         return
     click.echo(result.diff, nl=False)
     if dry_run:
@@ -604,6 +612,8 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
         click.echo(f"wrote {written}")
     for r in locks_refreshed:
         click.echo(f"{r.backend}: {r.path} {r.status}")
+    for left in locks_left:
+        click.echo(f"not refreshed: {left} (--no-lock): resolve it with `envbuild lock` on its backend's runner")
 
 
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:

@@ -205,7 +205,8 @@ def problems(matrix: Any, facts: Facts) -> list[tuple[str, str]]:
             fix += f": pin it for this backend (backends.{b.name}.{dist}.version) or use a base that fits"
         else:
             fix += ": pin it, or a torch and base that fit"
-        out.append((where, f"{where}: backend {b.name} ({runs}) cannot carry {dist} "
+        has = f"Python {python}, torch {b.torch.version}" if python else f"torch {b.torch.version}"
+        out.append((where, f"{where}: backend {b.name} ({has}) cannot carry {dist} "
                            f"{version}: {'; '.join(why)} (its metadata, {Path(facts.path).name}); {fix}"))
     return out
 

@@ -214,3 +214,64 @@ def test_bump_refuses_the_matrix_installed_with_envbuild_and_names_it(tmp_path, 
     assert result.exit_code == 2 and f"would have changed {installed}" in result.output, result.output
     assert installed.read_text() == "x"
     working(tmp_path / "matrix.yaml")  # a working folder's matrix is fine
+
+
+# --- the shipped matrix and its facts ------------------------------------------------------------------------------
+
+
+def test_the_shipped_matrix_declares_each_base_python_and_its_cache_knows_every_pin():
+    from support.constants import MATRIX
+
+    from envbuild.paths import PACKAGE
+
+    m = load(MATRIX)  # validated against matrix.metadata.json beside it
+    assert {b.name: b.python.version for b in m.containerizable() if not b.python.version} == {}
+    cache = facts.read(facts.path_for(MATRIX))
+    assert cache is not None and facts.missing(m, cache) == []
+    assert facts.problems(m, cache) == []
+    # mlu and musa run Python 3.10: transformers 5.21+ requires 3.11, so they carry the newest for 3.10
+    for name in ("mlu", "musa"):
+        b = m.backend(name)
+        assert b.python.version == "3.10" and m.pin("transformers", b) == cache.newest_fit("transformers", "3.10", b.torch.version)
+    assert (PACKAGE / "matrix" / "matrix.metadata.json").read_bytes() == facts.path_for(MATRIX).read_bytes()
+
+
+def _shipped_copy(tmp_path: Path, edit) -> Path:
+    from support.constants import MATRIX
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(edit(MATRIX.read_text()))
+    facts.path_for(path).write_bytes(facts.path_for(MATRIX).read_bytes())
+    return path
+
+
+def test_validate_names_both_sides_and_the_newest_release_that_fits(tmp_path):
+    own = '    transformers:\n      version: "5.20.2"\n      torch: ">=2.6"\n    import: torch_mlu'
+    path = _shipped_copy(tmp_path, lambda t: t.replace(own, "    import: torch_mlu"))
+    with pytest.raises(MatrixError) as err:
+        load(path)
+    (message,) = [str(p) for p in err.value.problems]
+    assert message.startswith(f"{path}:") and "transformers.version: backend mlu (Python 3.10, torch 2.11.0) cannot carry " in message
+    assert "transformers 5.24.0: it requires Python >=3.11.0, the base runs Python 3.10" in message
+    assert "the newest transformers that fits Python 3.10 and torch 2.11.0 is 5.20.2" in message
+    # a plugin without a pairing rule is still held to its own Requires-Dist on torch
+    path = _shipped_copy(tmp_path, lambda t: t.replace('torch: ">=2.11.0,<=2.15.0"', 'torch: ">=2.11.0"').replace(
+        '      version: "2.15.0"\n      index_url: https://download.pytorch.org/whl/cpu\n    plugin:\n      package: torch-tpu',
+        '      version: "2.16.0"\n      index_url: https://download.pytorch.org/whl/cpu\n    plugin:\n      package: torch-tpu'))
+    with pytest.raises(MatrixError, match=r"backends.tpu.plugin.version: backend tpu \(Python 3.12, torch 2.16.0\) cannot "
+                                          r"carry torch-tpu 0.2.0: it requires torch<=2.15.0,>=2.11.0"):
+        load(path)
+    assert load(path, with_facts=False)  # the schema alone cannot know it
+
+
+def test_a_base_whose_python_differs_fails_the_build_and_the_lock():
+    from support.constants import FIXED, MATRIX
+
+    m = load(MATRIX)
+    text = render.render_backend(m, m.backend("mlu"))
+    check = ("python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.10' else "
+             "'the base image runs Python ' + v + '; the matrix declares 3.10 (backends.mlu.python.version)')\"")
+    base = text.split("FROM ")[1]  # the base stage: the image and the lock (FROM base AS lock-resolve) both run it
+    assert check in base and "AS lock-resolve" in text.split(check)[1]
+    fixed = load(FIXED)  # no python.version declared: nothing rendered (the golden files stay)
+    assert "sys.version_info" not in render.render_backend(fixed, fixed.backend("mlu"))

@@ -593,7 +593,11 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
             locks_left = [str(locks.path(opts, b)) for b in existing]
         elif existing:
             echo = lambda line: click.echo(line, err=True)  # noqa: E731
-            locks_refreshed = locks.lock(result.matrix, existing, opts, locks.LockOptions(), _engine(), echo=echo)
+            for b in existing:  # one that cannot be resolved here (its vendor's registry) is named, not fatal
+                try:
+                    locks_refreshed += locks.lock(result.matrix, [b], opts, locks.LockOptions(), _engine(), echo=echo)
+                except EnvbuildError as exc:
+                    locks_left.append(f"{locks.path(opts, b)} ({str(exc).splitlines()[0][:300]})")
     if as_json:
         _emit_json({**result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in locks_refreshed],
                     "locks_left": locks_left})
@@ -613,7 +617,10 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     for r in locks_refreshed:
         click.echo(f"{r.backend}: {r.path} {r.status}")
     for left in locks_left:
-        click.echo(f"not refreshed: {left} (--no-lock): resolve it with `envbuild lock` on its backend's runner")
+        why = " (--no-lock)" if no_lock else ""
+        click.echo(f"not refreshed: {left}{why}: resolve it with `envbuild lock` on its backend's runner")
+    if locks_left and not no_lock:
+        sys.exit(1)
 
 
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:

@@ -187,7 +187,12 @@ def _own(sources: Sources, matrix: Matrix, b: Backend, dist: str) -> Finding:
                 if spec and spec.torch and spec.torch != pin.torch:
                     f.also[f"backends.{b.name}.{dist}.torch"] = spec.torch
                 break
-            f.why.append(f"{v}: {'; '.join(why)}")
+            said = "; ".join(why)
+            last = f.why[-1].split(": ", 1) if f.why else None
+            if last and last[1] == said:  # a run of releases held back alike: one line, "OLDEST..NEWEST"
+                f.why[-1] = f"{v}..{last[0].split('..')[-1]}: {said}"
+            else:
+                f.why.append(f"{v}: {said}")
 
     return _asked(f, ask)
 

@@ -15,7 +15,10 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_ROOT_USER_ACTION=ignore \
     PYTHONUNBUFFERED=1
 
-RUN python3 -m venv /opt/venv \
+# The pins' Requires-Python were checked against Python 3.12 (the matrix's python.version): a base that
+# runs another fails here, in the build and in the lock, not in a user's container.
+RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'the base image runs Python ' + v + '; the matrix declares 3.12 (backends.npu.python.version)')" \
+    && python3 -m venv /opt/venv \
     && mkdir -p /opt/envbuild \
     && printf '%s\n' 'torch==2.14.0' 'torch-npu==2.14.0' > /opt/envbuild/constraints.txt
 

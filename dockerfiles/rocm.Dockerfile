@@ -14,9 +14,12 @@ ENV PATH=/opt/envbuild/bin:$PATH \
     PIP_ROOT_USER_ACTION=ignore \
     PYTHONUNBUFFERED=1
 
+# The pins' Requires-Python were checked against Python 3.12 (the matrix's python.version): a base that
+# runs another fails here, in the build and in the lock, not in a user's container.
 # The base image carries torch 2.14.0: install into its Python environment,
 # with constraints that keep the installer from ever replacing what the vendor built.
-RUN mkdir -p /opt/envbuild \
+RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'the base image runs Python ' + v + '; the matrix declares 3.12 (backends.rocm.python.version)')" \
+    && mkdir -p /opt/envbuild \
     && printf '%s\n' 'torch==2.14.0' > /opt/envbuild/constraints.txt
 
 # A named user that is not root, with a home; home, the cache root and the work folder belong to group 0 and

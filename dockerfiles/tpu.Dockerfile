@@ -25,7 +25,10 @@ RUN --mount=type=cache,target=/var/cache/apt,id=envbuild-apt-cache,sharing=locke
 # The backend's own environment (after the packages it may name are installed).
 ENV LD_PRELOAD="libtcmalloc_minimal.so.4"
 
-RUN python3 -m venv /opt/venv \
+# The pins' Requires-Python were checked against Python 3.12 (the matrix's python.version): a base that
+# runs another fails here, in the build and in the lock, not in a user's container.
+RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'the base image runs Python ' + v + '; the matrix declares 3.12 (backends.tpu.python.version)')" \
+    && python3 -m venv /opt/venv \
     && mkdir -p /opt/envbuild \
     && printf '%s\n' 'torch==2.15.0' 'torch-tpu==0.2.0' > /opt/envbuild/constraints.txt
 

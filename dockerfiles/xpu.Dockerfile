@@ -22,7 +22,10 @@ RUN --mount=type=cache,target=/var/cache/apt,id=envbuild-apt-cache,sharing=locke
     apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv libze1 intel-level-zero-gpu intel-opencl-icd
 
-RUN python3 -m venv /opt/venv \
+# The pins' Requires-Python were checked against Python 3.12 (the matrix's python.version): a base that
+# runs another fails here, in the build and in the lock, not in a user's container.
+RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'the base image runs Python ' + v + '; the matrix declares 3.12 (backends.xpu.python.version)')" \
+    && python3 -m venv /opt/venv \
     && mkdir -p /opt/envbuild \
     && printf '%s\n' 'torch==2.15.0' > /opt/envbuild/constraints.txt
 

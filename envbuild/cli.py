@@ -503,6 +503,48 @@ def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc,
         sys.exit(1)
 
 
+@cli.command("metadata")
+@click.option("--refresh", is_flag=True, help="Read the pins' metadata from their indexes and write the cache (else: check it, offline).")
+@_source_options
+@_matrix_options
+def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> None:
+    """The metadata cache beside the matrix (matrix.yaml -> matrix.metadata.json): each pin's Requires-Python and
+    what it requires of torch, read from its index (PEP 691/658, else the wheel). `validate` holds every backend's
+    Python and torch to it with no network; `bump` refreshes it with the pins it moves.
+
+    \b
+    Examples:
+      envbuild metadata              # offline: exit 1 naming each pin the cache lacks
+      envbuild metadata --refresh    # ask the indexes, write matrix.metadata.json, validate against it
+    """
+    from . import matrix as matrix_mod
+    from .matrix import facts
+
+    if overrides:
+        raise click.UsageError("metadata reads the matrix file itself: it takes no --set")
+    path = matrix_path or matrix_mod.default_path()
+    if refresh:
+        from .sources import metadata
+
+        sources = _sources(mirrors, ca_bundle, netrc)
+        cache, errors, changed = metadata.update(path, sources.index, say=lambda line: click.echo(f"envbuild: {line}", err=True))
+        for e in errors:
+            click.secho(f"not asked: {e}", fg="yellow", err=True)
+        click.echo(f"{'wrote' if changed else 'unchanged'} {cache.path}")
+    m = _load(path)  # validated against the cache
+    cache = facts.read(facts.path_for(path))
+    if cache is None:
+        click.secho(f"no metadata cache beside {path}: run `envbuild metadata --refresh`", fg="red", err=True)
+        sys.exit(1)
+    lacking = facts.missing(m, cache)
+    for line in lacking:
+        click.echo(f"missing: {line}")
+    if lacking:
+        click.secho(f"{len(lacking)} pin(s) unknown to {cache.path}: run `envbuild metadata --refresh`.", fg="red", err=True)
+        sys.exit(1)
+    click.echo(f"{cache.path}: every pin of {path} is known and fits its backends")
+
+
 @cli.command("bump")
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only this backend's pins besides the shared ones (repeatable).")
 @click.option("--only", "only", multiple=True, metavar="FIELD", help="Only these pins: transformers, accelerate, uv, torch, plugin, base_image, or a dotted field such as backends.cuda.base_image (repeatable).")
@@ -534,25 +576,37 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
         raise click.UsageError("bump edits the matrix file itself: it takes no --set")
     bumping.check_only(only)
     path = Path(matrix_path or matrix_mod.default_path())
+    if not dry_run:
+        bumping.working(path)  # before any source is asked
     m = _load(str(path))
     opts = inputs.options()
     sources = _sources(inputs.values["mirrors"], opts.ca_bundle, inputs.values["netrc"])
     findings = _outdated(m, backends, sources, quiet=as_json)
     new = bumping.changes(findings, only, to, matrix=m, sources=sources)
-    result = bumping.bump(path, new, dockerfiles, dry_run=dry_run)
-    locks_refreshed = []
-    if result.written and not no_lock and result.matrix is not None:
+    result = bumping.bump(path, new, dockerfiles, dry_run=dry_run, index=sources.index)
+    locks_refreshed, locks_left = [], []
+    if result.written and result.matrix is not None:
         from . import lock as locks
 
         existing = [result.matrix.backend(n) for n in result.backends if locks.path(opts, result.matrix.backend(n)).is_file()]
-        if existing:
+        if existing and no_lock:
+            locks_left = [str(locks.path(opts, b)) for b in existing]
+        elif existing:
             echo = lambda line: click.echo(line, err=True)  # noqa: E731
-            locks_refreshed = locks.lock(result.matrix, existing, opts, locks.LockOptions(), _engine(), echo=echo)
+            for b in existing:  # one that cannot be resolved here (its vendor's registry) is named, not fatal
+                try:
+                    locks_refreshed += locks.lock(result.matrix, [b], opts, locks.LockOptions(), _engine(), echo=echo)
+                except EnvbuildError as exc:
+                    locks_left.append(f"{locks.path(opts, b)} ({str(exc).splitlines()[0][:300]})")
     if as_json:
-        _emit_json({**result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in locks_refreshed]})
+        _emit_json({**result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in locks_refreshed],
+                    "locks_left": locks_left})
         return
     if not new:
         click.echo("nothing to bump: every pin is the newest that fits (see `envbuild outdated`)")
+        for f in findings:  # what is newer, and why it was not proposed
+            if f.newest and f.why and f.newest not in (f.current, f.fits):
+                click.echo(f"  {f.field} stays {f.current}: {'; '.join(f.why)}")
         return
     click.echo(result.diff, nl=False)
     if dry_run:
@@ -562,6 +616,11 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
         click.echo(f"wrote {written}")
     for r in locks_refreshed:
         click.echo(f"{r.backend}: {r.path} {r.status}")
+    for left in locks_left:
+        why = " (--no-lock)" if no_lock else ""
+        click.echo(f"not refreshed: {left}{why}: resolve it with `envbuild lock` on its backend's runner")
+    if locks_left and not no_lock:
+        sys.exit(1)
 
 
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:

@@ -62,7 +62,7 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
     expect = [("torch", backend.torch.version)]
     if backend.plugin:
         expect.append((backend.plugin.package, backend.plugin.version))
-    expect += [("transformers", matrix.transformers), ("accelerate", matrix.accelerate)]
+    expect += [("transformers", matrix.pin("transformers", backend)), ("accelerate", matrix.pin("accelerate", backend))]
     python = f"{VENV}/bin/python" if own_venv else backend.python.executable
     # uv installs into exactly this interpreter's environment; a vendor's system Python is marked
     # externally managed (PEP 668), and installing into it is the point.
@@ -77,8 +77,8 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         b=backend,
         image=matrix.image,
         matrix_name=shown(Path(matrix.path).name),  # a file name may hold a newline: never a new instruction
-        transformers=matrix.transformers,
-        accelerate=matrix.accelerate,
+        transformers=matrix.pin("transformers", backend),
+        accelerate=matrix.pin("accelerate", backend),
         pins=sorted(backend.pins.items()),
         expect=expect,
         venv=VENV if own_venv else "",

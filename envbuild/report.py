@@ -58,8 +58,8 @@ def backend_detail(m: Matrix, b: Backend) -> dict[str, Any]:
             if b.plugin
             else None
         ),
-        "transformers": m.transformers,
-        "accelerate": m.accelerate,
+        "transformers": m.pin("transformers", b),
+        "accelerate": m.pin("accelerate", b),
         "import": b.import_module,
         "availability": b.availability,
         # How the probe proves the device: torch.accelerator (torch 2.6+), else the matrix's call.

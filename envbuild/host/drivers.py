@@ -33,6 +33,11 @@ class Stack:
     # False where the table could not be checked against the vendor: a mismatch is then a warning only
     confirmed: bool = False
     source: str = ""
+    # Where the stack's release shows in a vendor base image's reference (group 1): the base and host.version are
+    # one fact, so validate compares them and bump moves them together.
+    image_version: str = ""
+    # The torch index folder that matches a release (PyTorch's /whl/cu132 for CUDA 13.2): (pattern, "{mm}" form).
+    torch_index: tuple[str, str] | None = None
 
 
 STACKS = {
@@ -44,28 +49,56 @@ STACKS = {
         "12.0": "525.60.13", "12.1": "530.30.02", "12.2": "535.54.03", "12.3": "545.23.06", "12.4": "550.54.14",
         "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06",
         "13.1": "590.44.01", "13.2": "595.45.04", "13.3": "610.43.02",
-    }, confirmed=True, source="NVIDIA CUDA Toolkit release notes, Table 3"),
+    }, confirmed=True, source="NVIDIA CUDA Toolkit release notes, Table 3",
+        image_version=r"(?:^|/)cuda:(\d+\.\d+(?:\.\d+)?)-", torch_index=(r"cu\d+", "cu{major}{minor}")),
     # ROCm's docs (user and kernel-space support matrix) promise the kernel driver works with user space +/- 2
     # releases, and name amdgpu driver releases (e.g. 30.30.x for ROCm 6.3-7.2) that /sys/module/amdgpu/version
     # does not report in the same numbering: no minimum is derived. UNCONFIRMED for ROCm 10.x.
-    "rocm": Stack("rocm", "ROCm", "amdgpu", "amdgpu driver", {}, source="ROCm user and kernel-space support matrix"),
+    "rocm": Stack("rocm", "ROCm", "amdgpu", "amdgpu driver", {}, source="ROCm user and kernel-space support matrix",
+                  image_version=r"rocm(\d+\.\d+(?:\.\d+)?)", torch_index=(r"rocm\d+\.\d+", "rocm{major}.{minor}")),
     # Huawei publishes CANN <-> Ascend HDK (driver) pairs per release on hiascend.com; the pair for CANN 9.2 was
     # not found. UNCONFIRMED: no minimum.
-    "cann": Stack("cann", "CANN", "ascend", "Ascend driver", {}, source="hiascend.com version pairing (not found for 9.x)"),
+    "cann": Stack("cann", "CANN", "ascend", "Ascend driver", {}, source="hiascend.com version pairing (not found for 9.x)",
+                  image_version=r"cann:(\d+\.\d+\.\d+)"),
     # Gaudi: the driver and the container image come from one software release (docs.habana.ai support matrix
     # lists one build per release). UNCONFIRMED that an older driver is refused: a mismatch only warns.
     "gaudi": Stack("gaudi", "Intel Gaudi software", "habanalabs", "habanalabs driver",
-                   {"1.24": "1.24.0"}, source="docs.habana.ai Support Matrix (UNCONFIRMED as a minimum)"),
+                   {"1.24": "1.24.0"}, source="docs.habana.ai Support Matrix (UNCONFIRMED as a minimum)",
+                   image_version=r"gaudi-docker/(\d+\.\d+\.\d+)/"),
     # Neuron: SDK 2.33.0 was tested with Neuron Driver 2.31 (aws-neuronx-dkms), per the Neuron Runtime and Driver
     # compatibility reference (awsdocs-neuron, 2026-10-08). UNCONFIRMED as a minimum: a mismatch only warns.
     "neuron": Stack("neuron", "Neuron SDK", "neuron", "Neuron driver", {"2.33": "2.31"},
-                    source="Neuron Runtime and Driver compatibility reference (tested, UNCONFIRMED as a minimum)"),
+                    source="Neuron Runtime and Driver compatibility reference (tested, UNCONFIRMED as a minimum)",
+                    image_version=r"-sdk(\d+\.\d+)(?:\.\d+)?-"),
 }
 
 
 def release(version: str) -> str:
     """'13.2.1' -> '13.2': the table's key."""
     return ".".join(version.split(".")[:2])
+
+
+def image_release(stack: Stack, image: str | None, like: str) -> str | None:
+    """The stack's release a base image carries, to the precision of `like` (host.version): None when its reference
+    does not say (a mirror, a local stand-in)."""
+    m = re.search(stack.image_version, image or "") if stack.image_version else None
+    if not m:
+        return None
+    parts = m.group(1).split(".")
+    return ".".join(parts[:len(like.split("."))]) if len(parts) >= len(like.split(".")) else m.group(1)
+
+
+def torch_index(stack: Stack, version: str, current: str | None) -> str | None:
+    """The torch index URL for this release, derived from the current one (its last folder replaced, e.g. cu132 ->
+    cu133); None where the current URL names no release of the stack (PyPI, the CPU index)."""
+    if not stack.torch_index or not current:
+        return None
+    pattern, form = stack.torch_index
+    head, _, last = current.rstrip("/").rpartition("/")
+    if not re.fullmatch(pattern, last):
+        return None
+    major, minor = (version.split(".") + ["0"])[:2]
+    return f"{head}/{form.format(major=major, minor=minor)}" + ("/" if current.endswith("/") else "")
 
 
 def minimum_driver(stack: Stack, version: str) -> str | None:

@@ -169,7 +169,7 @@ def plan(
     constraints = {"torch": backend.torch.version}
     if backend.plugin:
         constraints[backend.plugin.package] = backend.plugin.version
-    pins = {**constraints, "transformers": matrix.transformers, "accelerate": matrix.accelerate}
+    pins = {**constraints, "transformers": matrix.pin("transformers", backend), "accelerate": matrix.pin("accelerate", backend)}
     installs = [Install((f"torch=={backend.torch.version}",), index_url=backend.torch.index_url,
                         why="torch first, from the backend's index (as in its image)")]
     if backend.plugin:
@@ -177,7 +177,7 @@ def plan(
                                 extra_index_url=backend.plugin.index_url, constrained=True,
                                 why=f"{backend.plugin.package} pairs with exactly this torch; the constraints keep pip "
                                     "from replacing torch"))
-    installs.append(Install((f"transformers=={matrix.transformers}", f"accelerate=={matrix.accelerate}"),
+    installs.append(Install((f"transformers=={pins['transformers']}", f"accelerate=={pins['accelerate']}"),
                             constrained=True, why="transformers and accelerate at the matrix's pins"))
     probe_args = ["--backend", backend.name, "--device", backend.device]
     if backend.import_module:

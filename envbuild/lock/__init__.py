@@ -75,7 +75,7 @@ def requirements(matrix: Matrix, backend: Backend) -> list[str]:
         reqs.append(f"torch=={backend.torch.version}")
     if backend.plugin and backend.plugin.source == "pip":
         reqs.append(f"{backend.plugin.package}=={backend.plugin.version}")
-    return [*reqs, f"transformers=={matrix.transformers}", f"accelerate=={matrix.accelerate}", *matrix.packages_for(backend)]
+    return [*reqs, f"transformers=={matrix.pin('transformers', backend)}", f"accelerate=={matrix.pin('accelerate', backend)}", *matrix.packages_for(backend)]
 
 
 def inputs(matrix: Matrix, backend: Backend, plan: BuildPlan) -> dict[str, Any]:

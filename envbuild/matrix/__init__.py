@@ -12,6 +12,7 @@ from .model import (
     Image,
     Index,
     Matrix,
+    Pin,
     Plugin,
     Python,
     RunSpec,
@@ -21,5 +22,5 @@ from .model import (
 
 __all__ = [
     "DEFAULT_MATRIX", "PACKAGED_MATRIX", "default_path", "load", "loads", "Backend", "Compile", "Detect", "HostNeeds", "Image", "Index", "Matrix",
-    "Plugin", "Python", "RunSpec", "Torch", "not_containerizable_message",
+    "Pin", "Plugin", "Python", "RunSpec", "Torch", "not_containerizable_message",
 ]

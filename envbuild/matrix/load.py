@@ -18,7 +18,8 @@ from ..files import read_user
 from ..paths import DEFAULT_MATRIX
 from ..text import shown, unsafe_char
 from . import rules
-from .model import Backend, Compile, Detect, HostNeeds, Image, Index, Matrix, Plugin, Python, RunSpec, Torch
+from .facts import Facts, path_for, problems as fact_problems, read as read_facts
+from .model import Backend, Compile, Detect, HostNeeds, Image, Index, Matrix, Pin, Plugin, Python, RunSpec, Torch
 from .schema import BACKEND, TOP, Field, check_str, type_message
 
 # --------------------------------------------------------------------------------------------------
@@ -285,13 +286,15 @@ def _check_torch_required(top: dict[str, Any], b: dict[str, Any], path: Path_, l
     if not version:
         return
     for dist in ("transformers", "accelerate"):
-        pin = top.get(dist) or {}
+        own = bool(b.get(dist))
+        pin = (b.get(dist) if own else top.get(dist)) or {}
         if not pin.get("version") or not pin.get("torch"):
             continue
         why = rules.torch_required(dist, pin["version"], pin["torch"], version)
         if why:
-            line = loc.lines.get((dist, "torch"))
-            recorded = loc.override.get((dist, "torch")) or (f"{dist}.torch at {loc.source}:{line}" if line else f"{dist}.torch")
+            key = (*path, dist, "torch") if own else (dist, "torch")
+            line = loc.lines.get(key)
+            recorded = loc.override.get(key) or (f"{_dotted(key)} at {loc.source}:{line}" if line else _dotted(key))
             effect = ("transformers then runs without PyTorch and no model loads" if dist == "transformers"
                       else "accelerate cannot be installed next to it")
             where = path + ("torch", "version")
@@ -316,6 +319,32 @@ def _check_availability(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc
                                          "torch.accelerator (PyTorch 2.6 and later); remove it")
 
 
+def _check_stack(b: dict[str, Any], path: Path_, loc: _Located) -> None:
+    """The base's accelerator stack release, host.version, the torch index for it and the driver minimum are one
+    fact: they must agree (bump moves them together)."""
+    from ..host import drivers
+
+    h = b.get("host") or {}
+    if not h.get("stack") or not h.get("version"):
+        return
+    stack = drivers.STACKS[h["stack"]]
+    where = path + ("host", "version")
+    carried = drivers.image_release(stack, b.get("base_image"), h["version"])
+    if carried is not None and carried != h["version"]:
+        loc.at(where, f"{_dotted(where)}: '{h['version']}', but the base image {b['base_image']} carries {stack.title} "
+                      f"{carried}: state the base's release (the driver minimum and the torch index follow it)")
+        return
+    torch = b.get("torch") or {}
+    want = drivers.torch_index(stack, h["version"], torch.get("index_url")) if torch.get("source") == "pip" else None
+    if want and want != torch.get("index_url"):
+        at = path + ("torch", "index_url")
+        loc.at(at, f"{_dotted(at)}: {torch['index_url']} is not the torch index for {stack.title} {h['version']} "
+                   f"(host.version): {want}")
+    if stack.confirmed and not h.get("driver") and drivers.minimum_driver(stack, h["version"]) is None:
+        loc.at(where, f"{_dotted(where)}: no minimum {stack.driver_title} is known for {stack.title} {h['version']} "
+                      f"({stack.source}, envbuild/host/drivers.py): add its row there, or state host.driver with its source")
+
+
 def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located) -> None:
     """Rules across fields. `raw` tells a missing key from one that was present but invalid (already reported)."""
     typo = lambda key: any(difflib.get_close_matches(k, [key], n=1) for k in raw if k not in BACKEND)  # noqa: E731
@@ -336,6 +365,7 @@ def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Lo
     if b.get("plugin") and "import" not in raw and not typo("import"):
         loc.at(path, f"missing required key 'import' in {_dotted(path)} (the module that registers the plugin's device)")
     _check_pairing(b, path, loc)
+    _check_stack(b, path, loc)
 
 
 def _merged(base: Any, over: Any) -> Any:
@@ -442,10 +472,14 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
         apt=tuple(b.get("apt") or ()),
         host=HostNeeds(**{**b["host"], "arch": tuple(b["host"]["arch"] or ())}) if b.get("host") else None,
         variant_of=b.get("variant_of"),
+        own=tuple((d, Pin(b[d]["version"], b[d].get("torch"), tuple(b[d].get("avoid") or ())))
+                  for d in ("transformers", "accelerate") if b.get(d)),
     )
 
 
-def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Matrix:
+def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = (), facts: Facts | None = None) -> Matrix:
+    """The validated matrix; with `facts` (the metadata cache), every image's pins are also held to its Python and
+    torch."""
     tree, loc = _parse(text, source)
     overrides = list(overrides)
     if overrides:
@@ -456,12 +490,16 @@ def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()
         loc.at((), f"the matrix must be a mapping with 'image', 'transformers', 'accelerate' and 'backends', got {type_message(tree, 'a mapping')[len('expected a mapping, got '):]}")
         raise MatrixError(loc.problems)
     matrix = _build(tree, source, loc)
+    if matrix is not None and not loc.problems and facts is not None:
+        for where, message in fact_problems(matrix, facts):
+            loc.at(tuple(where.split(".")), message)
     if loc.problems or matrix is None:
         raise MatrixError(loc.problems)
     return matrix
 
 
-def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Matrix:
+def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = (), *, with_facts: bool = True) -> Matrix:
+    """The matrix file, validated; with the metadata cache beside it (facts.path_for) unless `with_facts` is False."""
     p = Path(path)
     if not p.exists() and not p.is_symlink():
         raise MatrixError([Problem(str(path), None, "no such file (pass --matrix FILE, or run from the envbuild checkout)")])
@@ -474,4 +512,4 @@ def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Ma
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise MatrixError([Problem(str(path), line, "not UTF-8 text")]) from None
-    return loads(text, str(path), overrides)
+    return loads(text, str(path), overrides, read_facts(path_for(p)) if with_facts else None)

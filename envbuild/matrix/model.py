@@ -96,6 +96,16 @@ class Compile:
 class Python:
     executable: str = "python3"
     apt: tuple[str, ...] = ()
+    version: str | None = None  # the base's Python (X.Y); None: not declared
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A backend's own transformers or accelerate (where the shared pin cannot run on its base)."""
+
+    version: str
+    torch: str | None = None  # what that release's metadata requires of torch
+    avoid: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,7 @@ class Backend:
     apt: tuple[str, ...] = ()  # Debian packages its runtime asks for
     host: HostNeeds | None = None  # what it needs of the host's driver (None: no driver, e.g. cpu)
     variant_of: str | None = None  # the backend whose settings it shares (same device, e.g. an older CUDA)
+    own: tuple[tuple[str, Pin], ...] = ()  # (transformers|accelerate, its own pin) replacing the shared one
 
     @property
     def family(self) -> str:
@@ -181,6 +192,16 @@ class Matrix:
     def avoided(self, dist: str) -> tuple[str, ...]:
         return dict(self.avoid).get(dist, ())
 
+    def pin(self, dist: str, backend: Backend | None = None) -> str:
+        """transformers' or accelerate's version in this backend's image: its own pin, else the shared one."""
+        own = dict(backend.own).get(dist) if backend else None
+        return own.version if own else getattr(self, dist)
+
+    def needs_torch(self, dist: str, backend: Backend | None = None) -> str | None:
+        """What that pinned release requires of torch (as the matrix records it)."""
+        own = dict(backend.own).get(dist) if backend else None
+        return own.torch if own else getattr(self, f"{dist}_torch")
+
     @property
     def names(self) -> list[str]:
         return [b.name for b in self.backends]
@@ -215,7 +236,7 @@ class Matrix:
         pinned = f"{backend.name}-torch{backend.torch.version}"
         if backend.plugin:
             pinned += f"-{backend.plugin.package}{backend.plugin.version}"
-        pinned += f"-transformers{self.transformers}"
+        pinned += f"-transformers{self.pin('transformers', backend)}"
         pinned = re.sub(r"[^A-Za-z0-9_.-]", "_", pinned)[:128]
         return [f"{self.image.repository}:{backend.name}", f"{self.image.repository}:{pinned}"]
 

@@ -137,6 +137,19 @@ def _check_requirement(value: Any) -> tuple[Any, str | None]:
     return str(req), None
 
 
+_PYTHON = re.compile(r"^3\.[0-9]{1,2}$")
+
+
+def _check_python(value: Any) -> tuple[Any, str | None]:
+    if not isinstance(value, str):
+        return None, type_message(value, "a Python version string") + " (quote it, e.g. \"3.12\")"
+    if (ch := unsafe_char(value)) is not None:
+        return None, unsafe_message(value, ch)
+    if not _PYTHON.match(value):
+        return None, f"{value!r} is not a Python release such as \"3.12\" (major.minor)"
+    return value, None
+
+
 def _check_bool(value: Any) -> tuple[Any, str | None]:
     if isinstance(value, bool):
         return value, None
@@ -208,6 +221,9 @@ BACKEND = {
         section={
             "executable": _leaf("executable", default="python3"),
             "apt": _list("apt"),
+            # The Python the base runs (X.Y): every pinned package's Requires-Python is held to it (validate,
+            # from the metadata cache), and the build and the lock fail when the base runs another.
+            "version": Field(check=_check_python),
         }
     ),
     "torch": Field(
@@ -249,6 +265,10 @@ BACKEND = {
         }
     ),
     "ci": Field(section={"runs_on": _list("label", required=True)}),
+    # This backend's own transformers/accelerate, where the shared pin cannot run on its base (an older Python
+    # or torch of a vendor's image): the newest release that fits, from its metadata.
+    "transformers": Field(section=_NEEDS_TORCH),
+    "accelerate": Field(section=_NEEDS_TORCH),
     # Who the image runs as: a named non-root user (the default), or root where the vendor's stack needs it.
     "user": _leaf("word", default="envbuild", choices=("envbuild", "root")),
     # torch.compile: the compiler and Python headers it needs (Debian packages, a layer of their own), and

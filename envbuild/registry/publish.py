@@ -53,8 +53,8 @@ def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> 
         "backend": backend.name,
         "torch": backend.torch.version,
         "plugin": f"{backend.plugin.package}=={backend.plugin.version}" if backend.plugin else "",
-        "transformers": m.transformers,
-        "accelerate": m.accelerate,
+        "transformers": m.pin("transformers", backend),
+        "accelerate": m.pin("accelerate", backend),
     }
     return [
         f"{key} is {labels.get(label + key)!r} in the image but {value!r} in the matrix"
@@ -178,8 +178,8 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
         "versions": manifest.image_versions(image.labels) if image.labels.get(manifest.LABEL + "backend") else {
             "torch": backend.torch.version,
             "plugin": {"package": backend.plugin.package, "version": backend.plugin.version} if backend.plugin else None,
-            "transformers": m.transformers,
-            "accelerate": m.accelerate,
+            "transformers": m.pin("transformers", backend),
+            "accelerate": m.pin("accelerate", backend),
         },
         "requires": manifest.image_requires(image.labels, image_arch(engine, image.id)),
         "git_revision": revision or head,

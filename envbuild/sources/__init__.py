@@ -12,7 +12,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 from packaging.version import Version
 
+from ..host import drivers
 from ..matrix import rules
+from ..matrix.facts import Facts
 from ..matrix.model import Backend, Matrix
 from ..registry.refs import mirror_image, registry_host
 from .index import IndexClient, SourceError
@@ -62,9 +64,21 @@ class Sources:
     environ: Mapping[str, str] | None = None
     index: IndexClient | None = None
     registry: RegistryClient | None = None
+    facts: Facts | None = None  # what the candidates' metadata says, read once per run
 
     def __post_init__(self) -> None:
         self.index = self.index or IndexClient(self.ca_bundle, self.netrc)
+        self.facts = self.facts or Facts("(asked)")
+
+    def cannot(self, index_url: str, dist: str, version: Version | str, backend: Backend, torch: str) -> list[str]:
+        """Why this backend (its Python, this torch) cannot carry `dist version`, from the release's own metadata."""
+        from .metadata import record
+
+        python = backend.python.version
+        if self.facts.why_not(dist, str(version), python, torch) is None:
+            record(self.facts, self.index, index_url, dist, Version(str(version)), self.index.files(index_url, dist),
+                   [python] if python else [])
+        return self.facts.why_not(dist, str(version), python, torch) or []
 
     def registry_for(self, matrix: Matrix) -> RegistryClient:
         if self.registry is None:
@@ -114,15 +128,26 @@ def _shared(sources: Sources, matrix: Matrix, dist: str, backends: list[Backend]
         f.fits = current
         versions = _without_avoided(f, versions, matrix.avoided(dist), dist)
         scanned: list[tuple[Version, str | None]] = []
+        held: set[str] = set()
         for v in _newer(versions, current):  # newest first: the first that every backend carries wins
             spec = _needs_torch(sources, matrix, dist, v)
             scanned.append((v, spec))
             too_old = [b for b in backends if rules.torch_required(dist, str(v), spec, b.torch.version)]
-            if not too_old:
+            # Requires-Python, from the release's metadata, against each base's declared Python
+            no_python = [b for b in backends if b not in too_old and b.python.version
+                         and any("Python" in w for w in sources.cannot(matrix.index.url, dist, v, b, b.torch.version))]
+            if not too_old and not no_python:
                 f.fits = str(v)
                 if spec and spec != recorded:
                     f.also[f"{dist}.torch"] = spec
                 break
+            if no_python:
+                rp = sources.facts.wheel(dist, str(v), no_python[0].python.version)
+                f.why.append(f"{v} needs Python {getattr(rp, 'requires_python', '?')}: "
+                             + ", ".join(f"{b.name} has {b.python.version}" for b in no_python))
+                held.update(b.name for b in no_python)
+                if not too_old:
+                    continue
             said = f" needs torch{spec}: " + ", ".join(f"{b.name} has {b.torch.version}" for b in too_old)
             run = f.why[-1].split(" ", 1) if f.why else None
             if run and " " + run[1] == said:  # a run of releases held back alike: one line, "OLDEST..NEWEST"
@@ -130,13 +155,44 @@ def _shared(sources: Sources, matrix: Matrix, dist: str, backends: list[Backend]
             else:
                 f.why.append(f"{v}{said}")
         for b in backends:  # the backends that hold the matrix back, and the newest each alone could take
-            if any(rules.torch_required(dist, str(v), spec, b.torch.version) for v, spec in scanned):
+            if b.name in held:
+                f.why.append(f"{b.name}'s Python {b.python.version} holds it back: pin its own {dist} "
+                             f"(backends.{b.name}.{dist}.version)")
+            elif any(rules.torch_required(dist, str(v), spec, b.torch.version) for v, spec in scanned):
                 own = next((str(v) for v, spec in scanned if not rules.torch_required(dist, str(v), spec, b.torch.version)), f.fits)
                 f.why.append(f"{b.name}'s torch {b.torch.version} carries {dist} {own} at the newest")
         if f.fits == current and recorded is None:  # the data validate needs, refreshed from the pinned release
             spec = _needs_torch(sources, matrix, dist, current)
             if spec:
                 f.also[f"{dist}.torch"] = spec
+
+    return _asked(f, ask)
+
+
+def _own(sources: Sources, matrix: Matrix, b: Backend, dist: str) -> Finding:
+    """A backend's own transformers/accelerate: the newest release its Python and torch can carry."""
+    pin = dict(b.own)[dist]
+    f = Finding(f"backends.{b.name}.{dist}.version", b.name, matrix.index.url, pin.version)
+
+    def ask() -> None:
+        versions = sources.index.versions(matrix.index.url, dist, prereleases=Version(pin.version).is_prerelease)
+        f.newest = str(versions[0]) if versions else None
+        f.fits = pin.version
+        versions = _without_avoided(f, versions, (*matrix.avoided(dist), *pin.avoid), dist)
+        for v in _newer(versions, pin.version):
+            why = sources.cannot(matrix.index.url, dist, v, b, b.torch.version)
+            if not why:
+                f.fits = str(v)
+                spec = sources.facts.wheel(dist, str(v), b.python.version) if b.python.version else None
+                if spec and spec.torch and spec.torch != pin.torch:
+                    f.also[f"backends.{b.name}.{dist}.torch"] = spec.torch
+                break
+            said = "; ".join(why)
+            last = f.why[-1].split(": ", 1) if f.why else None
+            if last and last[1] == said:  # a run of releases held back alike: one line, "OLDEST..NEWEST"
+                f.why[-1] = f"{v}..{last[0].split('..')[-1]}: {said}"
+            else:
+                f.why.append(f"{v}: {said}")
 
     return _asked(f, ask)
 
@@ -219,8 +275,15 @@ def _torch(sources: Sources, matrix: Matrix, b: Backend) -> tuple[Finding, str]:
                     reasons.append(f"{b.plugin.package} has no release for it (rule {b.plugin.pairing})")
             if b.plugin and not rules.in_range(b.plugin.torch, str(v)):
                 reasons.append(f"outside {b.plugin.package} {b.plugin.version}'s range '{b.plugin.torch}'")
+            elif b.plugin and b.plugin.pairing == "none" and b.plugin.source == "pip":
+                # no pairing rule: the plugin's own Requires-Dist on torch decides (this release or a newer one)
+                index = b.plugin.index_url or matrix.index.url
+                if all(sources.cannot(index, b.plugin.package, p, b, str(v))
+                       for p in plugins if p >= Version(b.plugin.version)):
+                    reasons.append(f"no {b.plugin.package} release from {b.plugin.version} on requires a torch it fits "
+                                   "(their metadata)")
             for dist in ("transformers", "accelerate"):
-                if why := rules.torch_required(dist, getattr(matrix, dist), getattr(matrix, f"{dist}_torch"), str(v)):
+                if why := rules.torch_required(dist, matrix.pin(dist, b), matrix.needs_torch(dist, b), str(v)):
                     reasons.append(why)
             if not reasons:
                 f.fits = str(v)
@@ -242,15 +305,23 @@ def _plugin(sources: Sources, matrix: Matrix, b: Backend, torch_version: str) ->
         f.fits = p.version
         for v in _newer(versions, p.version):
             why = rules.plugin_fits(p.pairing, str(v), torch_version)
-            if why is None:
-                f.fits = str(v)
-                break
-            f.why.append(f"{v} does not pair with torch {torch_version} ({why})")
+            if why is not None:
+                f.why.append(f"{v} does not pair with torch {torch_version} ({why})")
+                continue
+            meta = sources.cannot(f.source, p.package, v, b, torch_version)  # its Requires-Dist and Requires-Python
+            if meta:
+                f.why.append(f"{v}: {'; '.join(meta)} (its metadata)")
+                continue
+            f.fits = str(v)
+            got = sources.facts.wheel(p.package, str(v), b.python.version) if b.python.version else None
+            if p.torch and got and got.torch and got.torch != p.torch:
+                f.also[f"backends.{b.name}.plugin.torch"] = got.torch
+            break
 
     return _asked(f, ask)
 
 
-def _base(sources: Sources, matrix: Matrix, b: Backend) -> Finding:
+def _base(sources: Sources, matrix: Matrix, b: Backend, torch_version: str | None = None) -> Finding:
     ref = ImageRef.parse(b.base_image)
     asked = ImageRef.parse(mirror_image(b.base_image, sources.mirrors)) if sources.mirrors else ref
     f = Finding(f"backends.{b.name}.base_image", b.name, asked.host, b.base_image)
@@ -265,6 +336,8 @@ def _base(sources: Sources, matrix: Matrix, b: Backend) -> Finding:
         chosen = ref.tag
         for tag in candidates:
             reasons, moved = _base_moves(matrix, b, ref.tag, tag)
+            more, linked = _stack_moves(sources, b, ref.with_tag(tag), torch_version or b.torch.version)
+            reasons, moved = reasons + more, {**moved, **linked}
             if not reasons:
                 chosen = tag
                 f.also.update(moved)
@@ -276,6 +349,36 @@ def _base(sources: Sources, matrix: Matrix, b: Backend) -> Finding:
         f.fits = ref.with_tag(chosen, digest)
 
     return _asked(f, ask)
+
+
+def _stack_moves(sources: Sources, b: Backend, image: str, torch_version: str) -> tuple[list[str], dict[str, str]]:
+    """A base with another accelerator stack release moves host.version, and with it the torch index (one that
+    exists and has this torch) and the driver minimum (one envbuild knows), or is not proposed."""
+    h = b.host
+    stack = drivers.STACKS[h.stack] if h else None
+    new = drivers.image_release(stack, image, h.version) if stack else None
+    if new is None or new == h.version:
+        return [], {}
+    moved = {f"backends.{b.name}.host.version": new}
+    reasons = []
+    if h.driver:
+        reasons.append(f"host.driver {h.driver} is stated for {stack.title} {h.version}: check the vendor's minimum for "
+                       f"{new} and move both by hand")
+    elif stack.confirmed and drivers.minimum_driver(stack, new) is None:
+        reasons.append(f"no minimum {stack.driver_title} is known for {stack.title} {new} (envbuild/host/drivers.py "
+                       f"from {stack.source}: add its row first)")
+    url = drivers.torch_index(stack, new, b.torch.index_url) if b.torch.source == "pip" else None
+    if url and url != b.torch.index_url:
+        try:
+            have = sources.index.versions(url, "torch", public=True)
+        except SourceError as exc:
+            reasons.append(f"no torch index for {stack.title} {new}: {exc}")
+        else:
+            if Version(torch_version) not in have:
+                reasons.append(f"the torch index for {stack.title} {new} ({url}) has no torch {torch_version}")
+            else:
+                moved[f"backends.{b.name}.torch.index_url"] = url
+    return reasons, moved
 
 
 def _base_moves(matrix: Matrix, b: Backend, old_tag: str, new_tag: str) -> tuple[list[str], dict[str, str]]:
@@ -302,7 +405,7 @@ def _base_moves(matrix: Matrix, b: Backend, old_tag: str, new_tag: str) -> tuple
             if why := rules.plugin_fits(b.plugin.pairing, plugin, torch):
                 reasons.append(why)
     for dist in ("transformers", "accelerate"):
-        if why := rules.torch_required(dist, getattr(matrix, dist), getattr(matrix, f"{dist}_torch"), torch):
+        if why := rules.torch_required(dist, matrix.pin(dist, b), matrix.needs_torch(dist, b), torch):
             reasons.append(why)
     return reasons, moved
 
@@ -316,7 +419,8 @@ def _backend(sources: Sources, matrix: Matrix, b: Backend) -> list[Finding]:
     if b.plugin and b.plugin.source == "pip":
         out.append(_plugin(sources, matrix, b, torch_version))
     if b.base_image:
-        out.append(_base(sources, matrix, b))
+        out.append(_base(sources, matrix, b, torch_version))
+    out += [_own(sources, matrix, b, dist) for dist, _ in b.own]
     out += _extras(sources, matrix, b)
     return out
 
@@ -326,9 +430,11 @@ def outdated(matrix: Matrix, backends: list[Backend], sources: Sources | None = 
     """Every pin of the matrix (the shared ones, then each chosen backend's), asked of its source."""
     sources = sources or Sources()
     say = progress or (lambda _: None)
-    carried = [b for b in matrix.backends if b.containerizable]  # transformers must fit every image, chosen or not
+    # the shared pins must fit every image that carries them, chosen or not (not those with their own)
+    carried = {d: [b for b in matrix.backends if b.containerizable and d not in dict(b.own)] for d in ("transformers", "accelerate")}
     say(f"asking {matrix.index.url} for transformers, accelerate and uv")
-    findings = [_shared(sources, matrix, "transformers", carried), _shared(sources, matrix, "accelerate", carried),
+    findings = [_shared(sources, matrix, "transformers", carried["transformers"]),
+                _shared(sources, matrix, "accelerate", carried["accelerate"]),
                 _uv(sources, matrix), *_extras(sources, matrix, None)]
     for b in backends:
         say(f"asking the sources of {b.name}")

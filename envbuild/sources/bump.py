@@ -10,8 +10,9 @@ from typing import Any
 
 from .. import files, render
 from ..errors import InvalidInput
-from ..matrix import edit
+from ..matrix import edit, facts
 from ..matrix.load import MAX_MATRIX, loads
+from ..paths import PACKAGE
 from ..matrix.model import Matrix
 from ..matrix.rules import torch_required
 from . import Finding, Sources
@@ -25,7 +26,8 @@ KINDS = {"transformers": "transformers.", "accelerate": "accelerate.", "uv": "uv
 class Bump:
     changes: dict[str, str] = field(default_factory=dict)  # dotted field -> new value
     diff: str = ""  # unified diff of matrix.yaml
-    written: list[str] = field(default_factory=list)  # files replaced
+    written: list[str] = field(default_factory=list)  # files replaced (the matrix, its metadata cache, Dockerfiles,
+    # COMPATIBILITY.md beside the matrix)
     backends: list[str] = field(default_factory=list)  # whose images change (their locks to refresh)
     matrix: Matrix | None = None  # the bumped matrix
 
@@ -112,8 +114,20 @@ def affected(old: Matrix, new: Matrix) -> list[str]:
     return [b.name for b in new.containerizable() if shared or before.get(b.name) != b]
 
 
-def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: bool = False) -> Bump:
-    """Edit the matrix and render; write both (all or nothing) unless `dry_run`."""
+def working(matrix_path: Path) -> None:
+    """Refuse the matrix installed with envbuild (inside the package, site-packages): bump edits a working folder's."""
+    p = Path(matrix_path).absolute()
+    if p.is_relative_to(PACKAGE) or any(part in ("site-packages", "dist-packages") for part in p.parts):
+        raise InvalidInput(f"{matrix_path} is the matrix installed with envbuild, not one in a working folder: bump "
+                           f"would have changed {p}; run it in a checkout of your matrix, or pass --matrix FILE")
+
+
+def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: bool = False, index: Any = None) -> Bump:
+    """Edit the matrix and write every file derived from it: the Dockerfiles, the metadata cache (refreshed from
+    `index` for the new pins, where the matrix has one) and COMPATIBILITY.md beside the matrix (where there is one),
+    all or nothing, unless `dry_run`. The edited matrix must validate against the refreshed facts first."""
+    if not dry_run:
+        working(matrix_path)
     result = Bump(changes=dict(new))
     old_text = files.read_user(matrix_path, str(matrix_path), limit=MAX_MATRIX).decode("utf-8")
     if not new:
@@ -121,14 +135,30 @@ def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: 
     before = loads(old_text, str(matrix_path))
     result.changes = placed(old_text, before, new)
     text = edit.apply(old_text, result.changes, str(matrix_path))
-    result.matrix = loads(text, str(matrix_path))  # the edited matrix must validate before anything is written
+    cache_path = facts.path_for(matrix_path)
+    cache = facts.read(cache_path)
+    if cache is not None and index is not None:
+        from .metadata import refresh
+
+        errors = refresh(loads(text, str(matrix_path)), cache, index)
+        if errors:
+            raise InvalidInput(f"cannot read the metadata of the new pins ({'; '.join(errors)}): nothing was written")
+    result.matrix = loads(text, str(matrix_path), facts=cache)  # it must validate before anything is written
     result.diff = "".join(difflib.unified_diff(old_text.splitlines(True), text.splitlines(True),
                                                f"a/{matrix_path.name}", f"b/{matrix_path.name}"))
     result.backends = affected(before, result.matrix)
     if dry_run:
         return result
     rendered = render.render(result.matrix, result.matrix.containerizable())
-    staged = files.stage({matrix_path: text, **{dockerfiles / name: body for name, body in rendered.items()}})
+    derived = {dockerfiles / name: body for name, body in rendered.items()}
+    if cache is not None:
+        derived[cache_path] = cache.text()
+    compat = Path(matrix_path).parent / "COMPATIBILITY.md"
+    if compat.is_file():  # what `list --compat --check COMPATIBILITY.md` compares with
+        from .. import report
+
+        derived[compat] = report.compat_markdown(report.compat_rows(result.matrix))
+    staged = files.stage({matrix_path: text, **derived})
     files.commit(staged)  # stage leaves unchanged files out: what is listed was written
     result.written = [str(p) for p in staged]
     return result

@@ -124,7 +124,10 @@ class IndexClient:
         wheels = [f for f in self.files(index_url, name) if f.wheel and f.version == want]
         if not wheels:
             raise SourceError(f"{name} {version}: no wheel on {index_url} to read its metadata from")
-        f = sorted(wheels, key=lambda w: ("none-any" not in w.filename, w.filename))[0]
+        return self.file_metadata(sorted(wheels, key=lambda w: ("none-any" not in w.filename, w.filename))[0])
+
+    def file_metadata(self, f: File) -> email.message.Message:
+        """The core metadata of one wheel (wheels of one release may differ: a Requires-Python per Python)."""
         cached = cache_dir("sources") / "metadata" / f"{f.sha256}.METADATA" if f.sha256 else None
         if cached and cached.is_file():
             text = cached.read_text()

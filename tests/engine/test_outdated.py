@@ -303,3 +303,22 @@ def test_an_avoided_release_is_never_proposed_and_says_why(world, tmp_path):
     uv = next(f for f in json.loads(proc.stdout) if f["field"] == "uv.version")
     assert (uv["newest"], uv["fits"], uv["newer"]) == ("0.13.9", "0.13.8", False)
     assert uv["why"] == ["0.13.9: avoided (uv.avoid in the matrix)"]
+
+
+def test_the_shipped_pins_fit_each_other_as_pypi_says_today(tmp_path):
+    """The metadata cache refreshed from PyPI itself (a copy beside a copy of the shipped matrix): every
+    containerizable backend's pins still fit its Python and torch, and the committed facts of the pins are PyPI's.
+    Where PyPI cannot be reached, that is said, not raised."""
+    from envbuild.matrix import facts, load
+
+    path = tmp_path / "matrix.yaml"
+    path.write_bytes(MATRIX.read_bytes())
+    facts.path_for(path).write_bytes(facts.path_for(MATRIX).read_bytes())
+    proc = envbuild("metadata", "--refresh", "--matrix", path, cwd=tmp_path)
+    if "cannot be reached" in proc.stderr:
+        return
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # validated against what PyPI says now
+    fresh, committed = facts.read(facts.path_for(path)), facts.read(facts.path_for(MATRIX))
+    for b, dist, version, _ in facts.carried(load(MATRIX)):
+        if b.python.version:
+            assert fresh.wheel(dist, version, b.python.version) == committed.wheel(dist, version, b.python.version), (dist, version)

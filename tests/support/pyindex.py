@@ -21,13 +21,15 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = (), tag: str = "py3-none-any") -> Path:
+def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = (), tag: str = "py3-none-any",
+               requires_python: str | None = None) -> Path:
     """A wheel of `name` whose module says its version (pure Python unless `tag` names a platform)."""
     dist = re.sub(r"[-_.]+", "_", name)
     files = {
         f"{dist}/__init__.py": f'__version__ = "{version}"\n'.encode(),
         f"{dist}-{version}.dist-info/METADATA": (
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            + (f"Requires-Python: {requires_python}\n" if requires_python else "")
             + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
         f"{dist}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: envbuild-tests\nRoot-Is-Purelib: true\nTag: " + tag.encode() + b"\n",
     }
@@ -57,16 +59,25 @@ class SimpleIndex:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+        return self.url_of("simple")
+
+    def url_of(self, folder: str) -> str:
+        """The URL of another index on this server (e.g. "whl/cu132", as PyTorch names its CUDA indexes)."""
+        return f"http://127.0.0.1:{self.server.server_address[1]}/{folder}"
 
     def add(self, name: str, version: str, requires: tuple[str, ...] = (), *, tag: str = "py3-none-any",
-            metadata: bool = False, yanked: bool = False) -> Path:
-        """Publish a release; with `metadata`, its core metadata beside it (PEP 658), as PyPI serves it."""
-        wheel = make_wheel(self.root / "files", name, version, requires, tag)
+            metadata: bool = False, yanked: bool = False, requires_python: str | None = None,
+            folder: str = "simple") -> Path:
+        """Publish a release; with `metadata`, its core metadata beside it (PEP 658), as PyPI serves it; `folder`:
+        the index it is listed on."""
+        wheel = make_wheel(self.root / "files", name, version, requires, tag, requires_python)
         project = re.sub(r"[-_.]+", "-", name).lower()
-        self.projects.setdefault(project, []).append(wheel)
+        key = project if folder == "simple" else f"{folder}/{project}"
+        self.projects.setdefault(key, []).append(wheel)
         self.attrs = getattr(self, "attrs", {})
         attrs = ' data-yanked=""' if yanked else ""
+        if requires_python:
+            attrs += f' data-requires-python="{html.escape(requires_python)}"'
         if metadata:
             with zipfile.ZipFile(wheel) as zf:
                 meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
@@ -74,13 +85,15 @@ class SimpleIndex:
             Path(str(wheel) + ".metadata").write_bytes(data)
             attrs += f' data-core-metadata="sha256={hashlib.sha256(data).hexdigest()}"'
         self.attrs[wheel.name] = attrs
-        page = self.root / "simple" / project / "index.html"
+        page = self.root / folder / project / "index.html"
         page.parent.mkdir(parents=True, exist_ok=True)
-        links = "".join(f'<a href="../../files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}"'
-                        f'{self.attrs.get(w.name, "")}>{html.escape(w.name)}</a>\n' for w in self.projects[project])
+        up = "../" * (folder.count("/") + 2)
+        links = "".join(f'<a href="{up}files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}"'
+                        f'{self.attrs.get(w.name, "")}>{html.escape(w.name)}</a>\n' for w in self.projects[key])
         page.write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
-        (self.root / "simple" / "index.html").write_text(
-            "<!DOCTYPE html>\n<html><body>\n" + "".join(f'<a href="{p}/">{p}</a>\n' for p in sorted(self.projects))
+        listed = sorted(k.rpartition("/")[2] for k in self.projects if k.rpartition("/")[0] == ("" if folder == "simple" else folder))
+        (self.root / folder / "index.html").write_text(
+            "<!DOCTYPE html>\n<html><body>\n" + "".join(f'<a href="{p}/">{p}</a>\n' for p in listed)
             + "</body></html>\n")
         return wheel
 

@@ -23,6 +23,7 @@ from .constants import MATRIX, TORCH
 
 REPOSITORY = "envbuild-test/standin"
 NPU_PLUGIN = TORCH  # torch-npu X.Y.Z pairs with torch X.Y.Z (pairing: same-release)
+STANDIN_PYTHON = "3.11"  # the stand-in base's (Debian bookworm's): the build checks the base's Python
 
 
 @dataclass
@@ -34,9 +35,10 @@ class Standin:
 
 
 def overrides(backend: str, base: str, *extra: str) -> list[str]:
-    """The backend's real matrix entry with only its base and torch version changed (and PyPI standing in for
-    PyTorch's index, which these machines cannot reach)."""
-    sets = [f"backends.{backend}.base_image={base}", f"backends.{backend}.torch.version={TORCH}",
+    """The backend's real matrix entry with only its base (and so its Python) and torch version changed (and PyPI
+    standing in for PyTorch's index, which these machines cannot reach)."""
+    sets = [f"backends.{backend}.base_image={base}", f"backends.{backend}.python.version={STANDIN_PYTHON}",
+            f"backends.{backend}.torch.version={TORCH}",
             f"backends.{backend}.torch.index_url=https://pypi.org/simple", f"image.repository={REPOSITORY}", *extra]
     return [arg for s in sets for arg in ("--set", s)]
 

@@ -16,6 +16,7 @@ def test_the_wheel_holds_only_what_users_run(tmp_path):
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if not n.startswith("envbuild-") or "/" not in n]
         packaged_matrix = zf.read("envbuild/matrix/matrix.yaml")
+        packaged_facts = zf.read("envbuild/matrix/matrix.metadata.json")
     assert all(n.startswith("envbuild/") for n in names), names
     assert not [n for n in names if any(word in n for word in ("testbed", "bench", "fixtures", "fakes", "tests/"))]
     for needed in ("envbuild/cli.py", "envbuild/engine.py", "envbuild/templates/Dockerfile.j2", "envbuild/smoke/probe.py",
@@ -23,6 +24,7 @@ def test_the_wheel_holds_only_what_users_run(tmp_path):
                    "envbuild/build/plan.py", "envbuild/registry/publish.py", "envbuild/host/doctor.py"):
         assert needed in names
     assert packaged_matrix == MATRIX.read_bytes()  # the checkout's matrix itself, not a link to it
+    assert packaged_facts == MATRIX.with_name("matrix.metadata.json").read_bytes()  # validate reads it beside the matrix
 
 
 def test_git_ignores_nothing_that_ships_or_tests():

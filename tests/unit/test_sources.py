@@ -108,7 +108,7 @@ VARIANTS = MATRIX.read_text().replace("\n  # AMD ships torch", """
       version: "12.6"
   cuda-13-0:
     variant_of: cuda
-    base_image: nvidia/cuda:13.0.2-base-ubuntu24.04
+    base_image: nvidia/cuda:13.2.0-base-ubuntu24.04
 
   # AMD ships torch""", 1)
 

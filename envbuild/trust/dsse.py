@@ -48,8 +48,8 @@ def open_envelope(data: bytes, key: PublicKey, digest: str, where: str) -> dict[
     except (ValueError, KeyError, TypeError, AttributeError):
         raise VerifyError("attestation", f"{where}: not a DSSE envelope") from None
     if not any(key.verify(sig, pae(PAYLOAD_TYPE, payload)) for sig in sigs):
-        raise VerifyError("other-key", f"{where}: no signature on the envelope verifies with {key.source} "
-                                       "(signed by another key, or its payload was changed)")
+        raise VerifyError("tampered", f"{where}: no signature on the envelope verifies with {key.source} "
+                                      "(its payload was changed after signing, or another key signed it)")
     try:
         doc = json.loads(payload)
         subjects = doc["subject"]

@@ -181,7 +181,7 @@ def provenance_predicate(*, backend: str, base_image: str | None, lock_text: byt
             dep["digest"] = {"sha256": digest.split(":", 1)[1]}
         deps.append(dep)
     if lock_text is not None:
-        deps.append({"name": "lock", "uri": f"envbuild:/opt/envbuild/lock.txt", "digest": {"sha256": hashlib.sha256(lock_text).hexdigest()}})
+        deps.append({"name": "lock", "uri": "envbuild:/opt/envbuild/lock.txt", "digest": {"sha256": hashlib.sha256(lock_text).hexdigest()}})
     if dockerfile is not None:
         deps.append({"name": "Dockerfile", "uri": f"envbuild:dockerfiles/{backend}.Dockerfile",
                      "digest": {"sha256": hashlib.sha256(dockerfile).hexdigest()}})

@@ -717,7 +717,8 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     volume at /cache (HF_HOME, Inductor's and Triton's caches: downloads and compiled kernels stay between
     runs), the current folder at /workspace as its working directory (files written there are yours: your
     uid, group 0), and a terminal when this is one. The exit status is the command's; Ctrl-C and SIGTERM
-    reach it; the container is removed afterwards. The host is checked first as for `smoke`.
+    reach it; the container is removed afterwards. The host is checked first as for `smoke`; with --key (or
+    $ENVBUILD_VERIFY_KEY) the image must verify (signature, attestations, passed smoke) before it starts.
 
     \b
     Examples:
@@ -935,7 +936,9 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, key, insecure_
 
     The tag comes from the matrix (the pinned one, so the image carries exactly this matrix's versions).
     With --manifest the registry's digest must equal the recorded one, checked before and after the pull;
-    a mismatch is refused and nothing is tagged. The image is then tagged as the matrix's REPO:BACKEND, so
+    a mismatch is refused and nothing is tagged. With --key (or $ENVBUILD_VERIFY_KEY) the image must first
+    verify as `envbuild verify` checks it, and the digest that arrives must be the verified one.
+    The image is then tagged as the matrix's REPO:BACKEND, so
     `envbuild smoke --backend BACKEND` tests it with no further flags. Credentials as for `publish`.
 
     \b

@@ -17,7 +17,7 @@ class KeyError_(InvalidInput):
 
 class VerifyError(EnvbuildError):
     """An image failed verification. `reason` says which way: unsigned, other-key, tampered, smoke-missing,
-    smoke-failed, attestation (not an in-toto statement in a DSSE envelope), missing, unreachable."""
+    smoke-failed, attestation (not an in-toto statement in a DSSE envelope), missing, registry (it could not be asked)."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(f"refusing the image ({reason}): {message}")

@@ -26,6 +26,15 @@ def _version() -> str:
         return "unknown"
 
 
+def _utc(when: Any) -> str | None:
+    """The image's creation time as RFC 3339 UTC (the engine gives a datetime)."""
+    from datetime import datetime, timezone
+
+    if isinstance(when, datetime):
+        return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str(when) if when else None
+
+
 def builder_id(environ: Mapping[str, str]) -> str:
     """Who ran the build: the CI workflow run when there is one, else this machine's envbuild."""
     if environ.get("GITHUB_ACTIONS") == "true" and environ.get("GITHUB_REPOSITORY"):
@@ -54,7 +63,7 @@ def predicates(m: Matrix, backend: Backend, engine: Engine, image: Image, entry:
         lock_text=engine.read_file(image.id, LOCK),
         dockerfile=render_backend(m, backend).encode("utf-8"),
         git_commit=entry.get("git_revision"), git_dirty=entry.get("git_dirty"),
-        builder=builder_id(environ), version=_version(), started=getattr(image, "created", None), finished=entry.get("date"),
+        builder=builder_id(environ), version=_version(), started=_utc(getattr(image, "created", None)), finished=entry.get("date"),
         matrix_sha256=hashlib.sha256(matrix_path.read_bytes()).hexdigest() if matrix_path.is_file() else None,
     )))
     return out

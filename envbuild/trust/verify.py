@@ -115,7 +115,7 @@ def verify(repository: str, reference: str, key: PublicKey, *, require_smoke: bo
     except NotFound:
         raise VerifyError("missing", f"{image} is not in the registry") from None
     except TrustError as exc:
-        raise VerifyError("unreachable", f"{image}: {exc}") from None
+        raise VerifyError("registry", f"{image}: {exc}") from None
     digest = manifest.digest
     _signature(client, path, digest, key)
     done = Verified(image, digest, key.fingerprint())

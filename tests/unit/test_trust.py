@@ -199,3 +199,27 @@ def test_provenance_claims_build_level_1_only():
     assert deps["lock"]["digest"]["sha256"] == __import__("hashlib").sha256(b"lock").hexdigest()
     assert deps["source"]["digest"] == {"gitCommit": "abc"}
     assert p["buildDefinition"]["internalParameters"]["slsa_build_level"] == 1
+
+
+def test_verify_bad_input_is_exit_2_with_a_reason(invoke, tmp_path, monkeypatch):
+    monkeypatch.delenv(keys.VERIFY_KEY_ENV, raising=False)
+    no_key = invoke("verify", "127.0.0.1:5000/envbuild:cpu")
+    assert no_key.exit_code == 2 and "--key cosign.pub" in no_key.output
+    pub = tmp_path / "cosign.pub"
+    pub.write_bytes(keys.generate(b"pw").public_pem)
+    for bad in ("127.0.0.1:5000/envbuild", "x@sha256:zz", "reg/x:bad\x1btag"):
+        result = invoke("verify", bad, "--key", str(pub))
+        assert result.exit_code == 2 and "Error:" in result.output and "\x1b" not in result.output
+    wrong = tmp_path / "cosign.key"
+    wrong.write_bytes(keys.generate(b"pw").private_pem)
+    result = invoke("verify", "127.0.0.1:5000/envbuild:cpu", "--key", str(wrong))
+    assert result.exit_code == 2 and "not a public key" in result.output
+
+
+def test_image_creation_time_becomes_rfc3339():
+    from datetime import datetime, timezone
+
+    from envbuild.trust.attest import _utc
+
+    assert _utc(datetime(2026, 12, 2, 3, 4, 5, tzinfo=timezone.utc)) == "2026-12-02T03:04:05Z"
+    assert _utc(None) is None

@@ -665,7 +665,7 @@ SKIP_VERIFY_HELP = ("Do not verify the image even though a key is configured: it
 
 def _verify_options(f):
     f = click.option("--insecure-skip-verify", is_flag=True, help=SKIP_VERIFY_HELP)(f)
-    f = click.option("--key", metavar="FILE", help="Verify the image with this public key (cosign.pub) first, and refuse it unless signed by it with a passing smoke attestation [default: $ENVBUILD_VERIFY_KEY].")(f)
+    f = click.option("--key", metavar="FILE", help="Verify the image with this public key (cosign.pub) first, and refuse it unless signed by it with a passing smoke attestation [default: $ENVBUILD_VERIFY_KEY, else the matrix's trust.public_key].")(f)
     return f
 
 
@@ -682,11 +682,12 @@ def _signing_key(given: str | None):
     return keys.signing_key(given, prompt=_prompt())
 
 
-def _verify_key(given: str | None, skip: bool):
-    """The public key pull and run verify with, or None; with --insecure-skip-verify, None and a warning."""
+def _verify_key(given: str | None, skip: bool, matrix=None):
+    """The public key pull and run verify with (--key, $ENVBUILD_VERIFY_KEY, the matrix's trust.public_key), or
+    None; with --insecure-skip-verify, None and a warning."""
     from .trust import keys
 
-    public = keys.verify_key(given)
+    public = keys.verify_key(given, default=matrix.trust_key if matrix is not None else None)
     if skip:
         if public is not None:
             click.secho("warning: --insecure-skip-verify: the image's signature, its signed attestations (SBOM, provenance) "
@@ -733,7 +734,7 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     b = m.select([_auto(m) if backend == "auto" else backend])[0]
     opts = runner.RunOptions(image=image, cache=cache, volumes=volumes, env=env, workdir=workdir,
                              mount_workdir=not no_workdir, command=command, tty=tty)
-    public = None if dry_run else _verify_key(key, insecure_skip_verify)
+    public = None if dry_run else _verify_key(key, insecure_skip_verify, m)
     sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
 
 
@@ -954,7 +955,7 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, key, insecure_
         raise click.UsageError("--tag needs a single backend")
     results = []
     engine = Engine()
-    public = _verify_key(key, insecure_skip_verify)
+    public = _verify_key(key, insecure_skip_verify, m)
     for backend in chosen:
         r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True),
                    ignore_host=ignore_host, key=public)

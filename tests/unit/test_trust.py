@@ -223,3 +223,28 @@ def test_image_creation_time_becomes_rfc3339():
 
     assert _utc(datetime(2026, 12, 2, 3, 4, 5, tzinfo=timezone.utc)) == "2026-12-02T03:04:05Z"
     assert _utc(None) is None
+
+
+MINIMAL = Path(__file__).parent.parent / "data" / "minimal.yaml"
+
+
+def test_matrix_trust_public_key_is_what_pull_verifies_with(invoke, write_matrix, tmp_path, monkeypatch):
+    from envbuild.matrix import load
+
+    monkeypatch.delenv(keys.VERIFY_KEY_ENV, raising=False)
+    (tmp_path / "cosign.pub").write_bytes(keys.generate(b"pw").public_pem)
+    path = write_matrix(MINIMAL.read_text() + "trust:\n  public_key: cosign.pub\n")
+    m = load(path)
+    assert m.trust_key == str(tmp_path / "cosign.pub")
+    typo = write_matrix(MINIMAL.read_text() + "trust:\n  public_kye: cosign.pub\n", "typo.yaml")
+    bad = invoke("validate", "--matrix", str(typo))
+    assert bad.exit_code == 2 and "public_kye" in bad.output
+    # pull reads the key from the matrix and asks the registry before anything else: here nothing listens
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = invoke("pull", "--backend", "cpu", "--matrix", str(path), "--registry", f"127.0.0.1:{port}/envbuild", "--ignore-host")
+    assert result.exit_code == 1 and "refusing the image (registry)" in result.output, result.output
+    skipped = invoke("pull", "--backend", "cpu", "--matrix", str(path), "--registry", f"127.0.0.1:{port}/envbuild",
+                     "--ignore-host", "--insecure-skip-verify")
+    assert "NOT checked" in skipped.output and "refusing the image" not in skipped.output

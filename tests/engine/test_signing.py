@@ -290,6 +290,30 @@ def test_smoke_missing_or_failed_is_refused(plain_registry, keypair):
     assert proc.returncode == 1 and "(smoke-failed)" in proc.stderr and "forward" in proc.stderr
 
 
+def test_a_later_smoke_result_is_attested_only_for_its_own_image(plain_registry, keypair):
+    """`envbuild attest` (nightly): the result's image id must be the registry manifest's config digest."""
+    from envbuild.trust import TrustError
+    from envbuild.trust import keys as trust_keys
+    from envbuild.trust.attest import attest_smoke
+
+    reg, repo = Registry(plain_registry.host), f"sig-{uuid.uuid4().hex[:8]}"
+    repository = f"{plain_registry.host}/{repo}"
+    digest = fake_image(reg, repo, "cpu", "tested at night")
+    sign_with(keypair, "cosign", repository, digest, smoke_ok=None)  # published without a smoke result
+    config = json.loads(reg.manifest(repo, "cpu")[0])["config"]["digest"]
+    key = trust_keys.load_private((keypair / "cosign.key").read_bytes(), PASSPHRASE.encode(), "k")
+    result = {"backend": "cpu", "ok": True, "image_id": "sha256:" + "9" * 64, "date": "2026-12-02T03:00:00Z",
+              "checks": [{"name": "device", "ok": True, "message": ""}]}
+    with pytest.raises(TrustError, match="smoke result is for image"):
+        attest_smoke(repository, "cpu", result, key)
+    assert verify_cli(f"{repository}:cpu", keypair / "cosign.pub").returncode == 1
+    attest_smoke(repository, "cpu", {**result, "image_id": config}, key)
+    statements = held_out_attestations(reg, repo, digest, (keypair / "cosign.pub").read_bytes())
+    assert [s["predicate"]["platform"] for s in statements] == ["linux/amd64"]
+    proc = verify_cli(f"{repository}:cpu", keypair / "cosign.pub")
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_no_secret_reaches_the_registry(plain_registry, keypair):
     """After every test above signed into it: neither the passphrase nor the private key is stored anywhere."""
     from cryptography.hazmat.primitives import serialization

@@ -722,6 +722,45 @@ def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
         click.echo("nothing to clean")
 
 
+# --- signing and verifying (envbuild/trust) ---------------------------------------------------------------
+
+SKIP_VERIFY_HELP = ("Do not verify the image even though a key is configured: its signature, its signed attestations "
+                    "(SBOM, provenance) and its signed smoke result are not checked.")
+
+
+def _verify_options(f):
+    f = click.option("--insecure-skip-verify", is_flag=True, help=SKIP_VERIFY_HELP)(f)
+    f = click.option("--key", metavar="FILE", help="Verify the image with this public key (cosign.pub) first, and refuse it unless signed by it with a passing smoke attestation [default: $ENVBUILD_VERIFY_KEY, else the matrix's trust.public_key].")(f)
+    return f
+
+
+def _prompt():
+    """Asks for a passphrase on a terminal (hidden); None where there is none to ask on."""
+    if not sys.stdin.isatty():
+        return None
+    return lambda question: click.prompt(question, hide_input=True, err=True)
+
+
+def _signing_key(given: str | None):
+    from .trust import keys
+
+    return keys.signing_key(given, prompt=_prompt())
+
+
+def _verify_key(given: str | None, skip: bool, matrix=None):
+    """The public key pull and run verify with (--key, $ENVBUILD_VERIFY_KEY, the matrix's trust.public_key), or
+    None; with --insecure-skip-verify, None and a warning."""
+    from .trust import keys
+
+    public = keys.verify_key(given, default=matrix.trust_key if matrix is not None else None)
+    if skip:
+        if public is not None:
+            click.secho("warning: --insecure-skip-verify: the image's signature, its signed attestations (SBOM, provenance) "
+                        "and its signed smoke result are NOT checked", fg="yellow", err=True)
+        return None
+    return public
+
+
 @cli.command("run", context_settings={"allow_interspersed_args": False})
 @click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="The backend whose image to run, or 'auto' (the one detected here).")
 @click.option("--image", callback=_image_ref, help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
@@ -733,17 +772,19 @@ def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
 @click.option("--tty/--no-tty", default=None, help="Allocate a terminal [default: when this one is a terminal].")
 @click.option("--dry-run", is_flag=True, help="Print the exact `docker run` line (secret values masked) and run nothing.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@_verify_options
 @_matrix_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, ignore_host, matrix_path, overrides,
-         command) -> None:
+def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, ignore_host, key, insecure_skip_verify,
+         matrix_path, overrides, command) -> None:
     """Work in a backend's image: `envbuild run [OPTIONS] [-- COMMAND ...]`, a shell without a command.
 
     The container gets the backend's device flags and shared-memory setting from the matrix, one cache
     volume at /cache (HF_HOME, Inductor's and Triton's caches: downloads and compiled kernels stay between
     runs), the current folder at /workspace as its working directory (files written there are yours: your
     uid, group 0), and a terminal when this is one. The exit status is the command's; Ctrl-C and SIGTERM
-    reach it; the container is removed afterwards. The host is checked first as for `smoke`.
+    reach it; the container is removed afterwards. The host is checked first as for `smoke`; with --key (or
+    $ENVBUILD_VERIFY_KEY) the image must verify (signature, attestations, passed smoke) before it starts.
 
     \b
     Examples:
@@ -758,7 +799,8 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     b = m.select([_auto(m) if backend == "auto" else backend])[0]
     opts = runner.RunOptions(image=image, cache=cache, volumes=volumes, env=env, workdir=workdir,
                              mount_workdir=not no_workdir, command=command, tty=tty)
-    sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host))
+    public = None if dry_run else _verify_key(key, insecure_skip_verify, m)
+    sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
 
 
 @cli.command("detect")
@@ -896,8 +938,9 @@ def _append_output(path: str, text: str) -> None:
 @click.option("--force", is_flag=True, help="Push even when the smoke result failed or the image's labels disagree with the matrix (the manifest says so).")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="Append a Markdown table of what landed to this file, e.g. $GITHUB_STEP_SUMMARY.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--sign-key", metavar="FILE|env://VAR", help="Sign every pushed digest and attest the image with this cosign key [default: $ENVBUILD_SIGNING_KEY, the key's text, when set]; passphrase from $ENVBUILD_KEY_PASSWORD or $COSIGN_PASSWORD, else asked.")
 @_matrix_options
-def publish(backends, registry, image, manifest, smoke_json, force, summary_path, as_json, matrix_path, overrides) -> None:
+def publish(backends, registry, image, manifest, smoke_json, force, summary_path, as_json, sign_key, matrix_path, overrides) -> None:
     """Push a backend's image (or all) and record each pushed digest in the manifest.
 
     Pushes the matrix's tags under the registry repository: REG:BACKEND and the pinned
@@ -926,11 +969,13 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
     chosen = _choose(m, backends)
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
-    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT), smoke_json=smoke_json, force=force)
+    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT), smoke_json=smoke_json, force=force,
+                            sign_key=_signing_key(sign_key))
     results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
     for r in results:
         if r.ok:
-            click.echo(f"{r.backend}: pushed {', '.join(r.refs)} ({r.digest}); recorded in {opts.manifest}")
+            signed = " signed and attested;" if r.entry and r.entry.get("signed") else ""
+            click.echo(f"{r.backend}: pushed {', '.join(r.refs)} ({r.digest});{signed} recorded in {opts.manifest}")
         else:
             click.secho(f"{r.backend}: publish FAILED: {r.error}", fg="red", err=True)
     if as_json:
@@ -950,13 +995,16 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
 @click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), help="Refuse the image unless its digest is the one this manifest records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@_verify_options
 @_matrix_options
-def pull(backends, registry, tag, manifest, as_json, ignore_host, matrix_path, overrides) -> None:
+def pull(backends, registry, tag, manifest, as_json, ignore_host, key, insecure_skip_verify, matrix_path, overrides) -> None:
     """Pull a backend's prebuilt image, verify it, and print how to run it.
 
     The tag comes from the matrix (the pinned one, so the image carries exactly this matrix's versions).
     With --manifest the registry's digest must equal the recorded one, checked before and after the pull;
-    a mismatch is refused and nothing is tagged. The image is then tagged as the matrix's REPO:BACKEND, so
+    a mismatch is refused and nothing is tagged. With --key (or $ENVBUILD_VERIFY_KEY) the image must first
+    verify as `envbuild verify` checks it, and the digest that arrives must be the verified one.
+    The image is then tagged as the matrix's REPO:BACKEND, so
     `envbuild smoke --backend BACKEND` tests it with no further flags. Credentials as for `publish`.
 
     \b
@@ -972,9 +1020,10 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, matrix_path, o
         raise click.UsageError("--tag needs a single backend")
     results = []
     engine = Engine()
+    public = _verify_key(key, insecure_skip_verify, m)
     for backend in chosen:
         r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True),
-                   ignore_host=ignore_host)
+                   ignore_host=ignore_host, key=public)
         results.append(r)
         if as_json:
             continue
@@ -1010,6 +1059,99 @@ def sbom_(backend, image, output, matrix_path, overrides) -> None:
         _write_output(output, text)
     else:
         click.echo(text, nl=False)
+
+
+@cli.command("keygen")
+@click.option("--output-key-prefix", "prefix", default="cosign", show_default=True, type=click.Path(dir_okay=False, path_type=Path), help="Write PREFIX.key and PREFIX.pub.")
+@click.option("--force", is_flag=True, help="Replace a key pair already there.")
+def keygen(prefix: Path, force: bool) -> None:
+    """Make a signing key pair in cosign's format: PREFIX.key (encrypted, mode 0600) and PREFIX.pub.
+
+    The passphrase comes from $ENVBUILD_KEY_PASSWORD, else $COSIGN_PASSWORD, else it is asked twice on the
+    terminal; it is never an argument and never printed. `cosign verify --key cosign.pub` reads what
+    `envbuild publish --sign-key cosign.key` signs. Keep cosign.key secret (in CI: a repository secret);
+    commit cosign.pub.
+    """
+    from .trust import keys
+
+    secret = keys.passphrase(prompt=_prompt(), confirm=True)
+    private, public = keys.write_pair(prefix, secret, force=force)
+    click.echo(f"wrote {private} (private: keep it secret) and {public} (public: share it, commit it)")
+    click.echo(f"key {keys.load_public(public.read_bytes(), str(public)).fingerprint()}")
+
+
+def _split_image(value: str) -> tuple[str, str]:
+    """REPO:TAG or REPO@DIGEST -> (REPO, TAG or DIGEST)."""
+    from .registry.refs import DIGEST, TAG
+
+    if "@" in value:
+        repo, _, reference = value.partition("@")
+        if not DIGEST.match(reference):
+            raise InvalidInput(f"{shown(value)}: the digest must be sha256:<64 hex>")
+        return repo, reference
+    repo, sep, tag = value.rpartition(":")
+    if not sep or "/" in tag or not TAG.match(tag):
+        raise InvalidInput(f"{shown(value)}: give REPOSITORY:TAG or REPOSITORY@sha256:DIGEST, e.g. ghcr.io/org/envbuild:cpu")
+    return repo, tag
+
+
+@cli.command("verify")
+@click.argument("image")
+@click.option("--key", metavar="FILE", help="The public key (cosign.pub) [default: $ENVBUILD_VERIFY_KEY].")
+@click.option("--no-smoke", is_flag=True, help="Do not require a signed smoke attestation (the signature and every attestation are still checked).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was proved as JSON.")
+def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
+    """Check IMAGE (REPOSITORY:TAG or REPOSITORY@DIGEST) in its registry against a public key.
+
+    Proves: a signature by the key over the manifest digest the tag names now (cosign's sha256-<hex>.sig);
+    every attestation beside it (sha256-<hex>.att: SBOM, provenance, smoke result) is a DSSE envelope
+    signed by the key whose in-toto subject is that digest; the signed smoke result passed. Exit 1 naming
+    the reason otherwise: unsigned, other-key, tampered, smoke-missing, smoke-failed, attestation.
+    """
+    from .trust import keys
+    from .trust.verify import verify
+
+    repo, reference = _split_image(image)
+    public = keys.verify_key(key)
+    if public is None:
+        raise InvalidInput(f"no key to verify with: pass --key cosign.pub or set {keys.VERIFY_KEY_ENV}")
+    proved = verify(repo, reference, public, require_smoke=not no_smoke)
+    if as_json:
+        _emit_json(proved.to_json())
+    else:
+        for line in proved.lines():
+            click.echo(line)
+
+
+@cli.command("attest")
+@click.option("--backend", "-b", required=True, metavar="NAME", help="The backend whose published image the smoke result is for.")
+@click.option("--registry", metavar="REPOSITORY", help="Where the image is [default: the matrix's image.repository].")
+@click.option("--tag", help="Its tag [default: the backend's pinned tag from the matrix].")
+@click.option("--smoke-json", required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path), help="`envbuild smoke --json` output for that image (pulled from the registry).")
+@click.option("--sign-key", metavar="FILE|env://VAR", help="The cosign key [default: $ENVBUILD_SIGNING_KEY].")
+@click.option("--force", is_flag=True, help="Attest even a failed result, or one of another image id.")
+@_matrix_options
+def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, overrides) -> None:
+    """Add a signed smoke attestation to an image already in the registry (e.g. a nightly run on hardware).
+
+    The result must be of that very image: its image id is the registry manifest's config digest.
+    """
+    from .registry import manifest as manifests
+    from .registry.refs import check_repository, split_ref
+    from .trust.attest import attest_smoke
+
+    m = _load(matrix_path, overrides)
+    b = m.select([backend])[0]
+    key = _signing_key(sign_key)
+    if key is None:
+        raise InvalidInput("no signing key: pass --sign-key FILE or set ENVBUILD_SIGNING_KEY")
+    repo = check_repository(registry or m.image.repository, "--registry" if registry else "image.repository")
+    result = manifests.load_smoke_results(smoke_json).get(b.name)
+    if result is None:
+        raise InvalidInput(f"--smoke-json {smoke_json} has no result for backend {b.name}")
+    done = attest_smoke(repo, tag or split_ref(m.tags(b)[1])[1], result, key, force=force, echo=lambda line: click.echo(line, err=True))
+    for a in done.attestations:
+        click.echo(f"{b.name}: attested {repo}@{a['digest']} ({a['tag']})")
 
 
 @cli.command("matrix")

@@ -136,7 +136,7 @@ def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactiv
 
 
 def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, dry_run: bool = False,
-        out=None, ignore_host: bool = False) -> int:
+        out=None, ignore_host: bool = False, key=None) -> int:
     """Run `docker run ...` on this terminal and return the command's exit status (the terminal and the signals
     are the command's); with dry_run, print that line instead. A flag the host refuses is explained."""
     from .smoke import preflight
@@ -160,9 +160,30 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
     if not ignore_host:  # with the architectures the image's build measured
         preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image),
                                echo=lambda line: print(line, file=sys.stderr))
+    if key is not None:  # a trust.keys.PublicKey: nothing starts unless the image verifies with it
+        verify_local(engine, image, key)
     status, stderr = engine.client_run(list(call.args), dict(call.env))
     if status == REFUSED:
         why = preflight.refused(backend, stderr)
         if why:
             raise RunRefused(why)
     return status
+
+
+def verify_local(engine: Engine, image: str, key) -> object:
+    """A local image verifies when one of its registry digests does (signature, attestations, smoke passed)."""
+    from .trust import VerifyError
+    from .trust.verify import verify
+
+    found = engine.image(image)
+    pulled = [d.split("@", 1) for d in (found.repo_digests if found else []) if "@" in d]
+    if not pulled:
+        raise VerifyError("unsigned", f"image {image} has no registry digest (built here, never pulled): there is no "
+                                      "signature to check; pull it with `envbuild pull`, or pass --insecure-skip-verify")
+    failed = None
+    for repository, digest in pulled:
+        try:
+            return verify(repository, digest, key)
+        except VerifyError as exc:
+            failed = exc
+    raise failed

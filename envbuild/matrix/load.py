@@ -441,7 +441,13 @@ def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
         backends=tuple(backends),
         packages=tuple(top["packages"] or ()),
         index=Index(**(top.get("index") or {"url": "https://pypi.org/simple", "extra_urls": ()})),
+        trust_key=_trust_key(top.get("trust"), source),
     )
+
+
+def _trust_key(trust: dict | None, source: str) -> str | None:
+    key = (trust or {}).get("public_key")
+    return str(Path(source).resolve().parent / key) if key else None
 
 
 def _make_backend(name: str, b: dict[str, Any]) -> Backend:

@@ -188,6 +188,7 @@ class Matrix:
     transformers_torch: str | None = None  # the torch the pinned transformers declares it needs
     accelerate_torch: str | None = None
     avoid: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (transformers|accelerate|uv, releases never to propose)
+    trust_key: str | None = None  # trust.public_key, resolved against the matrix's folder
 
     def avoided(self, dist: str) -> tuple[str, ...]:
         return dict(self.avoid).get(dist, ())

@@ -313,6 +313,8 @@ TOP = {
         "extra_urls": _list("url"),
     }),
     "backends": Field(required=True),  # a mapping of name -> BACKEND, checked below
+    # The public key (cosign.pub, relative to this file) that pull and run verify images with (envbuild/trust).
+    "trust": Field(section={"public_key": _leaf("text")}),
 }
 
 

@@ -89,7 +89,8 @@ def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, st
 
 
 # What carries registry credentials in envbuild's environment: never handed to the builder or a container.
-CREDENTIAL_ENV = (USER_ENV, PASSWORD_ENV, "GITHUB_TOKEN")
+CREDENTIAL_ENV = (USER_ENV, PASSWORD_ENV, "GITHUB_TOKEN",
+                  "ENVBUILD_SIGNING_KEY", "ENVBUILD_KEY_PASSWORD", "COSIGN_PASSWORD")  # envbuild/trust/keys.py
 
 
 def _forms(user: str, password: str) -> list[str]:

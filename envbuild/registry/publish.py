@@ -42,6 +42,7 @@ class PublishOptions:
     manifest: Path = Path(manifest.DEFAULT)
     smoke_json: Path | None = None
     force: bool = False
+    sign_key: Any = None  # a trust.keys.SigningKey: sign every pushed digest, attest the image (cosign's format)
 
 
 def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> list[str]:
@@ -190,5 +191,22 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
     }
     entry["sbom"] = _write_sbom(engine, image.id, backend, opts, echo)
     entry = {k: v for k, v in entry.items() if v is not None or k in ("git_revision", "smoke")}
+    if opts.sign_key is not None:
+        entry["signed"] = _sign(m, backend, image, registry, [digest], entry, smoke_results, session, opts, echo)
     manifest.record(opts.manifest, entry, echo)
     return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry)
+
+
+def _sign(m: Matrix, backend: Backend, image: Image, registry: str, digests: list[str], entry: dict[str, Any],
+          smoke_results: dict[str, dict[str, Any]], session: Session, opts: PublishOptions,
+          echo: Callable[[str], None]) -> dict[str, Any]:
+    """Sign every digest pushed for this backend and attest the image; a failure records nothing."""
+    from ..trust.attest import sign_publish
+
+    try:
+        return sign_publish(m, backend, session.engine, image, registry, digests, entry,
+                            smoke_results.get(backend.name) if opts.smoke_json else None, opts.manifest.parent,
+                            opts.sign_key, session.environ, echo)
+    except EnvbuildError as exc:
+        raise PublishError(f"{backend.name}: pushed {', '.join(digests)} but could not sign it: {exc}; nothing was "
+                           "recorded (publish again to sign it)") from None

@@ -27,19 +27,25 @@ class Pulled:
     tagged: list[str]
     verified: bool
     docker_run: str
+    signature: dict[str, Any] | None = None  # what trust.verify proved, when a key was configured
+
 
     def to_json(self) -> dict[str, Any]:
         return {
             "backend": self.backend, "image": self.ref, "digest": self.digest, "image_id": self.image_id,
             "tagged": self.tagged, "verified_against_manifest": self.verified, "docker_run": self.docker_run,
+            "signature": self.signature,
         }
 
 
 def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = None, tag: str | None = None,
          manifest: Path | None = None, echo: Callable[[str], None] = lambda s: None,
-         environ: Mapping[str, str] | None = None, ignore_host: bool = False, root: Path = Path("/")) -> Pulled:
+         environ: Mapping[str, str] | None = None, ignore_host: bool = False, root: Path = Path("/"),
+         key: Any = None) -> Pulled:
     """Pull REG:TAG (default: the matrix's repository and pinned tag), verify its digest, tag it for smoke.
-    An image this host's driver is known not to run is refused before anything is downloaded."""
+    An image this host's driver is known not to run is refused before anything is downloaded. With `key` (a
+    trust.keys.PublicKey) the image must be signed by it, with a passing signed smoke result, before a layer moves;
+    the digest verified is the one that must arrive."""
     from ..report import run_command
     from ..smoke import preflight
 
@@ -62,6 +68,16 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     missing = f"{ref} is not in the registry: has `envbuild publish --backend {backend.name}` pushed it there?"
     session = Session(engine, registry, environ)
     session.login(lambda s: None)
+    against_manifest = expected is not None
+    signature = None
+    if key is not None:
+        from ..trust.verify import verify
+
+        proved = verify(registry, tag, key, environ=environ)
+        echo(f"[{backend.name}] verified {ref}: signed by {key.source}, smoke attestation passed ({proved.digest})")
+        if expected and proved.digest != expected:
+            raise _mismatch(ref, proved.digest, expected, manifest)
+        expected, signature = proved.digest, proved.to_json()
     if expected:
         # Ask the registry first: a tag that moved is refused before a single layer is fetched.
         remote = session.remote_digest(ref, missing)
@@ -83,10 +99,14 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     if local != ref:
         engine.tag(image.id, [local])
         tagged.append(local)
-    return Pulled(backend.name, ref, digest or "", image.id, tagged, bool(expected), run_command(m, backend, image=ref))
+    return Pulled(backend.name, ref, digest or "", image.id, tagged, against_manifest, run_command(m, backend, image=ref),
+                  signature)
 
 
 def _mismatch(ref: str, got: str | None, expected: str, manifest: Path | None) -> DigestMismatchError:
+    if manifest is None:  # the digest came from verifying the signature
+        return DigestMismatchError(f"refusing {ref}: the registry now serves digest {got}, but the signed digest it "
+                                   f"verified was {expected} (the tag moved meanwhile); nothing was tagged")
     return DigestMismatchError(
         f"refusing {ref}: the registry has digest {got}, but manifest {manifest} records {expected}. The tag was "
         "re-pushed or the manifest is for another image; nothing was tagged"

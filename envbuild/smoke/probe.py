@@ -307,6 +307,23 @@ def _inputs(transformers: Any, torch: Any, source: str, config: Any, info: dict[
     return inputs
 
 
+def folder_sha256(folder: str) -> str:
+    """The model's identity: sha256 over each file's relative path and sha256, in path order (the signed smoke
+    attestation names what was loaded)."""
+    import hashlib
+    lines = []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            lines.append(f"{h.hexdigest()}  {os.path.relpath(path, folder)}\n")
+    return hashlib.sha256("".join(sorted(lines, key=lambda line: line[66:])).encode()).hexdigest()
+
+
 def check_load(torch: Any, model: str, device: str, scratch: str) -> tuple[str, Loaded]:
     """from_pretrained(..., device_map=device) of a synthetic model, a local folder or a hub id; the weights
     must land on the device asked for."""
@@ -326,6 +343,8 @@ def check_load(torch: Any, model: str, device: str, scratch: str) -> tuple[str, 
     info = {"class": type(loaded).__name__, "device": str(param.device),
             "architecture": archs[0] if archs else config.model_type,
             "parameters": sum(p.numel() for p in loaded.parameters())}
+    if os.path.isdir(source):
+        info["sha256"] = folder_sha256(source)
     if param.device.type != device.split(":")[0]:
         raise CheckFailed(f"the model was loaded on {param.device}, not on the requested device {device}")
     inputs = _inputs(transformers, torch, source, config, info)

@@ -155,7 +155,8 @@ def test_triggers_and_permissions() -> None:
         assert doc["permissions"] == {"contents": "read"} or doc["permissions"] == {"contents": "read", "packages": "read"}
         assert "concurrency" in doc
     writers = [(wf, j) for wf, d in docs for j, job in d["jobs"].items() if (job.get("permissions") or {}).get("packages") == "write"]
-    assert writers == [("publish", "publish")]
+    # publish pushes images; nightly's smoke job pushes only the signed smoke attestation beside the image
+    assert writers == [("publish", "publish"), ("nightly", "smoke")]
     # Only the job that proposes the refreshed locks may push a branch and open a pull request.
     pushers = [(wf, j) for wf, d in docs for j, job in d["jobs"].items()
                if "write" in ((job.get("permissions") or {}).get("contents"), (job.get("permissions") or {}).get("pull-requests"))]

@@ -1,0 +1,184 @@
+"""The few distribution-API calls signatures need, by HTTP (the engine cannot push a manifest it did not build):
+resolve a tag, read a manifest or blob, upload a blob, put a manifest. Plain HTTP only for loopback registries,
+as Docker allows; Basic or Bearer-token authentication with the credentials publish and pull use."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+from urllib.parse import urljoin
+
+from ..registry.credentials import Scrubber, docker_config_path, from_env
+from ..registry.refs import DIGEST, api_host, registry_host
+from . import TrustError
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+ACCEPT = ", ".join([OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST])
+TIMEOUT = 60
+MAX_DOC = 16 << 20  # a manifest or an attestation; a larger answer is refused, not read whole
+
+
+def _loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    data: bytes
+    media_type: str
+    digest: str  # sha256 of data, computed here (a registry's header is not trusted)
+
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.data)
+
+
+class NotFound(TrustError):
+    pass
+
+
+class Client:
+    """One registry host; `repository` arguments are the path under it (org/envbuild)."""
+
+    def __init__(self, host: str, environ: Mapping[str, str] | None = None):
+        import requests
+
+        self.host = host
+        self.base = f"{'http' if _loopback(host) else 'https'}://{api_host(host)}"
+        self.session = requests.Session()
+        self._basic = self._credentials(environ)
+        self._tokens: dict[str, str] = {}
+        creds = from_env(host, environ)
+        self.scrub = Scrubber(creds)
+
+    @classmethod
+    def for_repository(cls, repository: str, environ: Mapping[str, str] | None = None) -> tuple["Client", str]:
+        host = registry_host(repository)
+        path = repository[len(host) + 1:] if repository.startswith(host + "/") else repository
+        if host == "docker.io" and "/" not in path:
+            path = "library/" + path
+        return cls(host, environ), path
+
+    def _credentials(self, environ: Mapping[str, str] | None) -> tuple[str, str] | None:
+        creds = from_env(self.host, environ)
+        if creds:
+            return creds.username, creds.password
+        try:  # a `docker login` kept in the config itself (credential helpers are not asked)
+            config = json.loads(docker_config_path(environ).read_text(encoding="utf-8"))
+            keys = (self.host, f"https://{self.host}", f"http://{self.host}", "https://index.docker.io/v1/")
+            entry = next(config["auths"][k] for k in keys if k in config.get("auths", {}))
+            user, _, password = base64.b64decode(entry["auth"]).decode("utf-8").partition(":")
+            return (user, password) if user else None
+        except (OSError, ValueError, KeyError, TypeError, StopIteration, AttributeError):
+            return None
+
+    def _token(self, challenge: str, scope: str) -> str | None:
+        """A Bearer token from the realm the registry named (Docker's token flow)."""
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.pop("realm", None)
+        if not realm:
+            return None
+        params["scope"] = params.get("scope") or scope
+        response = self.session.get(realm, params=params, auth=self._basic, timeout=TIMEOUT)
+        if response.status_code != 200:
+            return None
+        doc = response.json()
+        return doc.get("token") or doc.get("access_token")
+
+    def request(self, method: str, url: str, repository: str, *, push: bool = False, **kw: Any):
+        import requests
+
+        url = urljoin(self.base, url)
+        scope = f"repository:{repository}:{'pull,push' if push else 'pull'}"
+        headers = dict(kw.pop("headers", {}))
+        for attempt in range(2):
+            if scope in self._tokens:
+                headers["Authorization"] = f"Bearer {self._tokens[scope]}"
+            try:
+                response = self.session.request(method, url, headers=headers, timeout=TIMEOUT,
+                                                auth=self._basic if "Authorization" not in headers else None,
+                                                allow_redirects=True, **kw)
+            except requests.RequestException as exc:
+                raise TrustError(self.scrub(f"registry {self.host} unreachable ({type(exc).__name__}: {str(exc)[:200]})")) from None
+            challenge = response.headers.get("WWW-Authenticate", "")
+            if response.status_code == 401 and attempt == 0 and challenge.lower().startswith("bearer"):
+                token = self._token(challenge, scope)
+                if token:
+                    self._tokens[scope] = token
+                    continue
+            break
+        if response.status_code in (401, 403):
+            raise TrustError(f"registry {self.host} refused {method} {repository} ({response.status_code}): set "
+                             "ENVBUILD_REGISTRY_USER and ENVBUILD_REGISTRY_PASSWORD, or `docker login`")
+        return response
+
+    def _read(self, response, what: str) -> bytes:
+        size = int(response.headers.get("Content-Length") or 0)
+        if size > MAX_DOC or len(response.content) > MAX_DOC:
+            raise TrustError(f"{what} is larger than {MAX_DOC >> 20} MiB; not read")
+        return response.content
+
+    def manifest(self, repository: str, reference: str) -> Manifest:
+        """The manifest a tag or digest names now; NotFound when there is none."""
+        response = self.request("GET", f"/v2/{repository}/manifests/{reference}", repository, headers={"Accept": ACCEPT})
+        if response.status_code == 404:
+            raise NotFound(f"{self.host}/{repository}: no manifest {reference}")
+        if response.status_code >= 400:
+            raise TrustError(f"registry {self.host} answered {response.status_code} for {repository}:{reference}")
+        data = self._read(response, f"{repository}:{reference}")
+        digest = sha256(data)
+        if DIGEST.match(reference) and reference != digest:
+            raise TrustError(f"registry {self.host} served content of digest {digest} for {reference}")
+        return Manifest(data, response.headers.get("Content-Type", "").split(";")[0], digest)
+
+    def blob(self, repository: str, digest: str) -> bytes:
+        response = self.request("GET", f"/v2/{repository}/blobs/{digest}", repository)
+        if response.status_code == 404:
+            raise NotFound(f"{self.host}/{repository}: no blob {digest}")
+        if response.status_code >= 400:
+            raise TrustError(f"registry {self.host} answered {response.status_code} for blob {digest}")
+        data = self._read(response, f"blob {digest}")
+        if sha256(data) != digest:  # content addressing is the whole point: check it
+            raise TrustError(f"registry {self.host} served a blob that is not {digest}")
+        return data
+
+    def put_blob(self, repository: str, data: bytes) -> str:
+        digest = sha256(data)
+        head = self.request("HEAD", f"/v2/{repository}/blobs/{digest}", repository, push=True)
+        if head.status_code == 200:
+            return digest
+        start = self.request("POST", f"/v2/{repository}/blobs/uploads/", repository, push=True)
+        if start.status_code != 202 or not start.headers.get("Location"):
+            raise TrustError(f"registry {self.host} refused an upload to {repository} ({start.status_code})")
+        location = start.headers["Location"]
+        sep = "&" if "?" in location else "?"
+        done = self.request("PUT", f"{location}{sep}digest={digest}", repository, push=True, data=data,
+                            headers={"Content-Type": "application/octet-stream"})
+        if done.status_code != 201:
+            raise TrustError(f"registry {self.host} refused blob {digest} in {repository} ({done.status_code})")
+        return digest
+
+    def put_manifest(self, repository: str, tag: str, data: bytes, media_type: str = OCI_MANIFEST) -> str:
+        response = self.request("PUT", f"/v2/{repository}/manifests/{tag}", repository, push=True, data=data,
+                                headers={"Content-Type": media_type})
+        if response.status_code != 201:
+            raise TrustError(f"registry {self.host} refused manifest {repository}:{tag} ({response.status_code}: "
+                             f"{self.scrub(response.text[:200])})")
+        return sha256(data)

@@ -36,10 +36,22 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _scrub(text: str) -> str:
-    """No registry secret from the environment reaches the terminal, even in an unexpected error."""
-    from .registry.credentials import Scrubber
+    """No secret (by name or by shape) reaches the terminal, even in an unexpected error."""
+    from .output import scrub
 
-    return Scrubber.from_environment()(text)
+    return scrub(text)
+
+
+MAX_ERROR_LINES = 50  # problems printed of one error; the rest are counted
+
+
+def _error_lines(text: str) -> list[str]:
+    from .output import capped
+
+    lines = text.split("\n")
+    more = len(lines) - MAX_ERROR_LINES
+    lines = [capped(line) for line in lines[:MAX_ERROR_LINES]]
+    return lines + ([f"... and {more} more problem(s) like these"] if more > 0 else [])
 
 
 class Group(click.Group):
@@ -48,8 +60,13 @@ class Group(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
+        from .output import OutputFault, guarded
+
         try:
-            status = super().main(*args, standalone_mode=False, **kwargs)
+            with guarded():  # every line printed from here on: secrets masked, escapes shown
+                status = super().main(*args, standalone_mode=False, **kwargs)
+        except OutputFault as exc:  # outside a command (help, usage)
+            sys.exit(_output_fault(exc))
         except click.ClickException as exc:  # usage errors (exit 2), with the input they quote made safe
             exc.message = shown(exc.message)
             exc.show()
@@ -65,9 +82,20 @@ class Group(click.Group):
         except EnvbuildError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            for line in _scrub(str(exc)).split("\n") or [type(exc).__name__]:
+            from .output import OutputFault
+
+            if isinstance(exc, OutputFault):
+                ctx.exit(_output_fault(exc))
+            for line in _error_lines(_scrub(str(exc))) or [type(exc).__name__]:
                 click.secho(f"Error: {shown(line)}", fg="red", err=True)
             ctx.exit(exc.exit_code)
+        except OSError as exc:  # the world's fault (a permission, a full disk), not a bug: say which file
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            for line in _error_lines(_scrub(f"{where}{exc.strerror or exc}")):
+                click.secho(f"Error: {shown(line)}", fg="red", err=True)
+            ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             ctx.exit(130)
@@ -76,9 +104,19 @@ class Group(click.Group):
         except Exception as exc:  # a bug, not a user error: say so briefly; --debug shows the traceback
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            said = shown(_scrub(str(exc)))
+            said = shown(_error_lines(_scrub(str(exc)))[0])
             click.secho(f"Error: internal error: {type(exc).__name__}: {said} (rerun with --debug for the traceback)", fg="red", err=True)
             ctx.exit(70)
+
+
+def _output_fault(exc) -> int:
+    """A closed pipe ends quietly (as `yes | head` does); a full device is said on stderr. Exit 1."""
+    if not exc.closed:
+        try:
+            click.secho(f"Error: {exc}", fg="red", err=True)
+        except Exception:  # stderr is gone too
+            pass
+    return 1
 
 
 def _image_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

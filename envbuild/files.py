@@ -110,6 +110,26 @@ def read_host(path: Path, limit: int = 1 << 20) -> str | None:
         return None
 
 
+def read_netrc(path: Path):
+    """A netrc file a user gave (--netrc), parsed; an error names the file and line and quotes none of it (a
+    netrc holds passwords). Exit 1: the file is the world's, as a build would find it."""
+    import netrc
+
+    data = read_user(path, f"--netrc {path}", limit=1 << 20)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EnvbuildError(f"--netrc {path}: not a netrc file (not UTF-8 text; its contents are not shown)") from None
+    if b"\0" in data:
+        raise EnvbuildError(f"--netrc {path}: not a netrc file (binary; its contents are not shown)")
+    try:
+        return netrc.netrc(str(path))
+    except netrc.NetrcParseError as exc:
+        raise EnvbuildError(f"--netrc {path}:{exc.lineno}: not a valid netrc file (its contents are not shown)") from None
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise EnvbuildError(f"--netrc {path}: cannot read it ({type(exc).__name__}; its contents are not shown)") from None
+
+
 @contextlib.contextmanager
 def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None) -> Iterator[None]:
     """One envbuild process at a time holds `path` (a lock file, or a folder: then no file is left beside what it

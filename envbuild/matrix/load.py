@@ -448,12 +448,19 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
 def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()) -> Matrix:
     tree, loc = _parse(text, source)
     overrides = list(overrides)
+    if not overrides and (not isinstance(tree, dict) or not tree.keys() & TOP.keys()):
+        # Not a matrix at all (a netrc, a config given by mistake): say so, and quote nothing of what it holds.
+        got = type_message(tree, "a mapping")[len("expected a mapping, got "):].split(" ", 2)
+        what = "a mapping with none of them" if isinstance(tree, dict) else " ".join(got[:2])
+        raise MatrixError([Problem(source, None, "not an envbuild matrix: expected a mapping with 'image', 'transformers', "
+                                   f"'accelerate' and 'backends', got {what} (its contents are not shown)")])
     if overrides:
         if not isinstance(tree, dict):
             tree = {}
         apply_overrides(tree, overrides, loc)
     if not isinstance(tree, dict):
-        loc.at((), f"the matrix must be a mapping with 'image', 'transformers', 'accelerate' and 'backends', got {type_message(tree, 'a mapping')[len('expected a mapping, got '):]}")
+        got = " ".join(type_message(tree, "a mapping")[len("expected a mapping, got "):].split(" ", 2)[:2])
+        loc.at((), f"the matrix must be a mapping with 'image', 'transformers', 'accelerate' and 'backends', got {got}")
         raise MatrixError(loc.problems)
     matrix = _build(tree, source, loc)
     if loc.problems or matrix is None:

@@ -66,9 +66,24 @@ def check_str(kind: str) -> Callable[[Any], tuple[Any, str | None]]:
             return None, unsafe_message(value, ch)
         if not pattern.match(value):
             return None, f"{value!r} is not {hint}"
+        if kind == "url" and (why := url_credentials(value)):
+            return None, why
         return value, None
 
     return check
+
+
+def url_credentials(url: str) -> str | None:
+    """Why a URL with credentials in it (user:password@) is refused, or None: what a matrix holds is written into
+    every Dockerfile and so into the image's build history. The message does not quote them."""
+    scheme, sep, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if not sep or "@" not in netloc:
+        return None
+    bare = f"{scheme}://{netloc.rsplit('@', 1)[1]}{rest[len(netloc):]}"
+    return (f"'{bare}' carries credentials (user:password@ before the host, not shown): they would be written into "
+            "every Dockerfile and the image's build history. Give the URL without them and the credentials in a "
+            "netrc file: `--netrc FILE` (passed to the build as a BuildKit secret, never a layer)")
 
 
 RESERVED_ENV = "ENVBUILD_"  # the image's own controls (what the probe imports and calls): set from their fields

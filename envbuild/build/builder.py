@@ -204,9 +204,11 @@ def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress:
               engine_: engine.Engine | None = None) -> str | None:
     """run() with the environment and the masking that the build args call for: a bare NAME takes its value
     from this environment (as docker does: never on a command line), and no value reaches the log."""
+    given = dict(a.split("=", 1) for a in build_args if "=" in a)
     keep = tuple(a for a in build_args if "=" not in a)
-    env = environment(keep)
-    secrets = tuple(a.split("=", 1)[1] for a in build_args if "=" in a) + tuple(env.get(k, "") for k in keep)
+    env = environment(keep + tuple(given))
+    env.update(given)  # NAME=VALUE: the argv says --build-arg NAME; the value is here, never on a command line
+    secrets = tuple(given.values()) + tuple(env.get(k, "") for k in keep)
     return run(argv, env, log, progress, secrets, alive=(lambda: answers(engine_)) if engine_ is not None else None)
 
 

@@ -49,6 +49,11 @@ def default_ca_bundle() -> Path | None:
     return Path(value) if value else None
 
 
+# What the builder's client (docker, its plugins, the loader) reads from its environment: no --build-arg may set it.
+CLIENT_ENV = re.compile(r"^(?:PATH|HOME|TMPDIR|LD_\w*|DYLD_\w*|DOCKER_\w*|BUILDX_\w*|BUILDKIT_(?:HOST|PROGRESS|COLORS)|"
+                        r"XDG_\w*|SSL_CERT_\w*|GOMAXPROCS|GODEBUG)$")
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     wheelhouse: Path | None = None
@@ -84,8 +89,14 @@ class BuildOptions:
                                         ("--label", self.labels, "org.example.team=ml")):
             for value in values:
                 key, sep, _ = value.partition("=")
+                if option == "--build-arg" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) and CLIENT_ENV.match(key):
+                    raise InvalidInput(f"--build-arg {key}: the builder's client reads this variable itself (values go "
+                                       "to it through its environment, never its command line); pass another name")
                 if option == "--build-arg" and not sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                     continue  # NAME alone: its value comes from the environment, never the command line
+                if option == "--build-arg" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                    raise InvalidInput(f"--build-arg {value.partition('=')[0]!r}: expected NAME=VALUE or NAME with NAME "
+                                       "a variable name, e.g. --build-arg HTTP_PROXY=http://proxy:3128")
                 if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", key):
                     raise InvalidInput(f"{option} {value!r}: expected KEY=VALUE{' or NAME' if option == '--build-arg' else ''}, "
                                        f"e.g. {option} {example}")
@@ -183,7 +194,9 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     context = (opts.context_dir / backend.name).resolve()
     environment = [("engine", engine.host if engine else None)] + [(name, env.get(name)) for name in STEERING]
     environment += [(f"builder {k}", v) for k, v in builder.env]
-    environment += [(f"--build-arg {a}", env.get(a)) for a in opts.build_args if "=" not in a]
+    # --build-arg values (given or from the environment) reach the builder through its environment: keyed here
+    environment += [(f"--build-arg {a.partition('=')[0]}", a.partition("=")[2] if "=" in a else env.get(a))
+                    for a in opts.build_args]
     environment.append(("buildx current builder", _buildx_selection(env)))
     engine_builds = not builder.buildx or (not env.get("BUILDX_BUILDER") and _buildx_selection(env) in (None, "default"))
     plan = BuildPlan(
@@ -223,8 +236,8 @@ def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str
         argv += ["--secret", f"id=ca_bundle,src={opts.ca_bundle}"]
     if opts.netrc:
         argv += ["--secret", f"id=netrc,src={opts.netrc}"]
-    for arg in opts.build_args:
-        argv += ["--build-arg", arg]
+    for arg in opts.build_args:  # NAME only: the client reads its value from its environment (run_build sets it)
+        argv += ["--build-arg", arg.partition("=")[0]]
     for label in opts.labels:
         argv += ["--label", label]
     if opts.no_cache:

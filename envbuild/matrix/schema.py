@@ -48,7 +48,7 @@ _PATTERNS = {
     "label": (re.compile(r"^[A-Za-z0-9_.:-]+$"), "a runner label"),
     "platform": (re.compile(r"^(?:linux|darwin)/(?:amd64|arm64|ppc64le|s390x)$"), "a platform such as 'linux/amd64'"),
     "size": (re.compile(r"^[0-9]+[bkmgBKMG]?$"), "a size such as '8g'"),
-    "word": (re.compile(r"^[A-Za-z0-9_.:=-]+$"), "a single word"),
+    "word": (re.compile(r"^[A-Za-z0-9_.:=][A-Za-z0-9_.:=-]*$"), "a single word (not starting with '-': docker would read it as an option)"),
     # docker run --gpus: all, a count, or one device (a list would need the client's CSV quoting)
     "gpus": (re.compile(r"^(?:all|[1-9][0-9]*|device=[A-Za-z0-9-]+)$"), "'all', a number of GPUs, or 'device=ID'"),
     "pci": (re.compile(r"^0x[0-9a-f]{4}$"), "a PCI vendor id such as '0x10de'"),

@@ -40,18 +40,74 @@ def stage(files: dict[Path, str | bytes], mode: int = 0o644) -> dict[Path, Path]
 
 
 def commit(staged: dict[Path, Path]) -> None:
-    """Put staged files in place; when one cannot be, the rest are removed (and the error names its target)."""
-    pending = dict(staged)
+    """Put staged files in place, all or none: each target's old file is kept aside (a hard link, else a copy)
+    before any is replaced; when one replacement fails, those already replaced get their old file back (a new
+    file is removed again), every temporary file goes, and the error names the target that failed."""
+    backups: dict[Path, Path] = {}
+    done: list[Path] = []
     try:
+        for target in staged:
+            if os.path.lexists(target):
+                backups[target] = _keep_aside(target)
         for target, tmp in staged.items():
             os.replace(tmp, target)
-            del pending[target]
+            done.append(target)
     except BaseException as exc:
-        for tmp in pending.values():
-            tmp.unlink(missing_ok=True)
+        failed = next((t for t in staged if t not in done), None)
+        unrestored = _restore(done, backups)
+        for target, tmp in staged.items():
+            if target not in done:
+                tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            exc.filename = str(target)
+            exc.filename = str(failed if failed is not None else exc.filename)
+            if unrestored:
+                exc.strerror = f"{exc.strerror or exc}; could not put back {', '.join(map(str, unrestored))}"
         raise
+    finally:
+        for backup in backups.values():
+            with contextlib.suppress(OSError):
+                backup.unlink(missing_ok=True)
+
+
+def _keep_aside(target: Path) -> Path:
+    """A second name for the target's current file, beside it (the replacement leaves this one untouched)."""
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.old.", dir=target.parent)
+    os.close(fd)
+    backup = Path(name)
+    try:
+        backup.unlink()
+        os.link(target, backup, follow_symlinks=False)
+    except OSError:  # no hard links here: a copy
+        import shutil
+
+        shutil.copy2(target, backup, follow_symlinks=False)
+    return backup
+
+
+def _restore(done: list[Path], backups: dict[Path, Path]) -> list[Path]:
+    """Undo the replacements made; the targets that could not be put back."""
+    failed = []
+    for target in reversed(done):
+        try:
+            if target in backups:
+                os.replace(backups.pop(target), target)
+            else:
+                target.unlink()
+        except OSError:
+            failed.append(target)
+    return failed
+
+
+def write_all(files: dict[Path, str | bytes], mode: int = 0o644) -> list[Path]:
+    """Write several files all or none (stage every one, then replace, restoring on failure); the ones that
+    changed. A failure is an EnvbuildError naming the file, and saying that nothing was written."""
+    try:
+        staged = stage(files, mode)
+        commit(staged)
+    except OSError as exc:
+        raise EnvbuildError(f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; nothing was written "
+                            "(the files already replaced were put back)") from None
+    return list(staged)
 
 
 def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 
 from .errors import EnvbuildError
-from .files import commit, read_user, stage
+from .files import read_user, write_all
 from .host import compat
 from .matrix import Backend, Matrix
 from .paths import cache_dir
@@ -136,12 +136,7 @@ def write(rendered: dict[str, str], output: Path) -> list[str]:
         target = output / name
         if target.is_symlink() or target.exists() and not target.is_file():
             raise EnvbuildError(f"cannot write {target}: it is not a regular file (a folder or a link); nothing was written")
-    try:
-        staged = stage({output / name: text for name, text in rendered.items()})
-        commit(staged)
-    except OSError as exc:
-        raise EnvbuildError(f"cannot write {exc.filename or output}: {exc.strerror or exc}") from None
-    return [t.name for t in staged]
+    return [t.name for t in write_all({output / name: text for name, text in rendered.items()})]
 
 
 def check(rendered: dict[str, str], output: Path, *, complete: bool) -> list[Difference]:

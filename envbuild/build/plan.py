@@ -169,8 +169,9 @@ def _canonical(value: Any) -> Any:
 
 
 def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine | None,
-              environ: Mapping[str, str] | None = None, lock: bytes = b"") -> BuildPlan:
-    """Read every input of one backend's build, once. Without an engine the base image's id is unknown."""
+              environ: Mapping[str, str] | None = None, lock: bytes = b"", write_cache: bool = True) -> BuildPlan:
+    """Read every input of one backend's build, once. Without an engine the base image's id is unknown;
+    without write_cache nothing is written (`lock --check`)."""
     from ..render import render_backend
 
     env = os.environ if environ is None else environ
@@ -205,7 +206,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         base_id=engine.image_id(base) if base and engine else None,
         dockerfile=render_backend(matrix, backend).encode("utf-8"),
         probe=PROBE.read_bytes(),
-        wheels=wheels(opts.wheelhouse, context / DIGESTS),
+        wheels=wheels(opts.wheelhouse, context / DIGESTS, write=write_cache),
         lock=lock,
         context=str(context),
         argv=tuple(command(builder, context, opts, tags)),
@@ -276,7 +277,7 @@ def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str
 # --- the wheelhouse --------------------------------------------------------------------------------------------
 
 
-def wheels(wheelhouse: Path | None, digests: Path) -> tuple[Wheel, ...]:
+def wheels(wheelhouse: Path | None, digests: Path, write: bool = True) -> tuple[Wheel, ...]:
     """Each wheel by name, size, mtime and content digest. A digest is hashed again only when the file's
     identity changed (device, inode, size, mtime, ctime: any write changes the ctime)."""
     if not wheelhouse:
@@ -294,13 +295,13 @@ def wheels(wheelhouse: Path | None, digests: Path) -> tuple[Wheel, ...]:
         identity = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
         source = str(path.resolve())
         entry = known.get(source)
-        if isinstance(entry, list) and entry[:-1] == identity:
+        if isinstance(entry, list) and entry[:-1] == identity and isinstance(entry[-1], str):
             digest = entry[-1]
         else:
             digest = _sha256(path)
         seen[source] = [*identity, digest]
         found.append(Wheel(path.name, source, st.st_size, st.st_mtime_ns, digest))
-    if seen != known:
+    if seen != known and write:
         try:
             write_atomic(digests, json.dumps(seen, indent=1) + "\n")
         except OSError:  # only costs the next build a rehash

@@ -128,7 +128,7 @@ def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: 
     if dry_run:
         return result
     rendered = render.render(result.matrix, result.matrix.containerizable())
-    staged = files.stage({matrix_path: text, **{dockerfiles / name: body for name, body in rendered.items()}})
-    files.commit(staged)  # stage leaves unchanged files out: what is listed was written
-    result.written = [str(p) for p in staged]
+    # all or nothing; unchanged files are left out: what is listed was written
+    written = files.write_all({matrix_path: text, **{dockerfiles / name: body for name, body in rendered.items()}})
+    result.written = [str(p) for p in written]
     return result

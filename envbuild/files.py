@@ -187,10 +187,11 @@ def read_netrc(path: Path):
 
 
 @contextlib.contextmanager
-def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None) -> Iterator[None]:
+def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None,
+              wait: float | None = None) -> Iterator[None]:
     """One envbuild process at a time holds `path` (a lock file, or a folder: then no file is left beside what it
-    guards): a second one says what it waits for, then waits. The lock goes with the process, also when it is
-    killed."""
+    guards): a second one says what it waits for, then waits (at most `wait` seconds, then it refuses: busy).
+    The lock goes with the process, also when it is killed."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock
@@ -205,7 +206,21 @@ def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None) 
         except BlockingIOError:
             if echo:
                 echo(f"waiting for another envbuild that holds {what} (lock {path})")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if wait is None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            else:
+                import time
+
+                deadline = time.monotonic() + wait
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise EnvbuildError(f"busy: another envbuild has been editing {what} for over {wait:.0f}s "
+                                                f"(lock {path}); nothing was written: try again") from None
+                        time.sleep(0.05)
         yield
     finally:
         os.close(fd)  # releases the lock

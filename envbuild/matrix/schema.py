@@ -114,9 +114,11 @@ def _check_version(value: Any) -> tuple[Any, str | None]:
     if value != value.strip():
         return None, f"{value!r} has leading or trailing spaces"
     try:
+        if len(value) > 64:  # no release number is this long (and a 5,000-digit one is not a number Python reads)
+            raise InvalidVersion(value)
         Version(value)
-    except InvalidVersion:
-        return None, f"{value!r} is not a valid version (PEP 440), e.g. \"2.13.0\""
+    except ValueError:  # InvalidVersion, and an integer too long to convert
+        return None, f"{value[:64]!r}{'...' if len(value) > 64 else ''} is not a valid version (PEP 440), e.g. \"2.13.0\""
     return value, None
 
 
@@ -126,9 +128,13 @@ def _check_specifier(value: Any) -> tuple[Any, str | None]:
     if (ch := unsafe_char(value)) is not None:
         return None, unsafe_message(value, ch)
     try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        return None, f"{value!r} is not a valid version specifier (PEP 440), e.g. \">=2.5,<2.6\""
+        if len(value) > 200:
+            raise InvalidSpecifier(value)
+        for spec in SpecifierSet(value):
+            if spec.operator != "===":
+                Version(spec.version.rstrip(".*"))  # a number Python can read (not 5,000 digits)
+    except ValueError:  # InvalidSpecifier, InvalidVersion, an integer too long to convert
+        return None, f"{value[:200]!r} is not a valid version specifier (PEP 440), e.g. \">=2.5,<2.6\""
     return value, None
 
 
@@ -144,8 +150,13 @@ def _check_requirement(value: Any) -> tuple[Any, str | None]:
     if _REQUIREMENT_CHARS.search(value):
         return None, f"{value!r} contains a quote, backslash, '$' or backtick"
     try:
+        if len(value) > 400:
+            raise InvalidRequirement("longer than 400 characters")
         req = Requirement(value)
-    except InvalidRequirement as exc:
+        for spec in req.specifier:
+            if spec.operator != "===":
+                Version(spec.version.rstrip(".*"))
+    except ValueError as exc:  # InvalidRequirement, InvalidVersion, an integer too long to convert
         return None, f"{value!r} is not a PEP 508 requirement ({str(exc).splitlines()[0]})"
     if req.url:
         return None, f"{value!r} names a URL: a lock pins packages from an index (publish it there, or use --wheelhouse)"
@@ -311,3 +322,24 @@ TOP = {
 }
 
 
+
+
+def check_field(dotted: str, value: Any) -> str | None:
+    """Why `value` may not be the scalar at `dotted` (as matrix.yaml is checked), or None; an unknown field, or
+    one that holds no single value, is a reason too."""
+    parts = dotted.split(".")
+    section: dict[str, Field] | None = TOP
+    if len(parts) > 2 and parts[0] == "backends":
+        section, parts = BACKEND, parts[2:]
+    spec = None
+    for i, part in enumerate(parts):
+        spec = section.get(part) if section is not None else None
+        if spec is None:
+            return f"{dotted}: no such field in the matrix"
+        section = spec.section
+    if spec is None or spec.check is None:
+        return f"{dotted}: not a field that holds one value"
+    checked, why = spec.check(value)
+    if why is None and spec.choices and checked not in spec.choices:
+        why = f"{value!r} is not one of {', '.join(spec.choices)}"
+    return why

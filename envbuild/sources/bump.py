@@ -14,6 +14,7 @@ from ..matrix import edit
 from ..matrix.load import MAX_MATRIX, loads
 from ..matrix.model import Matrix
 from ..matrix.rules import torch_required
+from ..matrix.schema import check_field
 from . import Finding, Sources
 
 # --only takes a dotted field or one of these kinds
@@ -66,6 +67,8 @@ def changes(findings: list[Finding], only: tuple[str, ...] = (), to: str | None 
         raise InvalidInput(f"--to {to} needs exactly one pin; --only chose {len(chosen)} ({names}): name one field, "
                            "e.g. --only transformers or --only backends.cuda.torch.version")
     f = chosen[0]
+    if why := check_field(f.field, to):  # the same check matrix.yaml gets, before anything is asked or written
+        raise InvalidInput(f"--to: {f.field}: {why}")
     out = {f.field: to}
     dist = f.field.split(".")[0]
     if dist in ("transformers", "accelerate") and matrix is not None and sources is not None:
@@ -112,8 +115,19 @@ def affected(old: Matrix, new: Matrix) -> list[str]:
     return [b.name for b in new.containerizable() if shared or before.get(b.name) != b]
 
 
+EDIT_WAIT = 120.0  # seconds a bump waits for another one editing the same matrix, then refuses: busy
+
+
 def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: bool = False) -> Bump:
-    """Edit the matrix and render; write both (all or nothing) unless `dry_run`."""
+    """Edit the matrix and render; write both (all or nothing) unless `dry_run`. One edit of a matrix at a time
+    (a lock on its folder): each reads the file afresh under the lock, so concurrent bumps keep every change."""
+    if dry_run:
+        return _bump(matrix_path, new, dockerfiles, dry_run=True)
+    with files.exclusive(matrix_path.resolve().parent, str(matrix_path), wait=EDIT_WAIT):
+        return _bump(matrix_path, new, dockerfiles, dry_run=False)
+
+
+def _bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: bool) -> Bump:
     result = Bump(changes=dict(new))
     old_text = files.read_user(matrix_path, str(matrix_path), limit=MAX_MATRIX).decode("utf-8")
     if not new:

@@ -452,8 +452,8 @@ def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()
         # Not a matrix at all (a netrc, a config given by mistake): say so, and quote nothing of what it holds.
         got = type_message(tree, "a mapping")[len("expected a mapping, got "):].split(" ", 2)
         what = "a mapping with none of them" if isinstance(tree, dict) else " ".join(got[:2])
-        raise MatrixError([Problem(source, None, "not an envbuild matrix: expected a mapping with 'image', 'transformers', "
-                                   f"'accelerate' and 'backends', got {what} (its contents are not shown)")])
+        raise MatrixError(loc.problems or [Problem(source, None, "not an envbuild matrix: expected a mapping with 'image', "
+                                                   f"'transformers', 'accelerate' and 'backends', got {what} (its contents are not shown)")])
     if overrides:
         if not isinstance(tree, dict):
             tree = {}

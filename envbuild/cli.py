@@ -759,6 +759,9 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
         _emit_json(det.to_json())
         return
     click.echo(report.detect_text(det))
+    if root is not None:  # which facts came from where
+        click.echo(f"(--root {root}: files read under it, nothing run from it; vendor tools found there are not run; "
+                   "the Docker engine not asked)")
     try:
         name, reason = d.choose(det, m, root=root or "/")
         click.echo(f"--backend auto would choose {name} ({reason})")
@@ -800,6 +803,9 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
         _emit_json(report.to_json())
     else:
         click.echo(reports.doctor_text(report))
+        if root:  # which facts came from where
+            click.echo(f"(--root {root}: device nodes, PCI, groups and driver files read under it; programs such as "
+                       "nvidia-smi only this machine's, none run from under it; the engine is this machine's)")
     if not report.ok:
         sys.exit(1)
 

@@ -7,6 +7,7 @@ field; all problems are collected before raising. Only this module reads the mat
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -41,13 +42,19 @@ class _Located:
         self.values = 0  # how many values the YAML expanded to so far (aliases counted each time)
         self.open: set[int] = set()  # the nodes being converted: meeting one again is an alias to itself
 
-    def at(self, path: Path_, message: str) -> None:
-        """Record a problem where it comes from: the --set that replaced the value (or a section above it) first,
-        else the line of the nearest key in the file."""
-        for i in range(len(path), -1, -1):
-            if path[:i] in self.override:
-                self.problems.append(Problem(self.override[path[:i]], None, message))
-                return
+    def at(self, path: Path_, message: str, related: tuple[Path_, ...] = ()) -> None:
+        """Record a problem where it comes from: the --set that replaced the value (or a section above it), or one
+        of the `related` fields the problem also turns on (a pairing's other half, a removed key) first, else the
+        line of the nearest key in the file."""
+        missing = re.match(r"missing required key '([^']+)'", message)
+        for p in (path, *related, *((path + (missing.group(1),),) if missing else ())):
+            for i in range(len(p), 0 if p else -1, -1):
+                if p[:i] in self.override:
+                    self.problems.append(Problem(self.override[p[:i]], None, message))
+                    return
+        if () in self.override:
+            self.problems.append(Problem(self.override[()], None, message))
+            return
         for i in range(len(path), -1, -1):
             if path[:i] in self.lines:
                 self.problems.append(Problem(self.source, self.lines[path[:i]], message))
@@ -271,11 +278,13 @@ def _check_pairing(b: dict[str, Any], path: Path_, loc: _Located) -> None:
     where = path + ("plugin", "version")
     why = rules.plugin_fits(plugin.get("pairing") or "none", plugin["version"], torch["version"])
     if why:
-        loc.at(where, f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} ({why})")
+        loc.at(where, f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} ({why})",
+               related=(path + ("torch", "version"), path + ("plugin", "pairing")))
     if not rules.in_range(plugin.get("torch"), torch["version"]):
         loc.at(
             path + ("plugin", "torch"),
             f"{_dotted(path + ('plugin', 'torch'))}: torch {torch['version']} is outside the plugin's supported range '{plugin['torch']}'",
+            related=(path + ("torch", "version"),),
         )
 
 
@@ -296,7 +305,8 @@ def _check_torch_required(top: dict[str, Any], b: dict[str, Any], path: Path_, l
                       else "accelerate cannot be installed next to it")
             where = path + ("torch", "version")
             loc.at(where, f"{_dotted(where)}: {why} ({recorded}); {effect}: pin a torch that fits, or an older "
-                          f"{dist} for the whole matrix (`envbuild outdated` names the newest that fits)")
+                          f"{dist} for the whole matrix (`envbuild outdated` names the newest that fits)",
+                   related=((dist, "torch"), (dist, "version")))
 
 
 ACCELERATOR_API = Version("2.6")  # torch.accelerator answers for every device type from here on
@@ -310,10 +320,11 @@ def _check_availability(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc
     old = Version(version).release < ACCELERATOR_API.release
     if old and "availability" not in raw and not typo:
         loc.at(path, f"missing required key 'availability' in {_dotted(path)} (torch {version} predates torch.accelerator: "
-                     f"the API that proves the '{b.get('device')}' device, e.g. torch.{b.get('device')}.is_available)")
+                     f"the API that proves the '{b.get('device')}' device, e.g. torch.{b.get('device')}.is_available)",
+               related=(path + ("torch", "version"),))
     elif not old and b.get("availability"):
         loc.at(path + ("availability",), f"{_dotted(path + ('availability',))}: not used: torch {version} answers through "
-                                         "torch.accelerator (PyTorch 2.6 and later); remove it")
+                                         "torch.accelerator (PyTorch 2.6 and later); remove it", related=(path + ("torch", "version"),))
 
 
 def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located) -> None:
@@ -367,7 +378,7 @@ def _with_variants(backends: dict[str, Any], loc: _Located) -> dict[str, Any]:
             over = {k: v for k, v in raw.items() if k != "variant_of"}
             if "device" in over and over["device"] != base.get("device"):
                 loc.at(("backends", name, "device"), f"backends.{name}.device: a variant keeps its base's device "
-                                                     f"('{base.get('device')}')")
+                                                     f"('{base.get('device')}')", related=(path, ("backends", of, "device")))
             out[name] = {**_merged(base, over), "variant_of": of}
             continue
         out[name] = {k: v for k, v in raw.items() if k != "variant_of"}

@@ -353,8 +353,9 @@ def _choose(m, backends: tuple[str, ...]) -> list:
 
 def _write_output(path: str, text: str) -> None:
     from .files import write_atomic
+    from .output import scrub
 
-    write_atomic(Path(path), text)
+    write_atomic(Path(path), scrub(text))  # a report holds no secret either
 
 
 @cli.command()
@@ -862,8 +863,10 @@ MANIFEST_HELP = "The manifest of published images [default: ./envbuild-manifest.
 
 def _append_output(path: str, text: str) -> None:
     """Append (a CI job summary collects every step's lines)."""
+    from .output import safe
+
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(text)
+        fh.write(safe(text))
 
 
 @cli.command()

@@ -23,8 +23,7 @@ MASK = "***"
 
 # A variable (or a key=value, a JSON key, a query parameter) whose name says it holds a secret.
 SECRET_WORDS = (r"token|secret|passwd|password|passphrase|pwd|credentials?|auth|authorization|api_?key|apikey|"
-                r"access_?key|private_?key|secret_?key|client_?secret|signature|sig|cookie|session_?id|pat|"
-                r"[a-z0-9]+_key")
+                r"access_?key|private_?key|secret_?key|client_?secret|signature|sig|cookie|session_?id|pat|key")
 SECRET_NAME = re.compile(rf"(?:^|[_.-])(?:{SECRET_WORDS})(?:$|[_.-])|^(?:{SECRET_WORDS})$", re.IGNORECASE)
 
 
@@ -41,20 +40,21 @@ def _basic(match: re.Match) -> str:
     return f"{match.group(1)}{MASK}" if b":" in decoded else match.group(0)
 
 
-_NAME = rf"[A-Za-z0-9_.-]*(?:{SECRET_WORDS})"
+# No nested quantifiers and one start per word: linear in the text's length (a 2 MB value is scrubbed at once).
+_NAME = r"[A-Za-z0-9_.-]*(?:token|secret|passwd|password|passphrase|pwd|credentials?|auth|authorization|apikey|signature|sig|cookie|pat|[_.-]key)"
 # (pattern, replacement), applied in order; each keeps what says where the secret was and drops the secret.
 SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
     # a private key block (PEM, OpenSSH), whole
     (re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.DOTALL),
      rf"-----BEGIN \1PRIVATE KEY----- {MASK}"),
     # a URL's userinfo (user:password@, token@), whatever the scheme
-    (re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#\"'<>`]*@"), rf"\1{MASK}@"),
+    (re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/?#\"'<>`]{0,512}@"), rf"\1{MASK}@"),
     # an HTTP authorization: Bearer TOKEN, Basic BASE64(user:password)
     (re.compile(r"\b((?:Bearer|bearer|BEARER)\s+)[A-Za-z0-9._~+/-]{8,}=*"), rf"\1{MASK}"),
     (re.compile(r"\b((?:Token|token)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{12,}=*"), rf"\1{MASK}"),
     (re.compile(r"\b((?:Basic|basic|BASIC)\s+)([A-Za-z0-9+/]{6,}=*)"), _basic),
     # NAME=VALUE, NAME: VALUE in JSON ("name": "value"), ?name=value, for a secret-looking NAME
-    (re.compile(rf"(?<![A-Za-z0-9])({_NAME}(?![A-Za-z0-9])[\"']?)(\s*=\s*|[\"']?\s*:\s*[\"'])([^\s\"',;&)}}\]]+)", re.IGNORECASE),
+    (re.compile(rf"(?<![A-Za-z0-9_.-])({_NAME}(?![A-Za-z0-9])[\"']?)(\s*=\s*|[\"']?\s*:\s*[\"'])([^\s\"',;&)}}\]]+)", re.IGNORECASE),
      rf"\1\2{MASK}"),
     # netrc contents: password X
     (re.compile(r"(?<![\w-])((?:password|passwd)[ \t]+)(?!\*\*\*)\S+", re.IGNORECASE), rf"\1{MASK}"),

@@ -234,15 +234,12 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
         alive: Callable[[], bool] | None = None) -> str | None:
     """Run the builder; None when it succeeded, else the line that says why. The log keeps everything but the
     `secrets` (build-arg values), masked wherever they appear."""
-    hide = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
+    from ..output import Scrubber
 
-    def scrub(text: str) -> str:
-        for secret in hide:
-            text = text.replace(secret, "***")
-        return text
+    scrub = Scrubber(extra=secrets)  # the build-arg values, the environment's secrets, every token's shape
 
     with open(log, "w", encoding="utf-8") as fh:
-        fh.write("$ " + " ".join(masked(argv)) + "\n")
+        fh.write("$ " + scrub(" ".join(masked(argv))) + "\n")
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                     errors="replace", stdin=subprocess.DEVNULL)

@@ -163,6 +163,13 @@ def _set_value(raw: str, path: Path_, where: str, loc: _Located) -> Any:
     return value
 
 
+def _holds_secret(value: Any) -> bool:
+    from ..output import scrub
+
+    text = value if isinstance(value, str) else repr(value)
+    return scrub(text[:100_000]) != text[:100_000]
+
+
 def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
     for text in overrides:
         where = f"--set {text}"
@@ -172,6 +179,8 @@ def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
             loc.problems.append(Problem(where, None, "expected DOTTED.PATH=VALUE, e.g. backends.cpu.torch.version=2.13.0"))
             continue
         value = _set_value(raw, path, where, loc)
+        if _holds_secret(value):  # however the argument spelled it (YAML escapes), its value is not echoed back
+            where = f"--set {key.strip()}=*** (a secret: not shown)"
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = raw.strip()  # versions such as 2.13 stay text
         backends = tree.get("backends") if isinstance(tree, dict) else None
@@ -342,10 +351,12 @@ def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Lo
     torch = b.get("torch") or {}
     raw_torch = raw.get("torch") if isinstance(raw.get("torch"), dict) else {}
     if torch.get("source") == "pip" and "index_url" not in raw_torch and b.get("containerizable") and torch.get("version"):
-        loc.at(path + ("torch",), f"missing required key 'index_url' in {_dotted(path + ('torch',))} (torch comes from pip)")
+        loc.at(path + ("torch",), f"missing required key 'index_url' in {_dotted(path + ('torch',))} (torch comes from pip)",
+               related=(path + ("torch", "source"), path + ("containerizable",)))
     _check_availability(b, raw, path, loc, typo("availability"))
     if b.get("plugin") and "import" not in raw and not typo("import"):
-        loc.at(path, f"missing required key 'import' in {_dotted(path)} (the module that registers the plugin's device)")
+        loc.at(path, f"missing required key 'import' in {_dotted(path)} (the module that registers the plugin's device)",
+               related=(path + ("plugin",),))
     _check_pairing(b, path, loc)
 
 

@@ -22,6 +22,7 @@ from packaging.version import Version
 from ..errors import EnvbuildError
 from ..files import read_netrc, read_user
 from ..paths import cache_dir
+from ..text import shown
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 TIMEOUT = 30.0
@@ -97,7 +98,7 @@ class IndexClient:
             raise SourceError(f"{url}: not found (404)")
         if response.status_code >= 400:
             response.close()  # the reason phrase is the server's text: one line, capped (the output layer escapes it)
-            reason = str(response.reason or "")[:80]
+            reason = shown(str(response.reason or "")[:80])
             raise SourceError(f"{url}: the index answered {response.status_code} {reason}".rstrip())
         return response
 

@@ -151,6 +151,10 @@ class _Inputs:
         for option, given in (("--ca-bundle", self.ca_bundle), ("--netrc", self.values["netrc"])):
             if given is not None and not given.is_file():  # a FIFO or a device would hang the builder
                 raise InvalidInput(f"{option} {given}: not a regular file")
+        if self.values["netrc"] is not None:  # a bad one is named here, never quoted (pip would quote it)
+            from .files import read_netrc
+
+            read_netrc(self.values["netrc"])
         ca = None if self.no_ca_bundle else (self.ca_bundle or default_ca_bundle())
         if ca and not ca.is_file():
             raise BuildError(f"CA bundle {ca} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")

@@ -158,6 +158,8 @@ class SafeStream(io.TextIOBase):
 
     def clean(self, text: str) -> str:
         text = self.scrubber(text)
+        if not self.isatty():  # no colours off a terminal (click strips its own): every escape shown
+            return shown(text, keep="\n\t")
         parts = _STYLE.split(text)
         styles = _STYLE.findall(text)
         out = [shown(parts[0], keep="\n\t")]

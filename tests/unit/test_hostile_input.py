@@ -542,19 +542,25 @@ BAD_NETRCS = {
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_NETRCS))
-def test_a_bad_netrc_is_an_error_that_quotes_nothing(kind, invoke, tmp_path):
+def test_a_bad_netrc_is_an_error_that_quotes_nothing(kind, invoke, tmp_path, closed_socket):
     path = tmp_path / "netrc"
     path.write_bytes(BAD_NETRCS[kind])
     from envbuild.errors import EnvbuildError
     from envbuild.files import read_netrc
 
+    refused = False
     try:
         read_netrc(path)
     except EnvbuildError as exc:
         assert "n3trc-Pa55word" not in str(exc) and str(path) in str(exc)
+        refused = True
     result = invoke("outdated", "--matrix", MATRIX, "--netrc", path, "--backend", "cpu", "--json")
     assert result.exit_code in (0, 1) and "n3trc-Pa55word" not in result.output, result.output
     assert "internal error" not in result.output
+    for command in (["build", "--backend", "cpu"], ["lock", "--check"]):
+        result = invoke(*command, "--matrix", MATRIX, "--netrc", path)
+        assert "n3trc-Pa55word" not in result.output and "internal error" not in result.output, result.output
+        assert not refused or (result.exit_code == 1 and "--netrc" in result.stderr), result.output
 
 
 def test_a_netrc_that_is_not_a_regular_file_is_refused(tmp_path):
@@ -1057,3 +1063,45 @@ def test_lock_check_through_the_cli_leaves_the_folder_as_it_was(invoke, tmp_path
     before = _snapshot(tmp_path)
     result = invoke("lock", "--check", "--matrix", MATRIX, "--wheelhouse", wheels)
     assert result.exit_code in (0, 1, 2) and _snapshot(tmp_path) == before and not (tmp_path / ".envbuild").exists()
+
+
+@pytest.mark.parametrize("garbage", [b"\xff\xfe\x00", b"", os.urandom(512)])
+def test_a_corrupt_metadata_cache_is_fetched_again(garbage, tmp_path):
+    from envbuild.sources.index import _cached
+
+    path = tmp_path / ("a" * 64 + ".METADATA")
+    path.write_bytes(garbage)
+    assert _cached(path) in (None, "")
+    os.unlink(path)
+    os.mkfifo(path)
+    assert _cached(path) is None  # never waited on
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_reports_envbuild_writes_hold_no_secret(shape, tmp_path):
+    from envbuild.cli import _append_output, _write_output
+
+    value, hidden = SECRET_FORMS[shape]
+    doc = __import__("json").dumps({"error": f"pull failed: {value}"})
+    _write_output(str(tmp_path / "r.json"), doc)
+    _append_output(str(tmp_path / "summary.md"), f"| cpu | {value} |\n")
+    for name in ("r.json", "summary.md"):
+        assert hidden.splitlines()[0] not in (tmp_path / name).read_text(), name
+    __import__("json").loads((tmp_path / "r.json").read_text())  # still the JSON it was
+
+
+def test_colours_reach_only_a_terminal(tmp_path):
+    import io
+
+    from envbuild.output import SafeStream, Scrubber
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    text = "\x1b[31mred\x1b[0m \x1b[2J\x1b]8;;x\x07"
+    pipe, tty = io.StringIO(), Tty()
+    SafeStream(pipe, "output", Scrubber(environ={})).write(text)
+    SafeStream(tty, "output", Scrubber(environ={})).write(text)
+    assert "\x1b" not in pipe.getvalue()
+    assert tty.getvalue().startswith("\x1b[31mred\x1b[0m ") and "\x1b[2J" not in tty.getvalue() and "\x1b]" not in tty.getvalue()

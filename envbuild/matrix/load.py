@@ -341,13 +341,17 @@ def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Lo
     typo = lambda key: any(difflib.get_close_matches(k, [key], n=1) for k in raw if k not in BACKEND)  # noqa: E731
     if b.get("containerizable"):
         if "base_image" not in raw and not typo("base_image"):
-            loc.at(path, f"missing required key 'base_image' in {_dotted(path)} (needed by a containerizable backend)")
+            loc.at(path, f"missing required key 'base_image' in {_dotted(path)} (needed by a containerizable backend)",
+                   related=(path + ("containerizable",),))
         if "ci" not in raw and not typo("ci"):
-            loc.at(path, f"missing required key 'ci' in {_dotted(path)} (runner labels for its CI jobs)")
+            loc.at(path, f"missing required key 'ci' in {_dotted(path)} (runner labels for its CI jobs)",
+                   related=(path + ("containerizable",),))
         if any(p.startswith("darwin/") for p in b.get("platforms") or ()):
-            loc.at(path + ("platforms",), f"{_dotted(path + ('platforms',))}: a container image cannot target darwin")
+            loc.at(path + ("platforms",), f"{_dotted(path + ('platforms',))}: a container image cannot target darwin",
+                   related=(path + ("containerizable",),))
     elif "reason" not in raw and not typo("reason"):
-        loc.at(path, f"missing required key 'reason' in {_dotted(path)} (say why it cannot run in a container)")
+        loc.at(path, f"missing required key 'reason' in {_dotted(path)} (say why it cannot run in a container)",
+               related=(path + ("containerizable",),))
     torch = b.get("torch") or {}
     raw_torch = raw.get("torch") if isinstance(raw.get("torch"), dict) else {}
     if torch.get("source") == "pip" and "index_url" not in raw_torch and b.get("containerizable") and torch.get("version"):

@@ -1105,3 +1105,22 @@ def test_colours_reach_only_a_terminal(tmp_path):
     SafeStream(tty, "output", Scrubber(environ={})).write(text)
     assert "\x1b" not in pipe.getvalue()
     assert tty.getvalue().startswith("\x1b[31mred\x1b[0m ") and "\x1b[2J" not in tty.getvalue() and "\x1b]" not in tty.getvalue()
+
+
+SET_TEMPLATES = ["containerizable={flip}", "device=null", "torch.version=2.1.0", "torch.version=9.0.0", "plugin.version=0.0.1",
+                 "torch.source=pip", "torch.source=base", "torch.index_url=null", "host.stack=cuda", "variant_of=cpu",
+                 "plugin=null", "detect=null", "python=null", "run=null", "user=root", "platforms=[linux/s390x]",
+                 "host.version=99.0", "description=null", "base_image=null", "ci=null", "plugin.pairing=same-release"]
+
+
+@pytest.mark.parametrize("template", SET_TEMPLATES)
+def test_set_errors_are_placed_at_the_set_for_every_backend(template, invoke):
+    from envbuild.matrix import load
+
+    for b in load(MATRIX).backends:
+        override = f"backends.{b.name}.{template.format(flip=str(not b.containerizable).lower())}"
+        result = invoke("validate", "--matrix", MATRIX, "--set", override)
+        if result.exit_code == 0:
+            continue
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and all(line.startswith(f"Error: --set {override}: ") for line in lines), lines

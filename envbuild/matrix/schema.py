@@ -89,11 +89,28 @@ def url_credentials(url: str) -> str | None:
 RESERVED_ENV = "ENVBUILD_"  # the image's own controls (what the probe imports and calls): set from their fields
 
 
+_SECRET_WAY = ("a matrix is committed, written into every Dockerfile and printed: pass a secret at run time "
+               "(`envbuild run -e NAME`, its value from your environment) or to a build as a BuildKit secret (--netrc)")
+
+
 def _check_env_key(value: Any) -> tuple[Any, str | None]:
+    from ..output import secret_name
+
     value, why = check_str("env_key")(value)
     if why is None and value.upper().startswith(RESERVED_ENV):
         return None, (f"{value!r} is reserved: envbuild sets {RESERVED_ENV}* itself, from the backend's fields "
                       "(device, import, availability, ...)")
+    if why is None and secret_name(value):
+        return None, f"{value!r} names a secret: {_SECRET_WAY}"
+    return value, why
+
+
+def _check_env_value(value: Any) -> tuple[Any, str | None]:
+    from ..output import scrub
+
+    value, why = check_str("env_value")(value)
+    if why is None and scrub(value, environ={}) != value:
+        return None, f"the value looks like a secret (a token, a URL's password; not shown): {_SECRET_WAY}"
     return value, why
 
 
@@ -209,7 +226,7 @@ _RUN = {
     "gpus": _leaf("gpus"),
     "devices": _list("device_node"),
     "runtime": _leaf("word"),
-    "env": Field(map_of=(_check_env_key, check_str("env_value")), default={}),
+    "env": Field(map_of=(_check_env_key, _check_env_value), default={}),
     "volumes": _list("volume"),
     "group_add": _list("word"),
     "ipc": _leaf("word"),
@@ -262,7 +279,7 @@ BACKEND = {
     "availability": _leaf("api"),
     # Debian packages the backend's runtime asks for (e.g. a library its plugin wants preloaded).
     "apt": _list("apt"),
-    "env": Field(map_of=(_check_env_key, check_str("env_value")), default={}),
+    "env": Field(map_of=(_check_env_key, _check_env_value), default={}),
     "run": Field(section=_RUN),
     "detect": Field(
         section={

@@ -1124,3 +1124,19 @@ def test_set_errors_are_placed_at_the_set_for_every_backend(template, invoke):
             continue
         lines = result.stderr.strip().splitlines()
         assert result.exit_code == 2 and all(line.startswith(f"Error: --set {override}: ") for line in lines), lines
+
+
+@pytest.mark.parametrize("field", ["backends.cpu.env", "backends.cpu.run.env"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_matrix_holds_no_secret_value(field, shape, invoke, tmp_path):
+    value, hidden = SECRET_FORMS[shape]
+    result = invoke("render", "--matrix", MATRIX, "--output", tmp_path / "out", "--set",
+                    f"{field}={{SOME_SETTING: {_yaml(value.splitlines()[0])}}}")
+    assert result.exit_code == 2 and "looks like a secret" in result.stderr, result.output
+    assert hidden.splitlines()[0] not in result.output and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "GITHUB_TOKEN", "MY_PAT", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "API_KEY"])
+def test_the_matrix_holds_no_secret_named_variable(name, invoke):
+    result = invoke("validate", "--matrix", MATRIX, "--set", f"backends.cpu.env={{{name}: x}}")
+    assert result.exit_code == 2 and "names a secret" in result.stderr

@@ -739,6 +739,14 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host))
 
 
+def _facts(root: Path | None) -> dict[str, Any]:
+    """With --root, which facts came from where (JSON)."""
+    if root is None:
+        return {}
+    return {"root": str(root), "facts": {"files": f"read under {root}", "programs": "this machine's PATH only; nothing under "
+                                         "the root is run", "engine": "not asked (detect) / this machine's (doctor)"}}
+
+
 @cli.command("detect")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every backend with its evidence and what is missing.")
 @click.option("--root", type=click.Path(file_okay=False, exists=True, path_type=Path), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
@@ -761,7 +769,7 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
         folders = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith("/")]
         det = d.detect(m, root, path_env=os.pathsep.join(str(root / p.lstrip("/")) for p in folders))
     if as_json:
-        _emit_json(det.to_json())
+        _emit_json({**det.to_json(), **_facts(root)})
         return
     click.echo(report.detect_text(det))
     if root is not None:  # which facts came from where
@@ -805,7 +813,7 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
         registry = check_repository(registry)
     report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
     if as_json:
-        _emit_json(report.to_json())
+        _emit_json({**report.to_json(), **_facts(root)})
     else:
         click.echo(reports.doctor_text(report))
         if root:  # which facts came from where

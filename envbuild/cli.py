@@ -68,7 +68,7 @@ class Group(click.Group):
         except OutputFault as exc:  # outside a command (help, usage)
             sys.exit(_output_fault(exc))
         except click.ClickException as exc:  # usage errors (exit 2), with the input they quote made safe
-            exc.message = shown(exc.message)
+            exc.message = shown(_scrub(exc.message))
             exc.show()
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:

@@ -414,6 +414,9 @@ def test_errors_and_normal_output_print_no_secret(shape, invoke, tmp_path):
     # an error that quotes a value
     result = invoke("validate", "--matrix", MATRIX, "--set", f"backends.cpu.base_image={_yaml(line + ' !')}")
     assert result.exit_code == 2 and hidden.splitlines()[0] not in result.output, result.output
+    # a usage error (click's) that quotes an option's value
+    result = invoke("smoke", "--backend", "cpu", "--matrix", MATRIX, "--image", line + "!")
+    assert result.exit_code == 2 and hidden.splitlines()[0] not in result.output, result.output
     if shape not in SECRET_VALUES:
         return  # a URL, a header or a key block cannot be a folder's name
     # normal output that names a folder a secret sits in

@@ -27,9 +27,15 @@ SECRET_WORDS = (r"token|secret|passwd|password|passphrase|pwd|credentials?|auth|
 SECRET_NAME = re.compile(rf"(?:^|[_.-])(?:{SECRET_WORDS})(?:$|[_.-])|^(?:{SECRET_WORDS})$", re.IGNORECASE)
 
 
-def secret_name(name: str) -> bool:
-    """Whether a variable called `name` holds a secret (HF_TOKEN, MY_PAT, DB_PASSWORD, AWS_SECRET_ACCESS_KEY)."""
-    return bool(SECRET_NAME.search(name))
+# Without the bare word KEY (CACHE_KEY, PARTITION_KEY are names, not secrets): what a matrix may not name at all.
+_WORDS_STRICT = SECRET_WORDS.removesuffix("|key")
+SECRET_NAME_STRICT = re.compile(rf"(?:^|[_.-])(?:{_WORDS_STRICT})(?:$|[_.-])|^(?:{_WORDS_STRICT})$", re.IGNORECASE)
+
+
+def secret_name(name: str, strict: bool = False) -> bool:
+    """Whether a variable called `name` holds a secret (HF_TOKEN, MY_PAT, DB_PASSWORD, AWS_SECRET_ACCESS_KEY); with
+    `strict`, only names that cannot mean anything else (not a bare *_KEY)."""
+    return bool((SECRET_NAME_STRICT if strict else SECRET_NAME).search(name))
 
 
 def _basic(match: re.Match) -> str:

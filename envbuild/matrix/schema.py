@@ -100,7 +100,7 @@ def _check_env_key(value: Any) -> tuple[Any, str | None]:
     if why is None and value.upper().startswith(RESERVED_ENV):
         return None, (f"{value!r} is reserved: envbuild sets {RESERVED_ENV}* itself, from the backend's fields "
                       "(device, import, availability, ...)")
-    if why is None and secret_name(value):
+    if why is None and secret_name(value, strict=True):
         return None, f"{value!r} names a secret: {_SECRET_WAY}"
     return value, why
 

@@ -65,12 +65,15 @@ SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
     # netrc contents: password X
     (re.compile(r"(?<![\w-])((?:password|passwd)[ \t]+)(?!\*\*\*)\S+", re.IGNORECASE), rf"\1{MASK}"),
     # well-known token shapes
-    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), MASK),  # GitHub
-    (re.compile(r"\b(?:hf_[A-Za-z0-9]{20,}|api_org_[A-Za-z0-9]{20,})"), MASK),  # Hugging Face
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,})"), MASK),  # GitHub
+    (re.compile(r"\b(?:hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{16,})"), MASK),  # Hugging Face
     (re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}\b"), MASK),  # AWS
+    # an AWS secret access key: 40 characters of base64 with both cases and a digit (a git or image digest is hex)
+    (re.compile(r"(?<![A-Za-z0-9/+_-])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[0-9])"
+                r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])"), MASK),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), MASK),  # JWT
     (re.compile(r"\b(?:glpat-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|pypi-[A-Za-z0-9_-]{40,}|"
-                r"npm_[A-Za-z0-9]{30,}|dckr_pat_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{30,}|"
+                r"npm_[A-Za-z0-9]{20,}|dckr_pat_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{30,}|"
                 r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,})"), MASK),
 ]
 

@@ -358,6 +358,9 @@ SECRET_VALUES = {
     "pypi": "pypi-" + "AgEIcHlwaS5vcmcCJGE4YzQ1ZmQ3LTk0ZjAtNDdlOS05ZmQ1LWNhYjVkMjQ0YWQ3ZQ",
     "docker-hub": "dckr_pat_" + "AbCdEfGhIjKlMnOpQrStUvWx",
     "google-api": "AIza" + "SyA-bCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "aws-secret-key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
+    "github-short": "ghp_" + "0123456789abcdefXYZ",
+    "huggingface-short": "hf_" + "abcdefghijKLMNOP12",
 }
 # The part of each that must never show (for a URL: the password; else the whole value).
 SECRET_FORMS = {**{k: (v, v) for k, v in SECRET_VALUES.items()},

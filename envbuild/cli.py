@@ -576,6 +576,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     if overrides:
         raise click.UsageError("bump edits the matrix file itself: it takes no --set")
     bumping.check_only(only)
+    bumping.check_to(only, to)  # before any index is asked
     path = Path(matrix_path or matrix_mod.default_path())
     m = _load(str(path))
     opts = inputs.options()

@@ -64,6 +64,8 @@ def check_str(kind: str) -> Callable[[Any], tuple[Any, str | None]]:
             return None, type_message(value, "a string")
         if (ch := unsafe_char(value)) is not None:
             return None, unsafe_message(value, ch)
+        if kind in ("image", "repository") and len(value) > 255:  # Docker's own limit on a reference
+            return None, f"{value[:64]!r}... is longer than an image reference may be (255 characters)"
         if not pattern.match(value):
             return None, f"{value!r} is not {hint}"
         if kind == "url" and (why := url_credentials(value)):

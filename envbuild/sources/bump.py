@@ -53,6 +53,22 @@ def check_only(only: tuple[str, ...]) -> None:
             raise InvalidInput(f"--only {o!r}: expected one of {', '.join(KINDS)} or a dotted field such as backends.cuda.base_image")
 
 
+_TO_FIELD = {"transformers": "transformers.version", "accelerate": "accelerate.version", "uv": "uv.version",
+             "torch": "backends.any.torch.version", "plugin": "backends.any.plugin.version", "base_image": "backends.any.base_image"}
+
+
+def check_to(only: tuple[str, ...], to: str | None) -> None:
+    """--to, checked by the schema of the field --only names before anything is asked of an index (the field it
+    lands in is checked again once the findings name it)."""
+    if to is None:
+        return
+    for o in only:
+        dotted = _TO_FIELD.get(o) or (o if "." in o else f"{o}.version")
+        why = check_field(dotted, to)
+        if why and not why.endswith(("no such field in the matrix", "not a field that holds one value")):
+            raise InvalidInput(f"--to: {o}: {why}")
+
+
 def changes(findings: list[Finding], only: tuple[str, ...] = (), to: str | None = None, *,
             matrix: Matrix | None = None, sources: Sources | None = None) -> dict[str, str]:
     """The fields to write. With `to`, exactly one pin is chosen and set to it (checked like the rest)."""

@@ -1146,3 +1146,14 @@ def test_the_matrix_holds_no_secret_value(field, shape, invoke, tmp_path):
 def test_the_matrix_holds_no_secret_named_variable(name, invoke):
     result = invoke("validate", "--matrix", MATRIX, "--set", f"backends.cpu.env={{{name}: x}}")
     assert result.exit_code == 2 and "names a secret" in result.stderr
+
+
+@pytest.mark.parametrize("only", ["transformers", "uv", "torch", "base_image", "backends.cuda.base_image"])
+@pytest.mark.parametrize("payload", TO_PAYLOADS, ids=range(len(TO_PAYLOADS)))
+def test_bump_to_is_refused_before_any_index_is_asked(only, payload, invoke, tmp_path, closed_socket):
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX.read_text())
+    result = invoke("bump", "--matrix", path, "--only", only, "--to", payload, "--output", tmp_path / "df")
+    assert result.exit_code == 2, (only, payload, result.output)
+    assert path.read_text() == MATRIX.read_text() and not (tmp_path / "df").exists()
+    assert "\x1b" not in result.output and "LD_PRELOAD: /tmp" not in result.stdout

@@ -128,7 +128,10 @@ class IndexClient:
             page = Path(urlsplit(url).path) / "index.html"
             if not page.is_file():
                 raise SourceError(f"{url}: not found")
-            files = _from_html(page.read_text(), url)
+            try:  # bounded, never a FIFO
+                files = _from_html(read_user(page, str(page), SourceError, limit=MAX_PAGE).decode("utf-8", "replace"), url)
+            except SourceError as exc:
+                raise SourceError(f"{url}: {str(exc).rsplit(': ', 1)[-1]}") from None
         else:
             response, body = self._body(url, MAX_PAGE, headers={"Accept": _ACCEPT})
             kind = response.headers.get("Content-Type", "")

@@ -930,8 +930,11 @@ def test_malformed_registry_answers_are_source_errors(body):
 def test_a_corrupt_template_cache_is_compiled_afresh(garbage, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    run = lambda: subprocess.run([sys.executable, "-m", "envbuild.cli", "render", "--matrix", str(MATRIX), "--backend", "cpu",
-                                  "--output", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=120)
+
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "envbuild.cli", "render", "--matrix", str(MATRIX), "--backend", "cpu",
+                               "--output", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=120)
+
     assert run().returncode == 0
     entries = list((cache / "envbuild" / "templates").iterdir())
     assert entries

@@ -36,10 +36,22 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _scrub(text: str) -> str:
-    """No registry secret from the environment reaches the terminal, even in an unexpected error."""
-    from .registry.credentials import Scrubber
+    """No secret (by name or by shape) reaches the terminal, even in an unexpected error."""
+    from .output import scrub
 
-    return Scrubber.from_environment()(text)
+    return scrub(text)
+
+
+MAX_ERROR_LINES = 50  # problems printed of one error; the rest are counted
+
+
+def _error_lines(text: str) -> list[str]:
+    from .output import capped
+
+    lines = text.split("\n")
+    more = len(lines) - MAX_ERROR_LINES
+    lines = [capped(line) for line in lines[:MAX_ERROR_LINES]]
+    return lines + ([f"... and {more} more problem(s) like these"] if more > 0 else [])
 
 
 class Group(click.Group):
@@ -48,10 +60,15 @@ class Group(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
+        from .output import OutputFault, guarded
+
         try:
-            status = super().main(*args, standalone_mode=False, **kwargs)
+            with guarded():  # every line printed from here on: secrets masked, escapes shown
+                status = super().main(*args, standalone_mode=False, **kwargs)
+        except OutputFault as exc:  # outside a command (help, usage)
+            sys.exit(_output_fault(exc))
         except click.ClickException as exc:  # usage errors (exit 2), with the input they quote made safe
-            exc.message = shown(exc.message)
+            exc.message = shown(_scrub(exc.message))
             exc.show()
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:
@@ -65,9 +82,20 @@ class Group(click.Group):
         except EnvbuildError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            for line in _scrub(str(exc)).split("\n") or [type(exc).__name__]:
+            from .output import OutputFault
+
+            if isinstance(exc, OutputFault):
+                ctx.exit(_output_fault(exc))
+            for line in _error_lines(_scrub(str(exc))) or [type(exc).__name__]:
                 click.secho(f"Error: {shown(line)}", fg="red", err=True)
             ctx.exit(exc.exit_code)
+        except OSError as exc:  # the world's fault (a permission, a full disk), not a bug: say which file
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            for line in _error_lines(_scrub(f"{where}{exc.strerror or exc}")):
+                click.secho(f"Error: {shown(line)}", fg="red", err=True)
+            ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             ctx.exit(130)
@@ -76,9 +104,19 @@ class Group(click.Group):
         except Exception as exc:  # a bug, not a user error: say so briefly; --debug shows the traceback
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            said = shown(_scrub(str(exc)))
+            said = shown(_error_lines(_scrub(str(exc)))[0])
             click.secho(f"Error: internal error: {type(exc).__name__}: {said} (rerun with --debug for the traceback)", fg="red", err=True)
             ctx.exit(70)
+
+
+def _output_fault(exc) -> int:
+    """A closed pipe ends quietly (as `yes | head` does); a full device is said on stderr. Exit 1."""
+    if not exc.closed:
+        try:
+            click.secho(f"Error: {exc}", fg="red", err=True)
+        except Exception:  # stderr is gone too
+            pass
+    return 1
 
 
 def _image_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -113,6 +151,10 @@ class _Inputs:
         for option, given in (("--ca-bundle", self.ca_bundle), ("--netrc", self.values["netrc"])):
             if given is not None and not given.is_file():  # a FIFO or a device would hang the builder
                 raise InvalidInput(f"{option} {given}: not a regular file")
+        if self.values["netrc"] is not None:  # a bad one is named here, never quoted (pip would quote it)
+            from .files import read_netrc
+
+            read_netrc(self.values["netrc"])
         ca = None if self.no_ca_bundle else (self.ca_bundle or default_ca_bundle())
         if ca and not ca.is_file():
             raise BuildError(f"CA bundle {ca} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
@@ -315,8 +357,9 @@ def _choose(m, backends: tuple[str, ...]) -> list:
 
 def _write_output(path: str, text: str) -> None:
     from .files import write_atomic
+    from .output import scrub
 
-    write_atomic(Path(path), text)
+    write_atomic(Path(path), scrub(text))  # a report holds no secret either
 
 
 @cli.command()
@@ -575,6 +618,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     if overrides:
         raise click.UsageError("bump edits the matrix file itself: it takes no --set")
     bumping.check_only(only)
+    bumping.check_to(only, to)  # before any index is asked
     path = Path(matrix_path or matrix_mod.default_path())
     if not dry_run:
         bumping.working(path)  # before any source is asked
@@ -803,6 +847,14 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
 
 
+def _facts(root: Path | None) -> dict[str, Any]:
+    """With --root, which facts came from where (JSON)."""
+    if root is None:
+        return {}
+    return {"root": str(root), "facts": {"files": f"read under {root}", "programs": "this machine's PATH only; nothing under "
+                                         "the root is run", "engine": "not asked (detect) / this machine's (doctor)"}}
+
+
 @cli.command("detect")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every backend with its evidence and what is missing.")
 @click.option("--root", type=click.Path(file_okay=False, exists=True, path_type=Path), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
@@ -825,9 +877,12 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
         folders = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith("/")]
         det = d.detect(m, root, path_env=os.pathsep.join(str(root / p.lstrip("/")) for p in folders))
     if as_json:
-        _emit_json(det.to_json())
+        _emit_json({**det.to_json(), **_facts(root)})
         return
     click.echo(report.detect_text(det))
+    if root is not None:  # which facts came from where
+        click.echo(f"(--root {root}: files read under it, nothing run from it; vendor tools found there are not run; "
+                   "the Docker engine not asked)")
     try:
         name, reason = d.choose(det, m, root=root or "/")
         click.echo(f"--backend auto would choose {name} ({reason})")
@@ -866,9 +921,12 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
         registry = check_repository(registry)
     report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
     if as_json:
-        _emit_json(report.to_json())
+        _emit_json({**report.to_json(), **_facts(root)})
     else:
         click.echo(reports.doctor_text(report))
+        if root:  # which facts came from where
+            click.echo(f"(--root {root}: device nodes, PCI, groups and driver files read under it; programs such as "
+                       "nvidia-smi only this machine's, none run from under it; the engine is this machine's)")
     if not report.ok:
         sys.exit(1)
 
@@ -925,8 +983,10 @@ MANIFEST_HELP = "The manifest of published images [default: ./envbuild-manifest.
 
 def _append_output(path: str, text: str) -> None:
     """Append (a CI job summary collects every step's lines)."""
+    from .output import safe
+
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(text)
+        fh.write(safe(text))
 
 
 @cli.command()

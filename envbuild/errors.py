@@ -34,12 +34,17 @@ class Problem:
         return f"{where}: {shown(self.message)}"
 
 
+MAX_PROBLEMS = 40
+
+
 class MatrixError(InvalidInput):
     """The matrix (file or --set overrides) is invalid; carries every problem found."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
+        shown_ = problems[:MAX_PROBLEMS]  # 300,000 duplicate keys are not 300,000 lines
+        more = [f"... and {len(problems) - MAX_PROBLEMS} more problems"] if len(problems) > MAX_PROBLEMS else []
+        super().__init__("\n".join([*(str(p) for p in shown_), *more]))
 
 
 class UnknownBackendError(InvalidInput):

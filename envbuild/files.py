@@ -40,18 +40,74 @@ def stage(files: dict[Path, str | bytes], mode: int = 0o644) -> dict[Path, Path]
 
 
 def commit(staged: dict[Path, Path]) -> None:
-    """Put staged files in place; when one cannot be, the rest are removed (and the error names its target)."""
-    pending = dict(staged)
+    """Put staged files in place, all or none: each target's old file is kept aside (a hard link, else a copy)
+    before any is replaced; when one replacement fails, those already replaced get their old file back (a new
+    file is removed again), every temporary file goes, and the error names the target that failed."""
+    backups: dict[Path, Path] = {}
+    done: list[Path] = []
     try:
+        for target in staged:
+            if os.path.lexists(target):
+                backups[target] = _keep_aside(target)
         for target, tmp in staged.items():
             os.replace(tmp, target)
-            del pending[target]
+            done.append(target)
     except BaseException as exc:
-        for tmp in pending.values():
-            tmp.unlink(missing_ok=True)
+        failed = next((t for t in staged if t not in done), None)
+        unrestored = _restore(done, backups)
+        for target, tmp in staged.items():
+            if target not in done:
+                tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            exc.filename = str(target)
+            exc.filename = str(failed if failed is not None else exc.filename)
+            if unrestored:
+                exc.strerror = f"{exc.strerror or exc}; could not put back {', '.join(map(str, unrestored))}"
         raise
+    finally:
+        for backup in backups.values():
+            with contextlib.suppress(OSError):
+                backup.unlink(missing_ok=True)
+
+
+def _keep_aside(target: Path) -> Path:
+    """A second name for the target's current file, beside it (the replacement leaves this one untouched)."""
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.old.", dir=target.parent)
+    os.close(fd)
+    backup = Path(name)
+    try:
+        backup.unlink()
+        os.link(target, backup, follow_symlinks=False)
+    except OSError:  # no hard links here: a copy
+        import shutil
+
+        shutil.copy2(target, backup, follow_symlinks=False)
+    return backup
+
+
+def _restore(done: list[Path], backups: dict[Path, Path]) -> list[Path]:
+    """Undo the replacements made; the targets that could not be put back."""
+    failed = []
+    for target in reversed(done):
+        try:
+            if target in backups:
+                os.replace(backups.pop(target), target)
+            else:
+                target.unlink()
+        except OSError:
+            failed.append(target)
+    return failed
+
+
+def write_all(files: dict[Path, str | bytes], mode: int = 0o644) -> list[Path]:
+    """Write several files all or none (stage every one, then replace, restoring on failure); the ones that
+    changed. A failure is an EnvbuildError naming the file, and saying that nothing was written."""
+    try:
+        staged = stage(files, mode)
+        commit(staged)
+    except OSError as exc:
+        raise EnvbuildError(f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; nothing was written "
+                            "(the files already replaced were put back)") from None
+    return list(staged)
 
 
 def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> bool:
@@ -110,11 +166,32 @@ def read_host(path: Path, limit: int = 1 << 20) -> str | None:
         return None
 
 
+def read_netrc(path: Path):
+    """A netrc file a user gave (--netrc), parsed; an error names the file and line and quotes none of it (a
+    netrc holds passwords). Exit 1: the file is the world's, as a build would find it."""
+    import netrc
+
+    data = read_user(path, f"--netrc {path}", limit=1 << 20)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EnvbuildError(f"--netrc {path}: not a netrc file (not UTF-8 text; its contents are not shown)") from None
+    if b"\0" in data:
+        raise EnvbuildError(f"--netrc {path}: not a netrc file (binary; its contents are not shown)")
+    try:
+        return netrc.netrc(str(path))
+    except netrc.NetrcParseError as exc:
+        raise EnvbuildError(f"--netrc {path}:{exc.lineno}: not a valid netrc file (its contents are not shown)") from None
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise EnvbuildError(f"--netrc {path}: cannot read it ({type(exc).__name__}; its contents are not shown)") from None
+
+
 @contextlib.contextmanager
-def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None) -> Iterator[None]:
+def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None,
+              wait: float | None = None) -> Iterator[None]:
     """One envbuild process at a time holds `path` (a lock file, or a folder: then no file is left beside what it
-    guards): a second one says what it waits for, then waits. The lock goes with the process, also when it is
-    killed."""
+    guards): a second one says what it waits for, then waits (at most `wait` seconds, then it refuses: busy).
+    The lock goes with the process, also when it is killed."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock
@@ -129,7 +206,21 @@ def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None) 
         except BlockingIOError:
             if echo:
                 echo(f"waiting for another envbuild that holds {what} (lock {path})")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if wait is None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            else:
+                import time
+
+                deadline = time.monotonic() + wait
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise EnvbuildError(f"busy: another envbuild has been editing {what} for over {wait:.0f}s "
+                                                f"(lock {path}); nothing was written: try again") from None
+                        time.sleep(0.05)
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from .errors import EnvbuildError, InvalidInput
 from . import text
+from .output import scrub, secret_name
 from .text import unsafe_char
 from .smoke.runner import OWNED_LABEL
 
@@ -70,9 +71,10 @@ class Invocation:
         for i, arg in enumerate(shown[:-1]):
             name = shown[i + 1]
             if arg == "-e" and name in given:
-                value = "***" if SECRET_NAME.search(name) else given[name]
+                value = "***" if SECRET_NAME.search(name) or secret_name(name) else given[name]
                 shown[i + 1] = f"{name}={value}"
-        return text.shown(shlex.join(shown))  # a control character in a path or value is printed escaped
+        # secrets by value too (a URL's password, a token's shape, whatever the variable is called); escapes shown
+        return text.shown(scrub(shlex.join(shown)))
 
 
 SHELL = ("sh", "-c", "command -v bash >/dev/null && exec bash || exec sh")  # no command: a shell
@@ -124,6 +126,8 @@ def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactiv
         name, sep, value = item.partition("=")
         if not _ENV_NAME.match(name):
             raise InvalidInput(f"-e {name!r}: not an environment variable name")
+        if name.upper().startswith("ENVBUILD_"):  # the image's own controls (the device, the probe), as in the matrix
+            raise InvalidInput(f"-e {name}: ENVBUILD_* variables are reserved: the image sets them from the matrix")
         if sep:
             given.append((name, value))
         args += ["-e", name]  # by name: the value never lands on a command line

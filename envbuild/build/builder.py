@@ -219,9 +219,11 @@ def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress:
               engine_: engine.Engine | None = None) -> str | None:
     """run() with the environment and the masking that the build args call for: a bare NAME takes its value
     from this environment (as docker does: never on a command line), and no value reaches the log."""
+    given = dict(a.split("=", 1) for a in build_args if "=" in a)
     keep = tuple(a for a in build_args if "=" not in a)
-    env = environment(keep)
-    secrets = tuple(a.split("=", 1)[1] for a in build_args if "=" in a) + tuple(env.get(k, "") for k in keep)
+    env = environment(keep + tuple(given))
+    env.update(given)  # NAME=VALUE: the argv says --build-arg NAME; the value is here, never on a command line
+    secrets = tuple(given.values()) + tuple(env.get(k, "") for k in keep)
     return run(argv, env, log, progress, secrets, alive=(lambda: answers(engine_)) if engine_ is not None else None)
 
 
@@ -247,15 +249,12 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
         alive: Callable[[], bool] | None = None) -> str | None:
     """Run the builder; None when it succeeded, else the line that says why. The log keeps everything but the
     `secrets` (build-arg values), masked wherever they appear."""
-    hide = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
+    from ..output import Scrubber
 
-    def scrub(text: str) -> str:
-        for secret in hide:
-            text = text.replace(secret, "***")
-        return text
+    scrub = Scrubber(extra=secrets)  # the build-arg values, the environment's secrets, every token's shape
 
     with open(log, "w", encoding="utf-8") as fh:
-        fh.write("$ " + " ".join(masked(argv)) + "\n")
+        fh.write("$ " + scrub(" ".join(masked(argv))) + "\n")
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                     errors="replace", stdin=subprocess.DEVNULL)

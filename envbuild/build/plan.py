@@ -50,6 +50,11 @@ def default_ca_bundle() -> Path | None:
     return Path(value) if value else None
 
 
+# What the builder's client (docker, its plugins, the loader) reads from its environment: no --build-arg may set it.
+CLIENT_ENV = re.compile(r"^(?:PATH|HOME|TMPDIR|LD_\w*|DYLD_\w*|DOCKER_\w*|BUILDX_\w*|BUILDKIT_(?:HOST|PROGRESS|COLORS)|"
+                        r"XDG_\w*|SSL_CERT_\w*|GOMAXPROCS|GODEBUG)$")
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     wheelhouse: Path | None = None
@@ -85,8 +90,14 @@ class BuildOptions:
                                         ("--label", self.labels, "org.example.team=ml")):
             for value in values:
                 key, sep, _ = value.partition("=")
+                if option == "--build-arg" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) and CLIENT_ENV.match(key):
+                    raise InvalidInput(f"--build-arg {key}: the builder's client reads this variable itself (values go "
+                                       "to it through its environment, never its command line); pass another name")
                 if option == "--build-arg" and not sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                     continue  # NAME alone: its value comes from the environment, never the command line
+                if option == "--build-arg" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                    raise InvalidInput(f"--build-arg {value.partition('=')[0]!r}: expected NAME=VALUE or NAME with NAME "
+                                       "a variable name, e.g. --build-arg HTTP_PROXY=http://proxy:3128")
                 if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", key):
                     raise InvalidInput(f"{option} {value!r}: expected KEY=VALUE{' or NAME' if option == '--build-arg' else ''}, "
                                        f"e.g. {option} {example}")
@@ -159,8 +170,9 @@ def _canonical(value: Any) -> Any:
 
 
 def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine | None,
-              environ: Mapping[str, str] | None = None, lock: bytes = b"") -> BuildPlan:
-    """Read every input of one backend's build, once. Without an engine the base image's id is unknown."""
+              environ: Mapping[str, str] | None = None, lock: bytes = b"", write_cache: bool = True) -> BuildPlan:
+    """Read every input of one backend's build, once. Without an engine the base image's id is unknown;
+    without write_cache nothing is written (`lock --check`)."""
     from ..render import render_backend
 
     env = os.environ if environ is None else environ
@@ -184,7 +196,9 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     context = (opts.context_dir / backend.name).resolve()
     environment = [("engine", engine.host if engine else None)] + [(name, env.get(name)) for name in STEERING]
     environment += [(f"builder {k}", v) for k, v in builder.env]
-    environment += [(f"--build-arg {a}", env.get(a)) for a in opts.build_args if "=" not in a]
+    # --build-arg values (given or from the environment) reach the builder through its environment: keyed here
+    environment += [(f"--build-arg {a.partition('=')[0]}", a.partition("=")[2] if "=" in a else env.get(a))
+                    for a in opts.build_args]
     environment.append(("buildx current builder", _buildx_selection(env)))
     engine_builds = not builder.buildx or (not env.get("BUILDX_BUILDER") and _buildx_selection(env) in (None, "default"))
     plan = BuildPlan(
@@ -193,7 +207,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         base_id=engine.image_id(base) if base and engine else None,
         dockerfile=render_backend(matrix, backend).encode("utf-8"),
         probe=PROBE.read_bytes(),
-        wheels=wheels(opts.wheelhouse, context / DIGESTS),
+        wheels=wheels(opts.wheelhouse, context / DIGESTS, write=write_cache),
         lock=lock,
         context=str(context),
         argv=tuple(command(builder, context, opts, tags)),
@@ -224,8 +238,8 @@ def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str
         argv += ["--secret", f"id=ca_bundle,src={opts.ca_bundle}"]
     if opts.netrc:
         argv += ["--secret", f"id=netrc,src={opts.netrc}"]
-    for arg in opts.build_args:
-        argv += ["--build-arg", arg]
+    for arg in opts.build_args:  # NAME only: the client reads its value from its environment (run_build sets it)
+        argv += ["--build-arg", arg.partition("=")[0]]
     for label in opts.labels:
         argv += ["--label", label]
     if opts.no_cache:
@@ -266,7 +280,7 @@ def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str
 # --- the wheelhouse --------------------------------------------------------------------------------------------
 
 
-def wheels(wheelhouse: Path | None, digests: Path) -> tuple[Wheel, ...]:
+def wheels(wheelhouse: Path | None, digests: Path, write: bool = True) -> tuple[Wheel, ...]:
     """Each wheel by name, size, mtime and content digest. A digest is hashed again only when the file's
     identity changed (device, inode, size, mtime, ctime: any write changes the ctime)."""
     if not wheelhouse:
@@ -284,13 +298,13 @@ def wheels(wheelhouse: Path | None, digests: Path) -> tuple[Wheel, ...]:
         identity = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
         source = str(path.resolve())
         entry = known.get(source)
-        if isinstance(entry, list) and entry[:-1] == identity:
+        if isinstance(entry, list) and entry[:-1] == identity and isinstance(entry[-1], str):
             digest = entry[-1]
         else:
             digest = _sha256(path)
         seen[source] = [*identity, digest]
         found.append(Wheel(path.name, source, st.st_size, st.st_mtime_ns, digest))
-    if seen != known:
+    if seen != known and write:
         try:
             write_atomic(digests, json.dumps(seen, indent=1) + "\n")
         except OSError:  # only costs the next build a rehash

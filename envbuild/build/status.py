@@ -13,6 +13,9 @@ import threading
 import time
 from typing import TextIO
 
+from ..output import scrub
+from ..text import shown
+
 _UP = "\x1b[{n}F"  # cursor to the start of the line n lines up
 _CLEAR = "\x1b[2K"  # clear the whole line
 
@@ -96,8 +99,9 @@ class StatusBoard:
             return
         columns = shutil.get_terminal_size((120, 24)).columns - 1
         out = [_UP.format(n=self.drawn)] if self.drawn else []
-        for name in self.names:
-            out.append(_CLEAR + self.line(name, columns) + "\n")
-        self.stream.write("".join(out))
-        self.stream.flush()
+        for name in self.names:  # the board's own cursor codes around lines made safe to print
+            out.append(_CLEAR + shown(scrub(self.line(name, columns))) + "\n")
+        stream = getattr(self.stream, "raw", self.stream)  # past envbuild's SafeStream, which escapes them
+        stream.write("".join(out))
+        stream.flush()
         self.drawn = len(self.names)

@@ -223,17 +223,32 @@ def _first_file(root: Path, paths: list[str], pattern: str, found: HostDriver) -
     return None
 
 
-def _tool(name: str, args: list[str], path_env: str | None, runner: Runner, found: HostDriver) -> str | None:
-    exe = shutil.which(name, path=path_env)
+def _tool(name: str, args: list[str], path_env: str | None, runner: Runner, found: HostDriver,
+          root: Path = Path("/")) -> str | None:
+    """A vendor tool's output. A folder given to be read (a fake root) is only read: no program under it runs.
+    With one, the tool is this machine's own (its PATH), and the evidence says so."""
+    real = Path(root).resolve() == Path("/")
+    exe = shutil.which(name, path=path_env if real else None)
+    if exe is not None and not real and _inside(Path(exe), Path(root)):
+        exe = None
     if exe is None:
-        found.notes.append(f"{name} is not on PATH")
+        found.notes.append(f"{name} is not on PATH" if real else f"{name} is not on this machine's PATH (nothing under {root} is run)")
         return None
     out = runner([exe, *args])
+    where = "" if real else f" (run on this machine, not under {root})"
     if out is None:
-        found.notes.append(f"`{name} {' '.join(args)}` failed")
+        found.notes.append(f"`{name} {' '.join(args)}` failed{where}")
         return None
-    found.evidence.append(f"{name} {' '.join(args)}")
+    found.evidence.append(f"{name} {' '.join(args)}{where}")
     return out
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
 
 
 def read_nvidia(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
@@ -243,7 +258,7 @@ def read_nvidia(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
     found.version = _first_file(root, ["/proc/driver/nvidia/version", "/sys/module/nvidia/version"],
                                 r"(?:Kernel Module(?: for \S+)?\s+|^)(\d+\.\d+(?:\.\d+)?)", found)
     # No file says the compute capability; nvidia-smi does (compute_cap, driver 510 and later).
-    out = _tool("nvidia-smi", ["--query-gpu=compute_cap", "--format=csv,noheader"], path_env, runner, found)
+    out = _tool("nvidia-smi", ["--query-gpu=compute_cap", "--format=csv,noheader"], path_env, runner, found, root)
     caps = [ln.strip() for ln in (out or "").splitlines() if re.fullmatch(r"\d+\.\d+", ln.strip())]
     if caps:
         found.archs = ["sm_" + c.replace(".", "") for c in caps]

@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..errors import DockerError, LockError, StaleLock
-from ..files import read_user, write_atomic
+from ..files import read_user, write_all, write_atomic
 from .lockfile import FORMAT, LockFile, from_report, parse
 
 if TYPE_CHECKING:
@@ -206,6 +206,7 @@ def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts:
     from ..build.plan import make_plan
 
     results = []
+    texts: dict[Path, str] = {}  # every lock is written at the end, all or none: a failed resolve leaves all as they were
     for backend in backends:
         file = path(opts, backend)
         with records.locked(opts.context_dir, backend.name):
@@ -217,8 +218,10 @@ def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts:
                 results.append(LockResult(backend.name, file, "up to date", count=len(current.packages)))
                 continue
             new = resolve(matrix, backend, plan, opts, lock_opts, current, echo, verbose, engine)
-            write_atomic(file, new.text())
+            texts[file] = new.text()
             results.append(LockResult(backend.name, file, "written", why if not asked else ["asked to upgrade"], len(new.packages)))
+    if texts:
+        write_all(texts)
     return results
 
 
@@ -236,10 +239,10 @@ def check(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: E
             if require:
                 results.append(LockResult(backend.name, file, "missing", ["there is no lock"]))
             continue
-        try:
-            plan = make_plan(matrix, backend, opts, engine)
+        try:  # writes nothing: not even the wheel digest cache
+            plan = make_plan(matrix, backend, opts, engine, write_cache=False)
         except DockerError:
-            plan = make_plan(matrix, backend, opts, None)
+            plan = make_plan(matrix, backend, opts, None, write_cache=False)
         why = stale(current, inputs(matrix, backend, plan))
         results.append(LockResult(backend.name, file, "stale" if why else "up to date", why, len(current.packages)))
     return results

@@ -99,4 +99,43 @@ def apply(text: str, changes: Mapping[str, str], source: str = "matrix.yaml") ->
         else:
             old = lines[line]
             lines[line] = old[:col] + new + old[end:]
-    return "".join(lines)
+    out = "".join(lines)
+    _verify(text, out, changes, source)
+    return out
+
+
+def _verify(old_text: str, new_text: str, changes: Mapping[str, str], source: str) -> None:
+    """The edited text must hold exactly the old document with each change in place, and nothing else: a value
+    that would close its quotes, start a comment or add keys in the YAML is refused, and nothing is written."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        before, after = yaml.load(old_text, Loader=loader), yaml.load(new_text, Loader=loader)
+    except yaml.YAMLError:
+        after = None
+        before = {}
+    problems = []
+    for dotted in changes:
+        parts = dotted.split(".")
+        for tree in (before, after):
+            node = tree
+            for part in parts[:-1]:
+                node = node.get(part) if isinstance(node, dict) else None
+            got = node.pop(parts[-1], None) if isinstance(node, dict) else None
+            if tree is after and (got is None or str(got) != changes[dotted]):
+                problems.append(Problem(source, None, f"{dotted}: {changes[dotted]!r} would not be written as that one "
+                                                      "value (it would change the YAML around it): refused, nothing written"))
+    if not problems and _pruned(before) != _pruned(after):
+        problems.append(Problem(source, None, f"{', '.join(changes)}: the edit would change other fields of the matrix: "
+                                              "refused, nothing written"))
+    if problems:
+        raise MatrixError(problems)
+
+
+def _pruned(tree: Any) -> Any:
+    """The tree without the mappings an edit may have added empty on its way (a variant's `torch:`)."""
+    if isinstance(tree, dict):
+        pruned = {k: _pruned(v) for k, v in tree.items()}
+        return {k: v for k, v in pruned.items() if v != {}}
+    return tree

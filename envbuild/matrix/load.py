@@ -7,6 +7,7 @@ field; all problems are collected before raising. Only this module reads the mat
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -42,13 +43,19 @@ class _Located:
         self.values = 0  # how many values the YAML expanded to so far (aliases counted each time)
         self.open: set[int] = set()  # the nodes being converted: meeting one again is an alias to itself
 
-    def at(self, path: Path_, message: str) -> None:
-        """Record a problem where it comes from: the --set that replaced the value (or a section above it) first,
-        else the line of the nearest key in the file."""
-        for i in range(len(path), -1, -1):
-            if path[:i] in self.override:
-                self.problems.append(Problem(self.override[path[:i]], None, message))
-                return
+    def at(self, path: Path_, message: str, related: tuple[Path_, ...] = ()) -> None:
+        """Record a problem where it comes from: the --set that replaced the value (or a section above it), or one
+        of the `related` fields the problem also turns on (a pairing's other half, a removed key) first, else the
+        line of the nearest key in the file."""
+        missing = re.match(r"missing required key '([^']+)'", message)
+        for p in (path, *related, *((path + (missing.group(1),),) if missing else ())):
+            for i in range(len(p), 0 if p else -1, -1):
+                if p[:i] in self.override:
+                    self.problems.append(Problem(self.override[p[:i]], None, message))
+                    return
+        if () in self.override:
+            self.problems.append(Problem(self.override[()], None, message))
+            return
         for i in range(len(path), -1, -1):
             if path[:i] in self.lines:
                 self.problems.append(Problem(self.source, self.lines[path[:i]], message))
@@ -157,6 +164,13 @@ def _set_value(raw: str, path: Path_, where: str, loc: _Located) -> Any:
     return value
 
 
+def _holds_secret(value: Any) -> bool:
+    from ..output import scrub
+
+    text = value if isinstance(value, str) else repr(value)
+    return scrub(text[:100_000]) != text[:100_000]
+
+
 def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
     for text in overrides:
         where = f"--set {text}"
@@ -166,6 +180,8 @@ def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
             loc.problems.append(Problem(where, None, "expected DOTTED.PATH=VALUE, e.g. backends.cpu.torch.version=2.13.0"))
             continue
         value = _set_value(raw, path, where, loc)
+        if _holds_secret(value):  # however the argument spelled it (YAML escapes), its value is not echoed back
+            where = f"--set {key.strip()}=*** (a secret: not shown)"
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = raw.strip()  # versions such as 2.13 stay text
         backends = tree.get("backends") if isinstance(tree, dict) else None
@@ -272,11 +288,13 @@ def _check_pairing(b: dict[str, Any], path: Path_, loc: _Located) -> None:
     where = path + ("plugin", "version")
     why = rules.plugin_fits(plugin.get("pairing") or "none", plugin["version"], torch["version"])
     if why:
-        loc.at(where, f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} ({why})")
+        loc.at(where, f"{_dotted(where)}: {plugin['package']} {plugin['version']} does not pair with torch {torch['version']} ({why})",
+               related=(path + ("torch", "version"), path + ("plugin", "pairing")))
     if not rules.in_range(plugin.get("torch"), torch["version"]):
         loc.at(
             path + ("plugin", "torch"),
             f"{_dotted(path + ('plugin', 'torch'))}: torch {torch['version']} is outside the plugin's supported range '{plugin['torch']}'",
+            related=(path + ("torch", "version"),),
         )
 
 
@@ -299,7 +317,8 @@ def _check_torch_required(top: dict[str, Any], b: dict[str, Any], path: Path_, l
                       else "accelerate cannot be installed next to it")
             where = path + ("torch", "version")
             loc.at(where, f"{_dotted(where)}: {why} ({recorded}); {effect}: pin a torch that fits, or an older "
-                          f"{dist} for the whole matrix (`envbuild outdated` names the newest that fits)")
+                          f"{dist} for the whole matrix (`envbuild outdated` names the newest that fits)",
+                   related=((dist, "torch"), (dist, "version")))
 
 
 ACCELERATOR_API = Version("2.6")  # torch.accelerator answers for every device type from here on
@@ -313,10 +332,11 @@ def _check_availability(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc
     old = Version(version).release < ACCELERATOR_API.release
     if old and "availability" not in raw and not typo:
         loc.at(path, f"missing required key 'availability' in {_dotted(path)} (torch {version} predates torch.accelerator: "
-                     f"the API that proves the '{b.get('device')}' device, e.g. torch.{b.get('device')}.is_available)")
+                     f"the API that proves the '{b.get('device')}' device, e.g. torch.{b.get('device')}.is_available)",
+               related=(path + ("torch", "version"),))
     elif not old and b.get("availability"):
         loc.at(path + ("availability",), f"{_dotted(path + ('availability',))}: not used: torch {version} answers through "
-                                         "torch.accelerator (PyTorch 2.6 and later); remove it")
+                                         "torch.accelerator (PyTorch 2.6 and later); remove it", related=(path + ("torch", "version"),))
 
 
 def _check_stack(b: dict[str, Any], path: Path_, loc: _Located) -> None:
@@ -350,20 +370,26 @@ def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Lo
     typo = lambda key: any(difflib.get_close_matches(k, [key], n=1) for k in raw if k not in BACKEND)  # noqa: E731
     if b.get("containerizable"):
         if "base_image" not in raw and not typo("base_image"):
-            loc.at(path, f"missing required key 'base_image' in {_dotted(path)} (needed by a containerizable backend)")
+            loc.at(path, f"missing required key 'base_image' in {_dotted(path)} (needed by a containerizable backend)",
+                   related=(path + ("containerizable",),))
         if "ci" not in raw and not typo("ci"):
-            loc.at(path, f"missing required key 'ci' in {_dotted(path)} (runner labels for its CI jobs)")
+            loc.at(path, f"missing required key 'ci' in {_dotted(path)} (runner labels for its CI jobs)",
+                   related=(path + ("containerizable",),))
         if any(p.startswith("darwin/") for p in b.get("platforms") or ()):
-            loc.at(path + ("platforms",), f"{_dotted(path + ('platforms',))}: a container image cannot target darwin")
+            loc.at(path + ("platforms",), f"{_dotted(path + ('platforms',))}: a container image cannot target darwin",
+                   related=(path + ("containerizable",),))
     elif "reason" not in raw and not typo("reason"):
-        loc.at(path, f"missing required key 'reason' in {_dotted(path)} (say why it cannot run in a container)")
+        loc.at(path, f"missing required key 'reason' in {_dotted(path)} (say why it cannot run in a container)",
+               related=(path + ("containerizable",),))
     torch = b.get("torch") or {}
     raw_torch = raw.get("torch") if isinstance(raw.get("torch"), dict) else {}
     if torch.get("source") == "pip" and "index_url" not in raw_torch and b.get("containerizable") and torch.get("version"):
-        loc.at(path + ("torch",), f"missing required key 'index_url' in {_dotted(path + ('torch',))} (torch comes from pip)")
+        loc.at(path + ("torch",), f"missing required key 'index_url' in {_dotted(path + ('torch',))} (torch comes from pip)",
+               related=(path + ("torch", "source"), path + ("containerizable",)))
     _check_availability(b, raw, path, loc, typo("availability"))
     if b.get("plugin") and "import" not in raw and not typo("import"):
-        loc.at(path, f"missing required key 'import' in {_dotted(path)} (the module that registers the plugin's device)")
+        loc.at(path, f"missing required key 'import' in {_dotted(path)} (the module that registers the plugin's device)",
+               related=(path + ("plugin",),))
     _check_pairing(b, path, loc)
     _check_stack(b, path, loc)
 
@@ -397,7 +423,7 @@ def _with_variants(backends: dict[str, Any], loc: _Located) -> dict[str, Any]:
             over = {k: v for k, v in raw.items() if k != "variant_of"}
             if "device" in over and over["device"] != base.get("device"):
                 loc.at(("backends", name, "device"), f"backends.{name}.device: a variant keeps its base's device "
-                                                     f"('{base.get('device')}')")
+                                                     f"('{base.get('device')}')", related=(path, ("backends", of, "device")))
             out[name] = {**_merged(base, over), "variant_of": of}
             continue
         out[name] = {k: v for k, v in raw.items() if k != "variant_of"}
@@ -488,12 +514,19 @@ def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()
     torch."""
     tree, loc = _parse(text, source)
     overrides = list(overrides)
+    if not overrides and (not isinstance(tree, dict) or not tree.keys() & TOP.keys()):
+        # Not a matrix at all (a netrc, a config given by mistake): say so, and quote nothing of what it holds.
+        got = type_message(tree, "a mapping")[len("expected a mapping, got "):].split(" ", 2)
+        what = "a mapping with none of them" if isinstance(tree, dict) else " ".join(got[:2])
+        raise MatrixError(loc.problems or [Problem(source, None, "not an envbuild matrix: expected a mapping with 'image', "
+                                                   f"'transformers', 'accelerate' and 'backends', got {what} (its contents are not shown)")])
     if overrides:
         if not isinstance(tree, dict):
             tree = {}
         apply_overrides(tree, overrides, loc)
     if not isinstance(tree, dict):
-        loc.at((), f"the matrix must be a mapping with 'image', 'transformers', 'accelerate' and 'backends', got {type_message(tree, 'a mapping')[len('expected a mapping, got '):]}")
+        got = " ".join(type_message(tree, "a mapping")[len("expected a mapping, got "):].split(" ", 2)[:2])
+        loc.at((), f"the matrix must be a mapping with 'image', 'transformers', 'accelerate' and 'backends', got {got}")
         raise MatrixError(loc.problems)
     matrix = _build(tree, source, loc)
     if matrix is not None and not loc.problems and facts is not None:

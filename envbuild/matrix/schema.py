@@ -48,7 +48,7 @@ _PATTERNS = {
     "label": (re.compile(r"^[A-Za-z0-9_.:-]+$"), "a runner label"),
     "platform": (re.compile(r"^(?:linux|darwin)/(?:amd64|arm64|ppc64le|s390x)$"), "a platform such as 'linux/amd64'"),
     "size": (re.compile(r"^[0-9]+[bkmgBKMG]?$"), "a size such as '8g'"),
-    "word": (re.compile(r"^[A-Za-z0-9_.:=-]+$"), "a single word"),
+    "word": (re.compile(r"^[A-Za-z0-9_.:=][A-Za-z0-9_.:=-]*$"), "a single word (not starting with '-': docker would read it as an option)"),
     # docker run --gpus: all, a count, or one device (a list would need the client's CSV quoting)
     "gpus": (re.compile(r"^(?:all|[1-9][0-9]*|device=[A-Za-z0-9-]+)$"), "'all', a number of GPUs, or 'device=ID'"),
     "pci": (re.compile(r"^0x[0-9a-f]{4}$"), "a PCI vendor id such as '0x10de'"),
@@ -64,21 +64,55 @@ def check_str(kind: str) -> Callable[[Any], tuple[Any, str | None]]:
             return None, type_message(value, "a string")
         if (ch := unsafe_char(value)) is not None:
             return None, unsafe_message(value, ch)
+        if kind in ("image", "repository") and len(value) > 255:  # Docker's own limit on a reference
+            return None, f"{value[:64]!r}... is longer than an image reference may be (255 characters)"
         if not pattern.match(value):
             return None, f"{value!r} is not {hint}"
+        if kind == "url" and (why := url_credentials(value)):
+            return None, why
         return value, None
 
     return check
 
 
+def url_credentials(url: str) -> str | None:
+    """Why a URL with credentials in it (user:password@) is refused, or None: what a matrix holds is written into
+    every Dockerfile and so into the image's build history. The message does not quote them."""
+    scheme, sep, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if not sep or "@" not in netloc:
+        return None
+    bare = f"{scheme}://{netloc.rsplit('@', 1)[1]}{rest[len(netloc):]}"
+    return (f"'{bare}' carries credentials (user:password@ before the host, not shown): they would be written into "
+            "every Dockerfile and the image's build history. Give the URL without them and the credentials in a "
+            "netrc file: `--netrc FILE` (passed to the build as a BuildKit secret, never a layer)")
+
+
 RESERVED_ENV = "ENVBUILD_"  # the image's own controls (what the probe imports and calls): set from their fields
 
 
+_SECRET_WAY = ("a matrix is committed, written into every Dockerfile and printed: pass a secret at run time "
+               "(`envbuild run -e NAME`, its value from your environment) or to a build as a BuildKit secret (--netrc)")
+
+
 def _check_env_key(value: Any) -> tuple[Any, str | None]:
+    from ..output import secret_name
+
     value, why = check_str("env_key")(value)
     if why is None and value.upper().startswith(RESERVED_ENV):
         return None, (f"{value!r} is reserved: envbuild sets {RESERVED_ENV}* itself, from the backend's fields "
                       "(device, import, availability, ...)")
+    if why is None and secret_name(value, strict=True):
+        return None, f"{value!r} names a secret: {_SECRET_WAY}"
+    return value, why
+
+
+def _check_env_value(value: Any) -> tuple[Any, str | None]:
+    from ..output import scrub
+
+    value, why = check_str("env_value")(value)
+    if why is None and scrub(value, environ={}) != value:
+        return None, f"the value looks like a secret (a token, a URL's password; not shown): {_SECRET_WAY}"
     return value, why
 
 
@@ -99,9 +133,11 @@ def _check_version(value: Any) -> tuple[Any, str | None]:
     if value != value.strip():
         return None, f"{value!r} has leading or trailing spaces"
     try:
+        if len(value) > 64:  # no release number is this long (and a 5,000-digit one is not a number Python reads)
+            raise InvalidVersion(value)
         Version(value)
-    except InvalidVersion:
-        return None, f"{value!r} is not a valid version (PEP 440), e.g. \"2.13.0\""
+    except ValueError:  # InvalidVersion, and an integer too long to convert
+        return None, f"{value[:64]!r}{'...' if len(value) > 64 else ''} is not a valid version (PEP 440), e.g. \"2.13.0\""
     return value, None
 
 
@@ -111,9 +147,13 @@ def _check_specifier(value: Any) -> tuple[Any, str | None]:
     if (ch := unsafe_char(value)) is not None:
         return None, unsafe_message(value, ch)
     try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        return None, f"{value!r} is not a valid version specifier (PEP 440), e.g. \">=2.5,<2.6\""
+        if len(value) > 200:
+            raise InvalidSpecifier(value)
+        for spec in SpecifierSet(value):
+            if spec.operator != "===":
+                Version(spec.version.rstrip(".*"))  # a number Python can read (not 5,000 digits)
+    except ValueError:  # InvalidSpecifier, InvalidVersion, an integer too long to convert
+        return None, f"{value[:200]!r} is not a valid version specifier (PEP 440), e.g. \">=2.5,<2.6\""
     return value, None
 
 
@@ -129,8 +169,13 @@ def _check_requirement(value: Any) -> tuple[Any, str | None]:
     if _REQUIREMENT_CHARS.search(value):
         return None, f"{value!r} contains a quote, backslash, '$' or backtick"
     try:
+        if len(value) > 400:
+            raise InvalidRequirement("longer than 400 characters")
         req = Requirement(value)
-    except InvalidRequirement as exc:
+        for spec in req.specifier:
+            if spec.operator != "===":
+                Version(spec.version.rstrip(".*"))
+    except ValueError as exc:  # InvalidRequirement, InvalidVersion, an integer too long to convert
         return None, f"{value!r} is not a PEP 508 requirement ({str(exc).splitlines()[0]})"
     if req.url:
         return None, f"{value!r} names a URL: a lock pins packages from an index (publish it there, or use --wheelhouse)"
@@ -196,7 +241,7 @@ _RUN = {
     "gpus": _leaf("gpus"),
     "devices": _list("device_node"),
     "runtime": _leaf("word"),
-    "env": Field(map_of=(_check_env_key, check_str("env_value")), default={}),
+    "env": Field(map_of=(_check_env_key, _check_env_value), default={}),
     "volumes": _list("volume"),
     "group_add": _list("word"),
     "ipc": _leaf("word"),
@@ -252,7 +297,7 @@ BACKEND = {
     "availability": _leaf("api"),
     # Debian packages the backend's runtime asks for (e.g. a library its plugin wants preloaded).
     "apt": _list("apt"),
-    "env": Field(map_of=(_check_env_key, check_str("env_value")), default={}),
+    "env": Field(map_of=(_check_env_key, _check_env_value), default={}),
     "run": Field(section=_RUN),
     "detect": Field(
         section={
@@ -318,3 +363,24 @@ TOP = {
 }
 
 
+
+
+def check_field(dotted: str, value: Any) -> str | None:
+    """Why `value` may not be the scalar at `dotted` (as matrix.yaml is checked), or None; an unknown field, or
+    one that holds no single value, is a reason too."""
+    parts = dotted.split(".")
+    section: dict[str, Field] | None = TOP
+    if len(parts) > 2 and parts[0] == "backends":
+        section, parts = BACKEND, parts[2:]
+    spec = None
+    for i, part in enumerate(parts):
+        spec = section.get(part) if section is not None else None
+        if spec is None:
+            return f"{dotted}: no such field in the matrix"
+        section = spec.section
+    if spec is None or spec.check is None:
+        return f"{dotted}: not a field that holds one value"
+    checked, why = spec.check(value)
+    if why is None and spec.choices and checked not in spec.choices:
+        why = f"{value!r} is not one of {', '.join(spec.choices)}"
+    return why

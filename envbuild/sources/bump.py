@@ -15,6 +15,7 @@ from ..matrix.load import MAX_MATRIX, loads
 from ..paths import PACKAGE
 from ..matrix.model import Matrix
 from ..matrix.rules import torch_required
+from ..matrix.schema import check_field
 from . import Finding, Sources
 
 # --only takes a dotted field or one of these kinds
@@ -54,6 +55,22 @@ def check_only(only: tuple[str, ...]) -> None:
             raise InvalidInput(f"--only {o!r}: expected one of {', '.join(KINDS)} or a dotted field such as backends.cuda.base_image")
 
 
+_TO_FIELD = {"transformers": "transformers.version", "accelerate": "accelerate.version", "uv": "uv.version",
+             "torch": "backends.any.torch.version", "plugin": "backends.any.plugin.version", "base_image": "backends.any.base_image"}
+
+
+def check_to(only: tuple[str, ...], to: str | None) -> None:
+    """--to, checked by the schema of the field --only names before anything is asked of an index (the field it
+    lands in is checked again once the findings name it)."""
+    if to is None:
+        return
+    for o in only:
+        dotted = _TO_FIELD.get(o) or (o if "." in o else f"{o}.version")
+        why = check_field(dotted, to)
+        if why and not why.endswith(("no such field in the matrix", "not a field that holds one value")):
+            raise InvalidInput(f"--to: {o}: {why}")
+
+
 def changes(findings: list[Finding], only: tuple[str, ...] = (), to: str | None = None, *,
             matrix: Matrix | None = None, sources: Sources | None = None) -> dict[str, str]:
     """The fields to write. With `to`, exactly one pin is chosen and set to it (checked like the rest)."""
@@ -68,6 +85,8 @@ def changes(findings: list[Finding], only: tuple[str, ...] = (), to: str | None 
         raise InvalidInput(f"--to {to} needs exactly one pin; --only chose {len(chosen)} ({names}): name one field, "
                            "e.g. --only transformers or --only backends.cuda.torch.version")
     f = chosen[0]
+    if why := check_field(f.field, to):  # the same check matrix.yaml gets, before anything is asked or written
+        raise InvalidInput(f"--to: {f.field}: {why}")
     out = {f.field: to}
     dist = f.field.split(".")[0]
     if dist in ("transformers", "accelerate") and matrix is not None and sources is not None:
@@ -114,6 +133,9 @@ def affected(old: Matrix, new: Matrix) -> list[str]:
     return [b.name for b in new.containerizable() if shared or before.get(b.name) != b]
 
 
+EDIT_WAIT = 120.0  # seconds a bump waits for another one editing the same matrix, then refuses: busy
+
+
 def working(matrix_path: Path) -> None:
     """Refuse the matrix installed with envbuild (inside the package, site-packages): bump edits a working folder's."""
     p = Path(matrix_path).absolute()
@@ -125,9 +147,17 @@ def working(matrix_path: Path) -> None:
 def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: bool = False, index: Any = None) -> Bump:
     """Edit the matrix and write every file derived from it: the Dockerfiles, the metadata cache (refreshed from
     `index` for the new pins, where the matrix has one) and COMPATIBILITY.md beside the matrix (where there is one),
-    all or nothing, unless `dry_run`. The edited matrix must validate against the refreshed facts first."""
-    if not dry_run:
-        working(matrix_path)
+    all or nothing, unless `dry_run`. The edited matrix must validate against the refreshed facts first. One edit
+    of a matrix at a time (a lock on its folder): each reads the file afresh under the lock, so concurrent bumps
+    keep every change."""
+    if dry_run:
+        return _bump(matrix_path, new, dockerfiles, dry_run=True, index=index)
+    working(matrix_path)
+    with files.exclusive(matrix_path.resolve().parent, str(matrix_path), wait=EDIT_WAIT):
+        return _bump(matrix_path, new, dockerfiles, dry_run=False, index=index)
+
+
+def _bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: bool, index: Any) -> Bump:
     result = Bump(changes=dict(new))
     old_text = files.read_user(matrix_path, str(matrix_path), limit=MAX_MATRIX).decode("utf-8")
     if not new:
@@ -158,7 +188,7 @@ def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: 
         from .. import report
 
         derived[compat] = report.compat_markdown(report.compat_rows(result.matrix))
-    staged = files.stage({matrix_path: text, **derived})
-    files.commit(staged)  # stage leaves unchanged files out: what is listed was written
-    result.written = [str(p) for p in staged]
+    # all or nothing; unchanged files are left out: what is listed was written
+    written = files.write_all({matrix_path: text, **derived})
+    result.written = [str(p) for p in written]
     return result

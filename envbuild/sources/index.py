@@ -4,7 +4,8 @@ release requires (its core metadata: PEP 658 where the index serves it, else rea
 from __future__ import annotations
 
 import email.parser
-import netrc as netrc_mod
+import json
+import os
 import re
 import tempfile
 import zipfile
@@ -19,11 +20,14 @@ from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonica
 from packaging.version import Version
 
 from ..errors import EnvbuildError
+from ..files import read_netrc, read_user
 from ..paths import cache_dir
+from ..text import shown
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 TIMEOUT = 30.0
 MAX_PAGE = 64 << 20  # a project page (torch's on PyTorch's index is a few MB)
+MAX_METADATA = 8 << 20  # a release's core metadata (a few KB)
 MAX_WHEEL = 512 << 20  # read for its metadata only where the index serves no .metadata file
 
 
@@ -76,7 +80,7 @@ class IndexClient:
         self.session.headers["User-Agent"] = "envbuild-outdated"
         if ca_bundle:
             self.session.verify = str(ca_bundle)
-        self._netrc = netrc_mod.netrc(str(netrc)) if netrc else None
+        self._netrc = read_netrc(netrc) if netrc else None
         self.timeout = timeout
         self._pages: dict[str, list[File]] = {}
 
@@ -86,14 +90,34 @@ class IndexClient:
             found = self._netrc.authenticators(urlsplit(url).hostname or "")
             auth = (found[0], found[2]) if found else None
         try:
-            response = self.session.get(url, timeout=self.timeout, auth=auth, **kw)
+            response = self.session.get(url, timeout=self.timeout, auth=auth, stream=True, **kw)
         except self._requests.RequestException as exc:
             raise SourceError(f"{_host(url)} cannot be reached ({_reason(exc)})") from None
         if response.status_code == 404:
+            response.close()
             raise SourceError(f"{url}: not found (404)")
         if response.status_code >= 400:
-            raise SourceError(f"{url}: the index answered {response.status_code} {response.reason}")
+            response.close()  # the reason phrase is the server's text: one line, capped (the output layer escapes it)
+            reason = shown(str(response.reason or "")[:80])
+            raise SourceError(f"{url}: the index answered {response.status_code} {reason}".rstrip())
         return response
+
+    def _body(self, url: str, limit: int, **kw: Any) -> tuple[Any, bytes]:
+        """The response and its body, read up to `limit` bytes: an endless answer is cut off at the cap, never
+        read whole."""
+        response = self._get(url, **kw)
+        chunks, size = [], 0
+        try:
+            for chunk in response.iter_content(1 << 16):
+                size += len(chunk)
+                if size > limit:
+                    raise SourceError(f"{url}: the index sent more than {limit >> 20} MiB; not read further")
+                chunks.append(chunk)
+        except self._requests.RequestException as exc:
+            raise SourceError(f"{_host(url)}: the answer broke off ({_reason(exc)})") from None
+        finally:
+            response.close()
+        return response, b"".join(chunks)
 
     def files(self, index_url: str, name: str) -> list[File]:
         """Every file of `name` on the index (yanked ones marked)."""
@@ -104,12 +128,21 @@ class IndexClient:
             page = Path(urlsplit(url).path) / "index.html"
             if not page.is_file():
                 raise SourceError(f"{url}: not found")
-            files = _from_html(page.read_text(), url)
+            try:  # bounded, never a FIFO
+                files = _from_html(read_user(page, str(page), SourceError, limit=MAX_PAGE).decode("utf-8", "replace"), url)
+            except SourceError as exc:
+                raise SourceError(f"{url}: {str(exc).rsplit(': ', 1)[-1]}") from None
         else:
-            response = self._get(url, headers={"Accept": _ACCEPT})
-            body = response.content[:MAX_PAGE]
+            response, body = self._body(url, MAX_PAGE, headers={"Accept": _ACCEPT})
             kind = response.headers.get("Content-Type", "")
-            files = _from_json(response.json(), response.url) if "json" in kind else _from_html(body.decode("utf-8", "replace"), response.url)
+            if "json" in kind:
+                try:
+                    doc = json.loads(body)
+                except (ValueError, RecursionError):
+                    raise SourceError(f"{url}: the index answered with invalid JSON") from None
+                files = _from_json(doc, response.url)
+            else:
+                files = _from_html(body.decode("utf-8", "replace"), response.url)
         self._pages[url] = files
         return files
 
@@ -129,34 +162,39 @@ class IndexClient:
     def file_metadata(self, f: File) -> email.message.Message:
         """The core metadata of one wheel (wheels of one release may differ: a Requires-Python per Python)."""
         cached = cache_dir("sources") / "metadata" / f"{f.sha256}.METADATA" if f.sha256 else None
-        if cached and cached.is_file():
-            text = cached.read_text()
-        elif f.metadata:
-            text = self._get(f.url.split("#")[0] + ".metadata").text
-        else:
-            text = self._wheel_metadata(f)
-        if cached:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(cached)
+        text = _cached(cached) if cached else None
+        if text is None:
+            if f.metadata:
+                _, body = self._body(f.url.split("#")[0] + ".metadata", MAX_METADATA)
+                text = body.decode("utf-8", "replace")
+            else:
+                text = self._wheel_metadata(f)
+            if cached:
+                _store(cached, text)
         return email.parser.Parser().parsestr(text)
 
     def _wheel_metadata(self, f: File) -> str:
-        response = self._get(f.url, stream=True)
+        response = self._get(f.url)
         with tempfile.TemporaryFile() as tmp:
             size = 0
-            for chunk in response.iter_content(1 << 20):
-                size += len(chunk)
-                if size > MAX_WHEEL:
-                    raise SourceError(f"{f.filename}: larger than {MAX_WHEEL >> 20} MiB; the index serves no .metadata for it")
-                tmp.write(chunk)
+            try:
+                for chunk in response.iter_content(1 << 20):
+                    size += len(chunk)
+                    if size > MAX_WHEEL:
+                        raise SourceError(f"{f.filename}: larger than {MAX_WHEEL >> 20} MiB; the index serves no .metadata for it")
+                    tmp.write(chunk)
+            except self._requests.RequestException as exc:
+                raise SourceError(f"{_host(f.url)}: the answer broke off ({_reason(exc)})") from None
+            finally:
+                response.close()
             tmp.seek(0)
             try:
                 with zipfile.ZipFile(tmp) as z:
                     name = next(n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
-                    return z.read(name).decode("utf-8")
-            except (zipfile.BadZipFile, StopIteration):
+                    if z.getinfo(name).file_size > MAX_METADATA:
+                        raise SourceError(f"{f.filename}: its METADATA is larger than {MAX_METADATA >> 20} MiB")
+                    return z.read(name).decode("utf-8", "replace")
+            except (zipfile.BadZipFile, StopIteration, EOFError, OSError, ValueError, NotImplementedError, RuntimeError):
                 raise SourceError(f"{f.filename}: not a wheel with a METADATA file") from None
 
     def requirement(self, index_url: str, name: str, version: str | Version, dist: str, extra: str | None = None) -> str | None:
@@ -182,17 +220,53 @@ def requirement_of(requires: list[str], dist: str, extra: str | None = None) -> 
     return min(found)[1] if found else None
 
 
-def _from_json(doc: dict[str, Any], base: str) -> list[File]:
+def _from_json(doc: Any, base: str) -> list[File]:
+    """The files of a PEP 691 page; an answer of the wrong shape is the index's fault, said so."""
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list):
+        raise SourceError(f"{base}: the index's answer is not a PEP 691 project page (no list of files)")
     out = []
-    for item in doc.get("files") or []:
-        filename = item.get("filename") or ""
-        version = _version(filename)
+    for item in files:
+        if not isinstance(item, dict) or not isinstance(item.get("filename"), str) or not isinstance(item.get("url", ""), str):
+            continue  # an entry of the wrong shape is no file
+        version = _version(item["filename"])
         if version is None:
             continue
         meta = item.get("core-metadata", item.get("dist-info-metadata"))
-        out.append(File(filename, urljoin(base, item.get("url") or ""), version, item.get("requires-python"),
-                        bool(item.get("yanked")), (item.get("hashes") or {}).get("sha256"), bool(meta)))
+        hashes = item.get("hashes") if isinstance(item.get("hashes"), dict) else {}
+        sha = hashes.get("sha256") if isinstance(hashes.get("sha256"), str) and _SHA256.fullmatch(hashes["sha256"]) else None
+        python = item.get("requires-python") if isinstance(item.get("requires-python"), str) else None
+        out.append(File(item["filename"], urljoin(base, item.get("url") or ""), version, python,
+                        bool(item.get("yanked")), sha, bool(meta)))
     return out
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _cached(path: Path) -> str | None:
+    """A cached metadata file, or None when it is missing or not what envbuild wrote (then it is fetched again)."""
+    try:
+        return read_user(path, str(path), limit=MAX_METADATA).decode("utf-8")
+    except (EnvbuildError, UnicodeDecodeError):
+        return None
+
+
+def _store(path: Path, text: str) -> None:
+    """Into the cache under a name of its own, then renamed: runs that share the cache never collide. A cache that
+    cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass
 
 
 def _from_html(text: str, base: str) -> list[File]:

@@ -4,10 +4,11 @@ flow of public registries, credentials as publish finds them), and which tags ha
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..registry.credentials import from_env
 from ..registry.refs import api_host, normalize_ref, registry_host
@@ -98,7 +99,7 @@ class RegistryClient:
         except Exception:  # no Docker config: anonymous
             pass
         try:
-            response = client.do_request(f"{client.prefix}://{url}", method, headers=headers or {})
+            response = client.do_request(f"{client.prefix}://{url}", method, headers=headers or {}, stream=True)
         except Exception as exc:  # requests' and oras' errors alike: the registry did not answer usably
             raise SourceError(f"registry {ref.host}: {str(exc).splitlines()[0][:200] or type(exc).__name__}") from None
         if response.status_code in (401, 403):
@@ -116,7 +117,7 @@ class RegistryClient:
         tags: list[str] = []
         for _ in range(100):  # pages (Link: <...>; rel="next")
             response = self._request(ref, url)
-            tags += response.json().get("tags") or []
+            tags += _tag_list(_bounded(response, ref.host), ref.host)
             link = re.search(r"<([^>]+)>;\s*rel=\"?next", response.headers.get("Link", ""))
             if not link:
                 break
@@ -126,10 +127,48 @@ class RegistryClient:
     def digest(self, ref: ImageRef, tag: str) -> str:
         api = api_host(ref.host)
         response = self._request(ref, f"{api}/v2/{ref.repository}/manifests/{tag}", "HEAD", {"Accept": _MANIFESTS})
+        response.close()
         digest = response.headers.get("Docker-Content-Digest")
         if not digest:
             raise SourceError(f"registry {ref.host} gave no digest for {ref.repository}:{tag}")
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise SourceError(f"registry {ref.host} gave no valid digest for {ref.repository}:{tag}")
         return digest
+
+
+MAX_ANSWER = 16 << 20  # a tags page (thousands of tags are a few hundred KB)
+
+
+def _bounded(response: Any, host: str) -> bytes:
+    """The body of a registry's answer, read up to the cap: an endless answer is cut off there, not read whole."""
+    chunks, size = [], 0
+    try:
+        for chunk in response.iter_content(1 << 16):
+            size += len(chunk)
+            if size > MAX_ANSWER:
+                raise SourceError(f"registry {host} sent more than {MAX_ANSWER >> 20} MiB for a list of tags; not read further")
+            chunks.append(chunk)
+    except SourceError:
+        raise
+    except Exception as exc:  # requests' errors: the answer broke off
+        raise SourceError(f"registry {host}: the answer broke off ({type(exc).__name__})") from None
+    finally:
+        response.close()
+    return b"".join(chunks)
+
+
+def _tag_list(body: bytes, host: str) -> list[str]:
+    """The tags of a /tags/list answer; one of the wrong shape is the registry's fault, said so."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        raise SourceError(f"registry {host} answered the list of tags with invalid JSON") from None
+    tags = doc.get("tags") if isinstance(doc, dict) else None
+    if tags is None and isinstance(doc, dict):
+        return []
+    if not isinstance(tags, list):
+        raise SourceError(f"registry {host} answered the list of tags with something else than a list")
+    return [t for t in tags if isinstance(t, str) and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", t)]
 
 
 # --------------------------------------------------------------------------------------------------

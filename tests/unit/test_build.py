@@ -95,6 +95,13 @@ def test_a_pass_through_build_arg_takes_its_value_into_the_key(tmp_path, engine,
     assert "https://a.example/simple" not in " ".join(one.argv)  # the value goes to the builder through the environment
 
 
+def test_a_given_build_arg_value_is_in_the_key_but_not_on_the_argv(tmp_path, engine, legacy):
+    one = make(tmp_path, engine, {}, build_args=("TOKEN_ARG=value-one",))
+    two = make(tmp_path, engine, {}, build_args=("TOKEN_ARG=value-two",))
+    assert one.key() != two.key()
+    assert "value-one" not in " ".join(one.argv) and "TOKEN_ARG" in one.argv
+
+
 @pytest.mark.parametrize("name", plan.STEERING)
 def test_the_environment_that_steers_the_build_is_in_the_key(tmp_path, engine, legacy, name):
     assert make(tmp_path, engine, {name: "1"}).key() != make(tmp_path, engine, {}).key()

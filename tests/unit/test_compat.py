@@ -24,12 +24,24 @@ CU126 = ('backends.cuda-cu126={description: NVIDIA GPU (CUDA 12.6), device: cuda
          'host: {stack: cuda, version: "12.6"}, ci: {runs_on: [gpu-nvidia]}}')
 
 
+@pytest.fixture(autouse=True)
+def this_machine(tmp_path, monkeypatch) -> Path:
+    """This machine's PATH: only a folder of its own (a fake root's programs are never run)."""
+    bindir = tmp_path / "this-machine-bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", str(bindir))
+    return bindir
+
+
 def host(tmp_path: Path, backend: str, files: dict[str, str] | None = None, tool: str | None = None) -> Path:
-    """A fake host of `backend`'s vendor with these driver files, and a vendor tool that prints `tool`."""
+    """A fake host of `backend`'s vendor with these driver files, and this machine's vendor tool printing `tool`
+    (with a fake root, nvidia-smi is this machine's: nothing under the root runs)."""
+    import os
+
     tmp_path.mkdir(parents=True, exist_ok=True)
     root = add_driver(make_root(tmp_path, *VENDORS[backend]), files or {})
     if tool is not None:
-        exe = root / "usr/bin/nvidia-smi"
+        exe = Path(os.environ["PATH"].split(os.pathsep)[0]) / "nvidia-smi"
         exe.parent.mkdir(parents=True, exist_ok=True)
         exe.write_text("#!/bin/sh\nprintf '%s\\n' " + " ".join(f"'{line}'" for line in tool.splitlines()) + "\n")
         exe.chmod(0o755)

@@ -352,17 +352,19 @@ def _check_stack(b: dict[str, Any], path: Path_, loc: _Located) -> None:
     carried = drivers.image_release(stack, b.get("base_image"), h["version"])
     if carried is not None and carried != h["version"]:
         loc.at(where, f"{_dotted(where)}: '{h['version']}', but the base image {b['base_image']} carries {stack.title} "
-                      f"{carried}: state the base's release (the driver minimum and the torch index follow it)")
+                      f"{carried}: state the base's release (the driver minimum and the torch index follow it)",
+               related=(path + ("base_image",), path + ("host", "stack")))
         return
     torch = b.get("torch") or {}
     want = drivers.torch_index(stack, h["version"], torch.get("index_url")) if torch.get("source") == "pip" else None
     if want and want != torch.get("index_url"):
         at = path + ("torch", "index_url")
         loc.at(at, f"{_dotted(at)}: {torch['index_url']} is not the torch index for {stack.title} {h['version']} "
-                   f"(host.version): {want}")
+                   f"(host.version): {want}", related=(where, path + ("host", "stack"), path + ("torch", "source")))
     if stack.confirmed and not h.get("driver") and drivers.minimum_driver(stack, h["version"]) is None:
         loc.at(where, f"{_dotted(where)}: no minimum {stack.driver_title} is known for {stack.title} {h['version']} "
-                      f"({stack.source}, envbuild/host/drivers.py): add its row there, or state host.driver with its source")
+                      f"({stack.source}, envbuild/host/drivers.py): add its row there, or state host.driver with its source",
+               related=(path + ("host", "stack"), path + ("host", "driver")))
 
 
 def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located) -> None:

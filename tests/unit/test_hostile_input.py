@@ -633,12 +633,13 @@ def test_render_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tm
     from envbuild import render
     from envbuild.errors import EnvbuildError
     from envbuild.matrix import load
+    # accelerate: one pin every image carries (mlu and musa pin their own transformers), so all 10 files change
 
     out = tmp_path / "out"
     m = load(MATRIX)
     render.write(render.render(m, m.containerizable()), out)
     before = _snapshot(out)
-    changed = load(MATRIX, ["transformers.version=5.22.0"])
+    changed = load(MATRIX, ["accelerate.version=1.14.0"])
     _failing_replace(monkeypatch, k)
     with pytest.raises(EnvbuildError, match="nothing was written"):
         render.write(render.render(changed, changed.containerizable()), out)
@@ -661,7 +662,7 @@ def test_bump_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tmp_
     before = _snapshot(tmp_path)
     _failing_replace(monkeypatch, k)
     with pytest.raises(EnvbuildError, match="nothing was written"):
-        bump(path, {"transformers.version": "5.22.0"}, tmp_path / "dockerfiles")
+        bump(path, {"accelerate.version": "1.14.0"}, tmp_path / "dockerfiles")
     monkeypatch.undo()
     assert _snapshot(tmp_path) == before
 

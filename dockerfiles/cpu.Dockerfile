@@ -80,9 +80,10 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cpu,sharing=locked 
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
     && f="${ENVBUILD_FRESH_CACHE:-}" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
-        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache): starting an empty one"; fi; \
+        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
-        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh"; \
+        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh" \
+        && echo "envbuild: uv cache $g: a new, empty one"; \
     fi \
     && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
     && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse --compile-bytecode -r /run/layer.txt \
@@ -130,9 +131,10 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cpu,sharing=locked 
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
     && f="${ENVBUILD_FRESH_CACHE:-}" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
-        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache): starting an empty one"; fi; \
+        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
-        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh"; \
+        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh" \
+        && echo "envbuild: uv cache $g: a new, empty one"; \
     fi \
     && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
     && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse --compile-bytecode \
@@ -171,9 +173,10 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cpu,sharing=locked 
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
     && f="${ENVBUILD_FRESH_CACHE:-}" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
-        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache): starting an empty one"; fi; \
+        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
-        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh"; \
+        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh" \
+        && echo "envbuild: uv cache $g: a new, empty one"; \
     fi \
     && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
     && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse -r /run/layer.txt \

@@ -149,8 +149,10 @@ def test_no_cache_starts_one_empty_generation_per_build(step):
     assert step()[0] == 0
     rc, out, seen = step(ENVBUILD_FRESH_CACHE="build-1")
     assert rc == 0 and "set aside" in out and seen[1] == ""
+    assert out.count("a new, empty one") == 1
     rc, out, again = step(ENVBUILD_FRESH_CACHE="build-1")  # the same build's next uv step
-    assert rc == 0 and "set aside" not in out and again[0] == seen[0] and "archive-v0" in again[1]
+    assert rc == 0 and "set aside" not in out and "a new, empty one" not in out
+    assert again[0] == seen[0] and "archive-v0" in again[1]
 
 
 def test_each_cache_id_has_its_own_folder(step):

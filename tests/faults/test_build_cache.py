@@ -40,6 +40,9 @@ MOMENTS = (("early", 0.5), ("downloads", 3.0), ("unpacking", 10.0))
 def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project, cpu_image, wheelhouse, ca_bundle,
                                                                             docker_client):
     args = build_args(cpu_image, wheelhouse, ca_bundle)
+    assert envbuild(*args, cwd=project, timeout=1200).returncode == 0
+    old = image_id(docker_client, f"{REPO}:cpu")
+    record = project / ".envbuild" / "context" / "cpu" / "last-build.json"
     for moment, delay in MOMENTS:
         running = Running(*args, "--no-cache", "-v", cwd=project)
         running.wait_for(TORCH_STEP, timeout=600)
@@ -50,12 +53,15 @@ def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project
         finally:
             testbed.start_dockerd()
         assert rc != 0, f"{moment}: the build outlived its daemon:\n{out[-2000:]}"
+        assert "docker daemon" in out.lower(), out[-2000:]  # the cause, named
+        assert image_id(docker_client, f"{REPO}:cpu") == old  # the old tag still names the old image
+        assert not record.exists()  # no record claims success
     # The next plain build installs the torch layer again (no cut-off step committed anything) and succeeds. It
     # sets the last step's cache aside unless that step's orphan finished its install after all (then the cache
     # is whole and kept): which one happened is said, not asserted (test_build_cache in tests/unit pins both).
     orphans = subprocess.run(["pgrep", "-f", "/run/uv/uv pip install"], capture_output=True, text=True).stdout.split()
     again = envbuild(*args, "-v", cwd=project, timeout=1200)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode == 0 and "up to date" not in again.stderr, again.stderr[-3000:]
     print(f"orphaned uv processes after the kills: {len(orphans)}; the plain build "
           f"{'set the cut-off cache aside' if SET_ASIDE.search(again.stderr) else 'found a whole cache'}")
     assert image_id(docker_client, f"{REPO}:cpu") is not None

@@ -594,14 +594,17 @@ def _report_builds(results: list, json_path: str | None, platform: str | None) -
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result (with the probe's report) as JSON.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@click.option("--cache", metavar="DIR|VOLUME", help="Mount this at /cache, as `envbuild run --cache` does: the probe's model and compiled kernels stay there, and the next smoke reuses them (a folder with a '/', or a volume name, e.g. envbuild-cache) [default: a new volume, removed afterwards].")
 @_matrix_options
-def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, matrix_path, overrides) -> None:
+def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, cache, matrix_path, overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
 
     Inside the container the probe imports the plugin, checks the device is visible (never falling back
     to CPU), checks the pinned versions, loads the model with from_pretrained(..., device_map=DEVICE),
-    runs a forward pass (and greedy tokens for a causal LM) and compares with the CPU. The container is
-    always removed. Exit 0 only when every check passed.
+    runs a forward pass (and greedy tokens for a causal LM), compares with the CPU and, where the matrix
+    asks, compiles a kernel with torch.compile. One container, one run: as a uid the image does not know,
+    with group 0 (as OpenShift runs images). The container is always removed. Exit 0 only when every
+    check passed.
     """
     from . import report
     from . import smoke as s
@@ -612,12 +615,14 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, m
         raise click.UsageError("--image needs a single backend")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     s.model_args(model)  # bad input before any engine
+    if cache is not None:
+        s.runner.cache_source(cache)
     results = []
     engine = _engine()
     for backend in chosen:
         try:
             result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo,
-                             ignore_host=ignore_host)
+                             ignore_host=ignore_host, cache=cache)
         except s.SmokeError as exc:
             if len(chosen) == 1 and not (json_path or junit_path):
                 raise

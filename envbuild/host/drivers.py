@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -168,6 +166,8 @@ Runner = Callable[[list[str]], str | None]
 
 def run_tool(argv: list[str], timeout: float = 10) -> str | None:
     """A vendor tool's output, or None when it fails or hangs (a wedged driver can hang nvidia-smi)."""
+    import subprocess  # here: `render` reads this module's facts and never runs a tool
+
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -191,6 +191,8 @@ def _first_file(root: Path, paths: list[str], pattern: str, found: HostDriver) -
 
 
 def _tool(name: str, args: list[str], path_env: str | None, runner: Runner, found: HostDriver) -> str | None:
+    import shutil
+
     exe = shutil.which(name, path=path_env)
     if exe is None:
         found.notes.append(f"{name} is not on PATH")

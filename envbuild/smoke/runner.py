@@ -20,7 +20,7 @@ from ..text import shown, unsafe_char
 from . import preflight
 
 if TYPE_CHECKING:
-    from ..engine import Engine, Exited
+    from ..engine import Engine
     from ..matrix import Backend, Matrix
 
 SMOKE_LABEL = "dev.envbuild.smoke"

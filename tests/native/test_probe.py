@@ -124,7 +124,7 @@ def test_synthetic_cpu_run_with_env_defaults(monkeypatch: pytest.MonkeyPatch,
     assert doc["ok"] is True, doc["checks"]
     assert checks(doc)["versions"]["message"].startswith(f"torch={torch_version}")
     assert len(doc["model"]["generated_ids"]) == 4  # the default --max-new-tokens
-    assert "max abs diff to CPU 0 " in checks(doc)["cpu_match"]["message"]
+    assert checks(doc)["cpu_match"]["message"] == "not needed: the device is the CPU"
     assert capfd.readouterr().out == ""  # run() never writes to stdout
 
 
@@ -428,3 +428,17 @@ def test_the_arbitrary_uid_check(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert probe.parse_args([]).arbitrary_uid is True
     monkeypatch.delenv("ENVBUILD_ARBITRARY_UID")
     assert probe.parse_args([]).arbitrary_uid is False
+
+
+def test_cpu_match_compares_a_device_s_output_with_the_cpu_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the cpu backend there is nothing to compare; for a device, its output against a model loaded on the
+    CPU (here the CPU's own output stands for the device's, then a wrong one)."""
+    import torch
+
+    monkeypatch.delenv("HF_HOME", raising=False)
+    _, loaded = probe.check_load(torch, "synthetic", "cpu", str(tmp_path))
+    _, output = probe.check_forward(torch, loaded, "cpu")
+    assert probe.check_cpu_match(torch, loaded, output, 1e-3, "cpu") == "not needed: the device is the CPU"
+    assert probe.check_cpu_match(torch, loaded, output, 1e-3, "xpu:0").startswith("max abs diff to CPU 0 <= 0.001")
+    with pytest.raises(probe.CheckFailed, match="above the tolerance"):
+        probe.check_cpu_match(torch, loaded, output + 1, 1e-3, "xpu:0")

@@ -496,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="envbuild-bench-"))
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     busy = _busy(client)
+    load_at_start = os.getloadavg()
     records_at_start = _cache_records(client)
     setup = None
     rows: list[Row] = []
@@ -519,12 +520,14 @@ def main(argv: list[str] | None = None) -> int:
 
     doc = {
         "benchmark": "envbuild", "quick": args.quick, "started": started, "backend": "cpu",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg(),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_at_start": load_at_start,
+                    "load": os.getloadavg(),
                     "other_containers_at_start": busy},
         "base": setup.base if setup else None, **info,
         "rows": [r.to_json() for r in rows],
     }
     print(table(rows))
+    print(f"- machine: {os.cpu_count()} cores, load average {load_at_start[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     if busy:
         print(f"- note: {len(busy)} other container(s) ran during the benchmark; timings are noisier")
     if info.get("build_cache_left"):

@@ -104,6 +104,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
           echo: Callable[[str], None] = lambda s: None, ignore_host: bool = False,
           root: Path = Path("/"), cache: str | None = None) -> SmokeResult:
     from ..clean import stopped_containers  # clean names containers by this module's label
+    from ..run import _is_folder
 
     image = image or matrix.tags(backend)[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
@@ -127,7 +128,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     echo(f"[{backend.name}] smoke: {image} (model: {model}, timeout: {timeout:g}s)")
     start = time.monotonic()
     tag = uuid.uuid4().hex[:8]
-    user = probe_user(backend, mounted=bool(volumes))
+    user = probe_user(backend, mounted=bool(volumes) or (cache is not None and _is_folder(cache)))
     if user:  # the probe checks that this user can write its home, the work folder and the caches
         env["ENVBUILD_ARBITRARY_UID"] = "1"
 
@@ -172,7 +173,8 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
 
 def probe_user(backend: Backend, *, mounted: bool) -> str | None:
     """Who the probe runs as: a uid the image does not know, with group 0, as OpenShift runs images (which
-    also proves the image works without root); with a folder of yours mounted, your uid, which can read it.
+    also proves the image works without root); with a folder of yours mounted (a model, a cache), your uid,
+    which can read and write it (as root: still an arbitrary uid; a cache folder envbuild makes is group 0's).
     None (the image's user) for a backend whose image runs as root."""
     if backend.user == "root":
         return None
@@ -186,7 +188,12 @@ def cache_source(cache: str) -> str:
     from ..run import _cache_mount, _is_folder
 
     if _is_folder(cache):
-        Path(cache).expanduser().mkdir(parents=True, exist_ok=True)
+        folder = Path(cache).expanduser()
+        if not folder.exists():
+            folder.mkdir(parents=True)
+            if os.getuid() == 0:  # made by root: group 0 may write, as in the image (the probe runs as another uid)
+                os.chown(folder, -1, 0)
+                folder.chmod(0o2775)
     return _cache_mount(cache).rsplit(":", 1)[0]
 
 

@@ -3,6 +3,7 @@ tests/engine/test_build_smoke.py runs containers for real."""
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -174,6 +175,11 @@ def test_the_user_s_cache_is_mounted_and_kept(tmp_path):
     engine = _engine_with(_probe_report(*ALL))
     smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, cache=str(tmp_path / "cache"))
     assert engine.runs[0]["volumes"] == [f"{tmp_path / 'cache'}:/cache"] and (tmp_path / "cache").is_dir()
+    if os.getuid() == 0:  # the probe runs as another uid with group 0: the folder root made is group 0's to write
+        made = (tmp_path / "cache").stat()
+        assert made.st_gid == 0 and made.st_mode & 0o070 == 0o070 and engine.runs[0]["user"] != "0:0"
+    else:  # a folder of yours: the probe runs as you
+        assert engine.runs[0]["user"] == f"{os.getuid()}:0"
     smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, cache="envbuild-cache")
     assert engine.runs[1]["volumes"] == ["envbuild-cache:/cache"]
     assert engine.volumes == []  # no volume of its own was made, none removed

@@ -381,6 +381,15 @@ def check_cpu_match(torch: Any, loaded: Loaded, output: Any, tolerance: float, d
     return f"max abs diff to CPU {diff:.3g} <= {tolerance:g}"
 
 
+def _has_setting(config: Any, dotted: str) -> bool:
+    obj = config
+    for part in dotted.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
 def check_compile(torch: Any, device: str, tolerance: float) -> str:
     """torch.compile on the device gives the eager result: Inductor generated a kernel and the C++ compiler (Triton
     on a GPU) built it, or found it built in the compile cache ($TORCHINDUCTOR_CACHE_DIR, under the image's
@@ -399,7 +408,11 @@ def check_compile(torch: Any, device: str, tolerance: float) -> str:
     x = torch.linspace(-3, 3, 16, device=device)
     patch: dict[str, Any] = {"compile_threads": 1}
     if device.split(":")[0] == "cpu":
-        patch["cpp.vec_isa_ok"] = True
+        # No precompiled header either: building one for a single kernel costs more than it saves (6 s here),
+        # and Inductor keeps it in /tmp, not under the cache root, so every new container would build it again.
+        patch.update({"cpp.vec_isa_ok": True, "cpp_cache_precompile_headers": False})
+    # Only what this torch has (an older one lacks some): the rest stays as Inductor's default.
+    patch = {k: v for k, v in patch.items() if _has_setting(config, k)}
     start = time.perf_counter()
     with config.patch(patch):
         compiled = torch.compile(fn, fullgraph=True, dynamic=False)(x)

@@ -129,7 +129,8 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     start = time.monotonic()
     tag = uuid.uuid4().hex[:8]
     user = probe_user(backend, mounted=bool(volumes) or (cache is not None and _is_folder(cache)))
-    if user:  # the probe checks that this user can write its home, the work folder and the caches
+    check_uid = user is not None and not user.startswith("0:")
+    if check_uid:  # the probe checks that this user can write its home, the work folder and the caches
         env["ENVBUILD_ARBITRARY_UID"] = "1"
 
     def probe(cache: str) -> SmokeResult:
@@ -152,7 +153,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
             result.error = f"the probe printed no JSON report (exit code {done.status}); is envbuild-probe in this image?"
             return result
         result.probe, result.checks = doc, list(doc.get("checks", []))
-        if user and result.checks and not any(c.get("name") == "arbitrary_uid" for c in result.checks):
+        if check_uid and result.checks and not any(c.get("name") == "arbitrary_uid" for c in result.checks):
             # A probe older than this envbuild: the run still proves that every check passed as this user.
             result.checks.append({"name": "arbitrary_uid", "ok": True, "seconds": 0.0,
                                   "message": f"every check ran as user {user} (this image's probe does not check "
@@ -173,12 +174,12 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
 
 def probe_user(backend: Backend, *, mounted: bool) -> str | None:
     """Who the probe runs as: a uid the image does not know, with group 0, as OpenShift runs images (which
-    also proves the image works without root); with a folder of yours mounted (a model, a cache), your uid,
-    which can read and write it (as root: still an arbitrary uid; a cache folder envbuild makes is group 0's).
-    None (the image's user) for a backend whose image runs as root."""
+    also proves the image works without root); with a folder of yours mounted (a model, a cache), your uid
+    with group 0, which can read and write what you made there (safetensors writes its files 0600), root
+    included. None (the image's user) for a backend whose image runs as root."""
     if backend.user == "root":
         return None
-    if mounted and os.getuid() != 0:
+    if mounted:
         return f"{os.getuid()}:0"
     return f"{random.randint(100000, 999999)}:0"
 
@@ -188,12 +189,7 @@ def cache_source(cache: str) -> str:
     from ..run import _cache_mount, _is_folder
 
     if _is_folder(cache):
-        folder = Path(cache).expanduser()
-        if not folder.exists():
-            folder.mkdir(parents=True)
-            if os.getuid() == 0:  # made by root: group 0 may write, as in the image (the probe runs as another uid)
-                os.chown(folder, -1, 0)
-                folder.chmod(0o2775)
+        Path(cache).expanduser().mkdir(parents=True, exist_ok=True)  # the probe runs as you: yours to write
     return _cache_mount(cache).rsplit(":", 1)[0]
 
 

@@ -58,10 +58,18 @@ def test_image_states_what_it_needs_of_the_host(cpu_image, docker_client):
     assert Engine().read_file(cpu_image.tag, ARCH_FILE) == b"\n"  # a CPU torch has no device architectures
 
 
-def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_leftover_containers):
+@pytest.fixture
+def cache_volume(docker_client):
+    """A named volume for --cache, as a user keeps one (envbuild-cache), removed afterwards."""
+    name = f"envbuild-test-cache-{os.getpid()}"
+    yield name
+    docker_client.volumes.get(name).remove(force=True)
+
+
+def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_leftover_containers, cache_volume):
     proc = envbuild(
         "smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--model", "synthetic",
-        "--json", str(tmp_path / "smoke.json"), "--junit", str(tmp_path / "smoke.xml"), "--cache", str(tmp_path / "cache"),
+        "--json", str(tmp_path / "smoke.json"), "--junit", str(tmp_path / "smoke.xml"), "--cache", cache_volume,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cpu: smoke passed" in proc.stdout
@@ -86,7 +94,7 @@ def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_left
     assert suite.get("name") == "envbuild.smoke.cpu" and suite.get("failures") == "0"
     assert len(suite.findall("testcase")) == 10
     # The user's cache kept the model and the kernel: the next smoke (another arbitrary uid) finds both.
-    again = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--cache", str(tmp_path / "cache"),
+    again = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--cache", cache_volume,
                      "--json", str(tmp_path / "again.json"))
     assert again.returncode == 0, again.stdout + again.stderr
     checks = {c["name"]: c for c in json.loads((tmp_path / "again.json").read_text())["checks"]}

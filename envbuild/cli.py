@@ -6,20 +6,31 @@ Heavy modules (docker, jinja2) are imported inside the commands that need them, 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .errors import EnvbuildError, InvalidInput
 from .text import shown
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
 SET_HELP = "Override a matrix field for this run, e.g. backends.cpu.torch.version=2.13.0 (repeatable)."
+
+
+class _PathArg(click.Path):
+    """click.Path whose value is a pathlib.Path, imported when a value comes: `--help` needs neither pathlib nor
+    json (the commands import what they use)."""
+
+    def coerce_path_result(self, value: Any) -> Any:
+        from pathlib import Path
+
+        return Path(value)
 
 
 def _sigterm_as_interrupt() -> None:
@@ -166,12 +177,12 @@ class _Inputs:
 def _input_options(f):
     options = [
         click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable)."),
-        click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path), help="A folder of wheels pip may use besides the indexes."),
-        click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
+        click.option("--wheelhouse", type=_PathArg(file_okay=False, exists=True), help="A folder of wheels pip may use besides the indexes."),
+        click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
         click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle."),
-        click.option("--netrc", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="A netrc file with package index credentials, passed as a BuildKit secret."),
+        click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials, passed as a BuildKit secret."),
         click.option("--network", metavar="MODE", help="The network of the build's RUN steps, e.g. host (an index on this machine's loopback)."),
-        click.option("--locks", "locks_dir", default="locks", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Where the locks are (BACKEND.txt)."),
+        click.option("--locks", "locks_dir", default="locks", show_default=True, type=_PathArg(file_okay=False), help="Where the locks are (BACKEND.txt)."),
     ]
 
     @functools.wraps(f)  # with the options already on f
@@ -204,6 +215,8 @@ def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
 
 
 def _emit_json(data: Any) -> None:
+    import json
+
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
@@ -245,6 +258,8 @@ def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str
 
     Output is deterministic and written atomically; unchanged files are not touched.
     """
+    from pathlib import Path
+
     from . import render as r
 
     m = _load(matrix_path, overrides)
@@ -271,8 +286,8 @@ def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--compat", is_flag=True, help="The compatibility table: what each image needs of the host (minimum driver, architectures), its platforms, size and last smoke result.")
 @click.option("--markdown", is_flag=True, help="With --compat: Markdown, as COMPATIBILITY.md holds it.")
-@click.option("--manifest", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="With --compat: take image sizes and smoke results from this manifest.")
-@click.option("--check", "check_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help="With --compat: write nothing; exit 1 when FILE is not the current Markdown table.")
+@click.option("--manifest", type=_PathArg(dir_okay=False, exists=True), help="With --compat: take image sizes and smoke results from this manifest.")
+@click.option("--check", "check_path", type=_PathArg(dir_okay=False), metavar="FILE", help="With --compat: write nothing; exit 1 when FILE is not the current Markdown table.")
 @_matrix_options
 def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, check_path: Path | None, matrix_path: str,
           overrides: tuple[str, ...]) -> None:
@@ -356,6 +371,8 @@ def _choose(m, backends: tuple[str, ...]) -> list:
 
 
 def _write_output(path: str, text: str) -> None:
+    from pathlib import Path
+
     from .files import write_atomic
     from .output import scrub
 
@@ -478,8 +495,8 @@ def _source_options(f):
     """Where outdated and bump ask: the same --mirror, --ca-bundle and --netrc as build."""
     for option in reversed([
         click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Ask a mirror for base image tags, e.g. docker.io=mirror.corp:5000 (repeatable)."),
-        click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="CA bundle for the indexes and registries [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
-        click.option("--netrc", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="A netrc file with package index credentials."),
+        click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for the indexes and registries [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
+        click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials."),
     ]):
         f = option(f)
     return f
@@ -593,7 +610,7 @@ def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> Non
 @click.option("--only", "only", multiple=True, metavar="FIELD", help="Only these pins: transformers, accelerate, uv, torch, plugin, base_image, or a dotted field such as backends.cuda.base_image (repeatable).")
 @click.option("--to", "to", metavar="VERSION", help="Set the one pin --only names to this version (checked like any other).")
 @click.option("--dry-run", is_flag=True, help="Print the diff; write nothing.")
-@click.option("--output", "-o", "dockerfiles", default="dockerfiles", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Where the Dockerfiles are rendered.")
+@click.option("--output", "-o", "dockerfiles", default="dockerfiles", show_default=True, type=_PathArg(file_okay=False), help="Where the Dockerfiles are rendered.")
 @click.option("--no-lock", is_flag=True, help="Do not refresh the locks that exist (then `envbuild lock --check` names them).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @_matrix_options
@@ -612,6 +629,8 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
       envbuild bump --only backends.cuda.base_image
       envbuild bump --only transformers --to 5.24.0
     """
+    from pathlib import Path
+
     from . import matrix as matrix_mod
     from .sources import bump as bumping
 
@@ -668,6 +687,8 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 
 
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
+    import json
+
     for result in results:
         if result.ok:
             where = f"tagged {', '.join(result.tags)}" if result.tags else f"kept in the builder ({platform}; not loaded here)"
@@ -697,15 +718,20 @@ def _report_builds(results: list, json_path: str | None, platform: str | None) -
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result (with the probe's report) as JSON.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@click.option("--cache", metavar="DIR|VOLUME", help="Mount this at /cache, as `envbuild run --cache` does: the probe's model and compiled kernels stay there, and the next smoke reuses them (a folder with a '/', or a volume name, e.g. envbuild-cache) [default: a new volume, removed afterwards].")
 @_matrix_options
-def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, matrix_path, overrides) -> None:
+def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, cache, matrix_path, overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
 
     Inside the container the probe imports the plugin, checks the device is visible (never falling back
     to CPU), checks the pinned versions, loads the model with from_pretrained(..., device_map=DEVICE),
-    runs a forward pass (and greedy tokens for a causal LM) and compares with the CPU. The container is
-    always removed. Exit 0 only when every check passed.
+    runs a forward pass (and greedy tokens for a causal LM), compares with the CPU and, where the matrix
+    asks, compiles a kernel with torch.compile. One container, one run: as a uid the image does not know,
+    with group 0 (as OpenShift runs images). The container is always removed. Exit 0 only when every
+    check passed.
     """
+    import json
+
     from . import report
     from . import smoke as s
 
@@ -715,12 +741,14 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, m
         raise click.UsageError("--image needs a single backend")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     s.model_args(model)  # bad input before any engine
+    if cache is not None:
+        s.runner.cache_source(cache)
     results = []
     engine = _engine()
     for backend in chosen:
         try:
             result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo,
-                             ignore_host=ignore_host)
+                             ignore_host=ignore_host, cache=cache)
         except s.SmokeError as exc:
             if len(chosen) == 1 and not (json_path or junit_path):
                 raise
@@ -748,6 +776,8 @@ def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
     images and anything envbuild did not make are never touched; an image a container still uses stays.
     With --build-cache, the cache mounts of envbuild's install steps go too (the next build downloads again):
     the way out when a build fails in a way a broken cache can cause."""
+    import json
+
     from . import clean as c
 
     done = c.clean(_engine(), images=not containers_only, build_cache=build_cache)
@@ -857,7 +887,7 @@ def _facts(root: Path | None) -> dict[str, Any]:
 
 @cli.command("detect")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every backend with its evidence and what is missing.")
-@click.option("--root", type=click.Path(file_okay=False, exists=True, path_type=Path), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
+@click.option("--root", type=_PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
 @_matrix_options
 def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple[str, ...]) -> None:
     """Which backends this host can run, each with its evidence.
@@ -894,7 +924,7 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
 @click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="The backend to check, or 'auto' (the one detected on this host).")
 @click.option("--registry", metavar="REGISTRY", help="Also check push credentials for this registry (a host or a repository such as ghcr.io/org/envbuild).")
 @click.option("--publish", is_flag=True, help="Also check push credentials for the matrix's image repository.")
-@click.option("--root", type=click.Path(file_okay=False, exists=True, path_type=Path), help="Read device nodes, PCI devices and groups under this folder instead of / (a fake host for tests).")
+@click.option("--root", type=_PathArg(file_okay=False, exists=True), help="Read device nodes, PCI devices and groups under this folder instead of / (a fake host for tests).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @_matrix_options
 def doctor(backend: str, registry: str | None, publish: bool, root: Path | None, as_json: bool, matrix_path: str,
@@ -933,7 +963,7 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
 
 @cli.command("env")
 @click.option("--backend", "-b", required=True, metavar="NAME", help="cpu, mps (on a Mac with Apple Silicon), a pip-torch backend (cuda, xpu, npu, tpu), or 'auto'.")
-@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False, path_type=Path), help="Where to make the environment (must not exist, or be empty, unless --force).")
+@click.option("--dir", "directory", required=True, type=_PathArg(file_okay=False), help="Where to make the environment (must not exist, or be empty, unless --force).")
 @click.option("--python", "python", metavar="EXE", help="The interpreter to base it on [default: the one running envbuild].")
 @click.option("--force", is_flag=True, help="Replace the virtual environment already at --dir.")
 @click.option("--no-probe", is_flag=True, help="Do not run the probe once the environment is made.")
@@ -993,8 +1023,8 @@ def _append_output(path: str, text: str) -> None:
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to publish, or 'all' (repeatable).")
 @click.option("--registry", metavar="REPOSITORY", help="Where to push, e.g. ghcr.io/org/envbuild or localhost:5000/envbuild [default: the matrix's image.repository].")
 @click.option("--image", callback=_image_ref, help="The local image to publish (one backend) [default: the backend's REPO:BACKEND tag from the matrix].")
-@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), help=MANIFEST_HELP)
-@click.option("--smoke-json", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="`envbuild smoke --json` output for this image: summarized into the manifest; a failed result refuses the push.")
+@click.option("--manifest", type=_PathArg(dir_okay=False), help=MANIFEST_HELP)
+@click.option("--smoke-json", type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for this image: summarized into the manifest; a failed result refuses the push.")
 @click.option("--force", is_flag=True, help="Push even when the smoke result failed or the image's labels disagree with the matrix (the manifest says so).")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="Append a Markdown table of what landed to this file, e.g. $GITHUB_STEP_SUMMARY.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
@@ -1020,6 +1050,8 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
       envbuild smoke --backend cpu --json smoke.json
       envbuild publish --backend cpu --registry ghcr.io/org/envbuild --smoke-json smoke.json
     """
+    from pathlib import Path
+
     from . import report
     from .engine import Engine
     from .registry import manifest as manifests
@@ -1052,7 +1084,7 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend whose image to pull (repeatable).")
 @click.option("--registry", metavar="REPOSITORY", help="Where to pull from [default: the matrix's image.repository].")
 @click.option("--tag", help="Tag to pull [default: the backend's pinned tag from the matrix, e.g. cpu-torch2.15.0-transformers5.23.0].")
-@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), help="Refuse the image unless its digest is the one this manifest records.")
+@click.option("--manifest", type=_PathArg(dir_okay=False), help="Refuse the image unless its digest is the one this manifest records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
 @_verify_options
@@ -1226,6 +1258,8 @@ def matrix_(fmt, backends, matrix_path, overrides) -> None:
     from the backend's ci.runs_on), self-hosted, smoke (whether that runner has the device: the CPU always,
     accelerators on self-hosted runners) and smoke_args. Workflows take their backend list from here only.
     """
+    import json
+
     from . import ci, report
 
     m = _load(matrix_path, overrides)
@@ -1241,7 +1275,7 @@ def matrix_(fmt, backends, matrix_path, overrides) -> None:
 
 
 @cli.command()
-@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("results", nargs=-1, required=True, type=_PathArg(exists=True))
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backends that should have a result (repeatable, or 'all'): a missing one is a row that says so.")
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True, help="markdown: for $GITHUB_STEP_SUMMARY.")
 @click.option("--strict", is_flag=True, help="Exit 1 when a backend failed or has no result.")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,6 +140,8 @@ def write(rendered: dict[str, str], output: Path) -> list[str]:
 
 def check(rendered: dict[str, str], output: Path, *, complete: bool) -> list[Difference]:
     """Compare the rendered text with what is on disk; `complete` also reports extra Dockerfiles."""
+    import difflib  # `render --check` only: writing the Dockerfiles needs no diff
+
     diffs: list[Difference] = []
     for name, text in rendered.items():
         path = output / name

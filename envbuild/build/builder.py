@@ -54,12 +54,72 @@ def _ask(argv: list[str]) -> tuple[int, str]:
     return proc.returncode, proc.stdout.strip()
 
 
+# Where Docker's CLI looks for the buildx plugin besides $DOCKER_CONFIG/cli-plugins.
+_PLUGIN_DIRS = ("/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
+                "/usr/libexec/docker/cli-plugins")
+
+
+def _builder_key(candidates: list[str]) -> list:
+    """What the answer of find_builder depends on: each client's file, and the buildx plugin's wherever the
+    clients look for it. A client or plugin installed, removed or upgraded changes it."""
+    config = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+    files = [*candidates, *(os.path.join(d, "docker-buildx") for d in (os.path.join(config, "cli-plugins"), *_PLUGIN_DIRS))]
+    key = []
+    for path in files:
+        try:
+            st = os.stat(path)
+            key.append([path, st.st_size, st.st_mtime_ns, st.st_ino])
+        except OSError:
+            key.append([path, None])
+    return key
+
+
+def _remembered(key: list) -> Builder | None:
+    import json
+
+    from ..paths import cache_dir
+
+    try:
+        doc = json.loads(cache_dir("builder.json").read_text(encoding="utf-8"))
+        if doc["key"] == key:
+            return Builder(tuple(doc["argv"]), tuple(tuple(kv) for kv in doc["env"]), bool(doc["buildx"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _remember(key: list, found: Builder) -> None:
+    import json
+
+    from ..files import write_atomic
+    from ..paths import cache_dir
+
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        write_atomic(cache_dir("builder.json"), json.dumps({"key": key, "argv": found.argv, "env": found.env,
+                                                            "buildx": found.buildx}) + "\n")
+    except OSError:  # a cache that cannot be written: asked again next time
+        pass
+
+
 @lru_cache(maxsize=1)
 def find_builder() -> Builder:
-    """Prefer `docker buildx build`; else a client older than 23.0, which runs BuildKit itself."""
+    """Prefer `docker buildx build`; else a client older than 23.0, which runs BuildKit itself.
+
+    Asking costs a start of every client (about 0.1 s of every build, a no-op included): the answer is kept in
+    envbuild's cache for as long as the clients and the buildx plugin files stay the same."""
+    candidates = _candidates()
+    key = _builder_key(candidates)
+    found = _remembered(key) if candidates else None
+    if found is None:
+        found = _ask_builder(candidates)
+        _remember(key, found)
+    return found
+
+
+def _ask_builder(candidates: list[str]) -> Builder:
     from packaging.version import InvalidVersion, Version
 
-    candidates = _candidates()
     if not candidates:
         raise DockerError(
             "no `docker` client on PATH: install Docker's CLI with the buildx plugin "

@@ -6,7 +6,6 @@ field; all problems are collected before raising. Only this module reads the mat
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -62,6 +61,12 @@ class _Located:
                 return
         self.problems.append(Problem(self.source, None, message))
 
+
+
+def _close_matches(word: str, choices: list[str], n: int = 1) -> list[str]:
+    import difflib  # only for a key that is wrong or missing: a valid matrix loads without it
+
+    return difflib.get_close_matches(word, choices, n=n)
 
 def _dotted(path: Path_) -> str:
     return ".".join(shown(p) for p in path) if path else "the top level"
@@ -186,7 +191,7 @@ def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
             value = raw.strip()  # versions such as 2.13 stay text
         backends = tree.get("backends") if isinstance(tree, dict) else None
         if path[0] == "backends" and len(path) > 2 and isinstance(backends, dict) and path[1] not in backends:
-            hint = difflib.get_close_matches(path[1], list(backends), n=1)
+            hint = _close_matches(path[1], list(backends), n=1)
             did_you_mean = f"did you mean '{hint[0]}'?" if hint else f"valid backends: {', '.join(backends)}"
             loc.problems.append(Problem(where, None, f"unknown backend '{path[1]}' ({did_you_mean})"))
             continue
@@ -218,7 +223,7 @@ def _validate_section(data: Any, schema: dict[str, Field], path: Path_, loc: _Lo
     suggested: set[str] = set()  # a typo already reported: do not also call its target missing
     for key in data:
         if key not in schema:
-            hint = difflib.get_close_matches(key, list(schema), n=1)
+            hint = _close_matches(key, list(schema), n=1)
             suggested.update(hint)
             did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else f" (known keys: {', '.join(schema)})"
             loc.at(path + (key,), f"unknown key '{shown(key)}' in {_dotted(path)}{did_you_mean}")
@@ -369,7 +374,7 @@ def _check_stack(b: dict[str, Any], path: Path_, loc: _Located) -> None:
 
 def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located) -> None:
     """Rules across fields. `raw` tells a missing key from one that was present but invalid (already reported)."""
-    typo = lambda key: any(difflib.get_close_matches(k, [key], n=1) for k in raw if k not in BACKEND)  # noqa: E731
+    typo = lambda key: any(_close_matches(k, [key], n=1) for k in raw if k not in BACKEND)  # noqa: E731
     if b.get("containerizable"):
         if "base_image" not in raw and not typo("base_image"):
             loc.at(path, f"missing required key 'base_image' in {_dotted(path)} (needed by a containerizable backend)",

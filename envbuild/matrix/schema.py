@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -168,6 +167,8 @@ def _check_requirement(value: Any) -> tuple[Any, str | None]:
         return None, unsafe_message(value, ch)
     if _REQUIREMENT_CHARS.search(value):
         return None, f"{value!r} contains a quote, backslash, '$' or backtick"
+    from packaging.requirements import InvalidRequirement, Requirement  # a matrix without packages: not imported
+
     try:
         if len(value) > 400:
             raise InvalidRequirement("longer than 400 characters")

@@ -20,12 +20,13 @@ from ..text import shown, unsafe_char
 from . import preflight
 
 if TYPE_CHECKING:
-    from ..engine import Engine, Exited
+    from ..engine import Engine
     from ..matrix import Backend, Matrix
 
 SMOKE_LABEL = "dev.envbuild.smoke"
 OWNED_LABEL = "dev.envbuild.owned"  # on every container envbuild starts (smoke, run): what leftovers are
 MODEL_MOUNT = "/models"
+CACHE = "/cache"  # the image's one cache root (HF_HOME, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR under it)
 
 
 @dataclass
@@ -101,11 +102,13 @@ def _refusal(backend: Backend) -> Iterator[None]:
 def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None = None, model: str = "synthetic",
           timeout: float = 600, extra_env: dict[str, str] | None = None,
           echo: Callable[[str], None] = lambda s: None, ignore_host: bool = False,
-          root: Path = Path("/")) -> SmokeResult:
+          root: Path = Path("/"), cache: str | None = None) -> SmokeResult:
     from ..clean import stopped_containers  # clean names containers by this module's label
+    from ..run import _is_folder
 
     image = image or matrix.tags(backend)[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
+    mounted_cache = cache_source(cache) if cache is not None else None
     preflight.require(backend, engine, root)  # without the device, no image would help
     if not ignore_host:  # a driver known to be too old: refused before the engine is asked anything more
         from ..host.compat import host_driver, image_arch
@@ -125,46 +128,69 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     echo(f"[{backend.name}] smoke: {image} (model: {model}, timeout: {timeout:g}s)")
     start = time.monotonic()
     tag = uuid.uuid4().hex[:8]
-    # A folder of yours is readable by you: the probe runs as your uid (group 0) when one is mounted.
-    own_user = f"{os.getuid()}:0" if volumes and backend.user != "root" else None
+    user = probe_user(backend, mounted=bool(volumes) or (cache is not None and _is_folder(cache)))
+    check_uid = user is not None and not user.startswith("0:")
+    if check_uid:  # the probe checks that this user can write its home, the work folder and the caches
+        env["ENVBUILD_ARBITRARY_UID"] = "1"
 
-    def probe(user: str | None, cache: str) -> tuple[Exited, dict[str, Any] | None, str | None]:
-        """One run of the probe: what the container did, its report, and why it failed (None: passed)."""
+    def probe(cache: str) -> SmokeResult:
+        """The one run of the probe: every check, in one container."""
         with _refusal(backend):
             done = engine.run(
                 image, ["envbuild-probe", "--backend", backend.name, *args],
-                name=f"envbuild-smoke-{backend.name}-{tag}{'-uid' if user and user != own_user else ''}",
+                name=f"envbuild-smoke-{backend.name}-{tag}",
                 labels={SMOKE_LABEL: "1", OWNED_LABEL: "1", "dev.envbuild.backend": backend.name},
-                run=backend.run, volumes=[*volumes, f"{cache}:/cache"], environment={**env, **(extra_env or {})},
-                timeout=max(timeout - (time.monotonic() - start), 1), user=user,
+                run=backend.run, volumes=[*volumes, f"{cache}:{CACHE}"], environment={**env, **(extra_env or {})},
+                timeout=timeout, user=user,
             )
+        result = SmokeResult(backend.name, image, False, 0.0, done.status, stderr_tail=_tail(done.stderr), image_id=image_id)
         if done.timed_out:
-            return done, None, f"timed out after {timeout:g}s; the container was stopped and removed"
+            result.error = f"timed out after {timeout:g}s; the container was stopped and removed"
+            return result
         try:
             doc = json.loads(done.stdout.decode("utf-8", "replace"))
         except json.JSONDecodeError:
-            return done, None, f"the probe printed no JSON report (exit code {done.status}); is envbuild-probe in this image?"
-        failed = next((f"{ch['name']}: {ch['message']}" for ch in doc.get("checks", []) if not ch.get("ok")), None)
-        return done, doc, failed or (None if done.status == 0 else f"exit code {done.status}")
+            result.error = f"the probe printed no JSON report (exit code {done.status}); is envbuild-probe in this image?"
+            return result
+        result.probe, result.checks = doc, list(doc.get("checks", []))
+        if check_uid and result.checks and not any(c.get("name") == "arbitrary_uid" for c in result.checks):
+            # A probe older than this envbuild: the run still proves that every check passed as this user.
+            result.checks.append({"name": "arbitrary_uid", "ok": True, "seconds": 0.0,
+                                  "message": f"every check ran as user {user} (this image's probe does not check "
+                                             "its folders: rebuild the image for that)"})
+        failed = next((f"{ch['name']}: {ch['message']}" for ch in result.checks if not ch.get("ok")), None)
+        result.error = failed or (None if done.status == 0 else f"exit code {done.status}")
+        return result
 
-    # One cache for both runs (the second finds the first's compiled kernels), gone with the smoke test.
-    with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", {OWNED_LABEL: "1"}) as cache:
-        done, doc, why = probe(own_user, cache)
-        result = SmokeResult(backend.name, image, False, 0.0, done.status, stderr_tail=_tail(done.stderr), image_id=image_id)
-        result.checks, result.probe, result.error = list((doc or {}).get("checks", [])), doc, why
-        if why is None and backend.user != "root" and not volumes:
-            # Again as an arbitrary user id with group 0, as OpenShift runs images: home, caches and the work
-            # folder must work for any uid. (Not with a folder of yours mounted: it is yours to read.)
-            uid = f"{random.randint(100000, 999999)}:0"
-            step = time.monotonic()
-            done, doc, why = probe(uid, cache)
-            result.checks.append({"name": "arbitrary_uid", "ok": why is None, "seconds": round(time.monotonic() - step, 3),
-                                  "message": f"the probe as user {uid}: " + (why or "every check passed")})
-            result.exit_code, result.error = done.status, why and f"arbitrary_uid: as user {uid}: {why}"
-            result.stderr_tail = result.stderr_tail if why is None else _tail(done.stderr)
+    if mounted_cache is not None:  # the user's: what the probe downloads and compiles stays for the next run
+        result = probe(mounted_cache)
+    else:  # a cache of its own, gone with the smoke test
+        with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", {OWNED_LABEL: "1"}) as volume:
+            result = probe(volume)
     result.seconds = time.monotonic() - start
     result.ok = result.error is None
     return result
+
+
+def probe_user(backend: Backend, *, mounted: bool) -> str | None:
+    """Who the probe runs as: a uid the image does not know, with group 0, as OpenShift runs images (which
+    also proves the image works without root); with a folder of yours mounted (a model, a cache), your uid
+    with group 0, which can read and write what you made there (safetensors writes its files 0600), root
+    included. None (the image's user) for a backend whose image runs as root."""
+    if backend.user == "root":
+        return None
+    if mounted:
+        return f"{os.getuid()}:0"
+    return f"{random.randint(100000, 999999)}:0"
+
+
+def cache_source(cache: str) -> str:
+    """--cache as a mount source: a folder (with a '/', made when absent) or a volume name."""
+    from ..run import _cache_mount, _is_folder
+
+    if _is_folder(cache):
+        Path(cache).expanduser().mkdir(parents=True, exist_ok=True)  # the probe runs as you: yours to write
+    return _cache_mount(cache).rsplit(":", 1)[0]
 
 
 def leftover_containers(engine: Engine) -> list[str]:

@@ -38,7 +38,10 @@ def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, d
             assert isinstance(row["ratio"], (int, float)) and row["ratio"] > 0, row
     assert rows["bump"]["baseline"] == rows["cold"]["value"]
     assert rows["size"]["detail"]["packages"] > 0 and rows["size"]["detail"]["base"] > 0
-    assert "import_torch" in rows["smoke"]["detail"]["where"]
+    assert "import_torch" in rows["smoke"]["detail"]["where"] and "compile" in rows["smoke"]["detail"]["where"]
+    # the bars: smoke <= 8x docker run, no-op <= +0.3 s, bump <= 0.05, help / render <= 1.5x / 3x `import click`
+    assert (rows["smoke"]["target"], rows["noop"]["margin"], rows["bump"]["target"]) == (8.0, 0.3, 0.05)
+    assert (rows["help"]["target"], rows["render"]["target"]) == (1.5, 3.0) and rows["help"]["detail"]["python_start"] > 0
     for line in ("envbuild lock", "cold build", "transformers-only bump", "nothing changed", "image size", "smoke", "--help", "render"):
         assert line in proc.stdout
     # It cleans up after itself: its images and the cache mounts of its cold build.

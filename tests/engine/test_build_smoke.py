@@ -58,10 +58,18 @@ def test_image_states_what_it_needs_of_the_host(cpu_image, docker_client):
     assert Engine().read_file(cpu_image.tag, ARCH_FILE) == b"\n"  # a CPU torch has no device architectures
 
 
-def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_leftover_containers):
+@pytest.fixture
+def cache_volume(docker_client):
+    """A named volume for --cache, as a user keeps one (envbuild-cache), removed afterwards."""
+    name = f"envbuild-test-cache-{os.getpid()}"
+    yield name
+    docker_client.volumes.get(name).remove(force=True)
+
+
+def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_leftover_containers, cache_volume):
     proc = envbuild(
         "smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--model", "synthetic",
-        "--json", str(tmp_path / "smoke.json"), "--junit", str(tmp_path / "smoke.xml"),
+        "--json", str(tmp_path / "smoke.json"), "--junit", str(tmp_path / "smoke.xml"), "--cache", cache_volume,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cpu: smoke passed" in proc.stdout
@@ -70,10 +78,13 @@ def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_left
     names = [c["name"] for c in doc["checks"]]
     assert names == ["import_torch", "import_plugin", "device", "versions", "load", "forward", "generate", "cpu_match",
                      "compile", "arbitrary_uid"]
-    assert all(c["ok"] for c in doc["checks"])
-    # torch.compile works in the image, and the whole probe passed again as an arbitrary uid with group 0
+    assert all(c["ok"] and c["seconds"] >= 0 for c in doc["checks"])
+    # One run: torch.compile built a kernel in the image, and every check ran as an arbitrary uid with group 0
+    assert doc["checks"][8]["message"].startswith("a kernel generated and compiled (/cache/torchinductor)")
     assert "max abs diff to eager" in doc["checks"][8]["message"]
-    assert doc["checks"][9]["message"].endswith(":0: every check passed")
+    said = doc["checks"][9]["message"]
+    assert said.startswith("every check ran as uid ") and ", group 0; writable: HOME /home/envbuild, work folder /workspace" in said
+    assert doc["probe"]["timings"]["compile"] == doc["checks"][8]["seconds"]
     assert doc["probe"]["model"]["class"].endswith("ForCausalLM")
     assert doc["probe"]["versions"]["torch"].startswith(TORCH)
     for key in ("import", "load", "first_forward"):
@@ -82,6 +93,13 @@ def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_left
     suite = suites.find("testsuite")
     assert suite.get("name") == "envbuild.smoke.cpu" and suite.get("failures") == "0"
     assert len(suite.findall("testcase")) == 10
+    # The user's cache kept the model and the kernel: the next smoke (another arbitrary uid) finds both.
+    again = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--cache", cache_volume,
+                     "--json", str(tmp_path / "again.json"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    checks = {c["name"]: c for c in json.loads((tmp_path / "again.json").read_text())["checks"]}
+    assert checks["compile"]["message"].startswith("a kernel loaded from the compile cache (/cache/torchinductor)")
+    assert checks["arbitrary_uid"]["message"] != said  # another uid
 
 
 def test_smoke_real_model_directory(cpu_image, real_model_dir, tmp_path, no_leftover_containers):

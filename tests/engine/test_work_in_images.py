@@ -39,10 +39,12 @@ def test_the_probe_passes_as_any_uid_with_group_0_and_caches_under_the_cache_roo
     cache.mkdir(mode=0o777)
     cache.chmod(0o777)  # a folder anyone may write, as a mounted volume would be
     _, out, _ = testbed.docker_run(docker_client, cpu_image.tag, ["envbuild-probe"], user="654321:0",
-                                   environment={"HF_HUB_OFFLINE": "1"}, volumes=[f"{cache}:/cache"])
+                                   environment={"HF_HUB_OFFLINE": "1", "ENVBUILD_ARBITRARY_UID": "1"},
+                                   volumes=[f"{cache}:/cache"])
     doc = json.loads(out)
     assert doc["ok"] is True, [c for c in doc["checks"] if not c["ok"]]
-    assert {c["name"] for c in doc["checks"]} >= {"load", "compile"}
+    assert {c["name"] for c in doc["checks"]} >= {"load", "compile", "arbitrary_uid"}
+    assert doc["checks"][-1]["message"].startswith("every check ran as uid 654321, group 0; writable: HOME /home/envbuild")
     assert list((cache / "huggingface" / "envbuild-probe").glob("llama-tiny-*/config.json"))
     assert any((cache / "torchinductor").iterdir())
 

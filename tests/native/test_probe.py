@@ -124,7 +124,7 @@ def test_synthetic_cpu_run_with_env_defaults(monkeypatch: pytest.MonkeyPatch,
     assert doc["ok"] is True, doc["checks"]
     assert checks(doc)["versions"]["message"].startswith(f"torch={torch_version}")
     assert len(doc["model"]["generated_ids"]) == 4  # the default --max-new-tokens
-    assert "max abs diff to CPU 0 " in checks(doc)["cpu_match"]["message"]
+    assert checks(doc)["cpu_match"]["message"] == "not needed: the device is the CPU"
     assert capfd.readouterr().out == ""  # run() never writes to stdout
 
 
@@ -379,3 +379,66 @@ def test_pins_only_checks_every_locked_distribution(tmp_path: Path) -> None:
     rc, doc, _ = run_cli("--pins-only", env={"ENVBUILD_LOCK": str(tmp_path / "absent.txt")})
     assert rc == 1 and "cannot read the image's lock" in doc["checks"][0]["message"]
 
+
+
+# -- torch.compile and the user the probe runs as ---------------------------------------------------------
+
+_COMPILE = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import probe; "
+            "print(probe.check_compile(torch, 'cpu', 1e-3))")
+
+
+def test_compile_generates_a_kernel_once_then_finds_it_in_the_cache(tmp_path: Path) -> None:
+    """Each run in a new process (Inductor's counters and in-memory caches are per process), one cache folder."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    said = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _COMPILE, str(PROBE_PATH.parent)], capture_output=True,
+                              text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        said.append(proc.stdout.strip())
+    assert said[0].startswith(f"a kernel generated and compiled ({tmp_path / 'inductor'}) and ran in ")
+    assert said[1].startswith(f"a kernel loaded from the compile cache ({tmp_path / 'inductor'}) and ran in ")
+    assert all(s.endswith("max abs diff to eager 0") for s in said)
+    assert list((tmp_path / "inductor").rglob("*.so"))  # the C++ compiler built it
+
+
+def test_the_arbitrary_uid_check(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("home", "work", "cache"):
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in probe.CACHE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache" / "torchinductor"))  # made when needed
+    monkeypatch.setattr(probe.os, "getuid", lambda: 123456)
+    monkeypatch.setattr(probe.os, "getgid", lambda: 0)
+    said = probe.check_arbitrary_uid()
+    assert said.startswith("every check ran as uid 123456, group 0; writable: HOME ")
+    assert f"TORCHINDUCTOR_CACHE_DIR {tmp_path / 'cache' / 'torchinductor'}" in said
+    (tmp_path / "a-file").touch()
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "a-file" / "huggingface"))  # under a file: nobody can make it
+    with pytest.raises(probe.CheckFailed, match=r"uid 123456 \(group 0\) cannot write: HF_HOME .*a-file/huggingface; "
+                                                r"the image must make them group 0"):
+        probe.check_arbitrary_uid()
+    monkeypatch.setattr(probe.os, "getuid", lambda: 0)
+    with pytest.raises(probe.CheckFailed, match="runs as uid 0, gid 0: this check needs a uid other than 0"):
+        probe.check_arbitrary_uid()
+    monkeypatch.setenv("ENVBUILD_ARBITRARY_UID", "1")
+    assert probe.parse_args([]).arbitrary_uid is True
+    monkeypatch.delenv("ENVBUILD_ARBITRARY_UID")
+    assert probe.parse_args([]).arbitrary_uid is False
+
+
+def test_cpu_match_compares_a_device_s_output_with_the_cpu_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the cpu backend there is nothing to compare; for a device, its output against a model loaded on the
+    CPU (here the CPU's own output stands for the device's, then a wrong one)."""
+    import torch
+
+    monkeypatch.delenv("HF_HOME", raising=False)
+    _, loaded = probe.check_load(torch, "synthetic", "cpu", str(tmp_path))
+    _, output = probe.check_forward(torch, loaded, "cpu")
+    assert probe.check_cpu_match(torch, loaded, output, 1e-3, "cpu") == "not needed: the device is the CPU"
+    assert probe.check_cpu_match(torch, loaded, output, 1e-3, "xpu:0").startswith("max abs diff to CPU 0 <= 0.001")
+    with pytest.raises(probe.CheckFailed, match="above the tolerance"):
+        probe.check_cpu_match(torch, loaded, output + 1, 1e-3, "xpu:0")

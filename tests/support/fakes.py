@@ -58,9 +58,12 @@ class FakeEngine:
         self.logins: list[tuple[str, str]] = []
         self.login_error: str | None = None
         self.leftovers = list(containers)
-        self.volumes: list[str] = []
+        self.volumes: list[str] = []  # volumes made
+        self.volumes_removed: list[str] = []
         self.cache_mounts: list[dict[str, Any]] = []  # BuildKit's exec.cachemount records
         self.start_error: str | None = None  # what the daemon says when it will not start a container
+        self.runs: list[dict[str, Any]] = []  # each container run asked for: image, command and options
+        self.exited: Any = None  # what a run ends with (an engine.Exited); None: the fake runs no container
         self._info = {"Runtimes": {r: {} for r in runtimes}, "DockerRootDir": str(root)}
         self._version = version or {"Version": "28.2.2", "ApiVersion": "1.50", "Os": "linux", "Arch": "amd64"}
         self.closed = False
@@ -153,12 +156,18 @@ class FakeEngine:
     def run(self, image: str, command: list[str], **kw: Any) -> Any:
         if self.start_error:
             raise EngineError(f"cannot run {image}", self.start_error)
-        raise NotImplementedError("the fake runs no container: tests/engine/ does")
+        if self.exited is None:
+            raise NotImplementedError("the fake runs no container: tests/engine/ does")
+        self.runs.append({"image": image, "command": command, **kw, "volumes_alive": [v for v in self.volumes if v not in self.volumes_removed]})
+        return self.exited
 
     @contextlib.contextmanager
     def volume(self, name: str, labels: dict[str, str]) -> Iterator[str]:
         self.volumes.append(name)
-        yield name
+        try:
+            yield name
+        finally:
+            self.volumes_removed.append(name)
 
     def close(self) -> None:
         self.closed = True

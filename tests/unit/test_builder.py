@@ -14,7 +14,8 @@ from envbuild.errors import DockerError
 
 
 @pytest.fixture(autouse=True)
-def fresh_builder():
+def fresh_builder(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # no answer remembered from elsewhere
     builder.find_builder.cache_clear()
     yield
     builder.find_builder.cache_clear()
@@ -35,6 +36,25 @@ def test_find_builder_skips_a_new_client_without_buildx(tmp_path, monkeypatch, f
     monkeypatch.setenv("PATH", f"{new.parent}{os.pathsep}{tmp_path / 'bx'}")
     builder.find_builder.cache_clear()
     assert builder.find_builder().argv[1:] == ("buildx", "build", "--load")
+
+
+def test_the_answer_is_remembered_until_a_client_or_the_plugin_changes(tmp_path, monkeypatch, fake_docker):
+    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
+    monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
+    monkeypatch.setenv("PATH", str(old.parent))
+    assert builder.find_builder().argv == (str(old), "build")
+    asked = []
+    monkeypatch.setattr(builder, "_ask", lambda argv: asked.append(argv) or (1, ""))
+    builder.find_builder.cache_clear()
+    assert builder.find_builder().argv == (str(old), "build") and asked == []  # from the cache: no client started
+    plugin = tmp_path / "docker-config" / "cli-plugins" / "docker-buildx"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("#!/bin/sh\n")  # the buildx plugin installed: asked again
+    builder.find_builder.cache_clear()
+    with pytest.raises(DockerError):
+        builder.find_builder()
+    assert asked
 
 
 def test_envbuild_docker_picks_the_client(tmp_path, monkeypatch, fake_docker):

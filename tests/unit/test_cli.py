@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -416,3 +418,28 @@ def test_relative_matrix_path_in_messages(invoke, tmp_path: Path, monkeypatch: p
     with pytest.raises(MatrixError) as info:
         matrix.load("m.yaml")
     assert str(info.value) == f"m.yaml:{line}: unknown key 'descripton' in backends.cpu (did you mean 'description'?)"
+
+
+_IMPORTED = """
+import contextlib, io, sys
+sys.argv = ["envbuild", *sys.argv[1:]]
+from envbuild.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main()
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("args, absent", [
+    (["--help"], {"json", "jinja2", "yaml", "docker", "requests", "packaging", "envbuild.matrix", "envbuild.render",
+                  "envbuild.smoke"}),
+    (["render", "--output", "{out}"], {"docker", "requests", "difflib", "envbuild.smoke", "envbuild.engine",
+                                       "packaging.requirements", "ruamel"}),
+])
+def test_start_up_imports_only_what_the_command_uses(args, absent, tmp_path):
+    """What `--help` and `render` cost is mostly imports (the benchmark measures them against `import click`)."""
+    args = [a.format(out=tmp_path / "out") for a in args]
+    proc = subprocess.run([sys.executable, "-c", _IMPORTED, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    assert "click" in loaded and not absent & loaded, sorted(absent & loaded)

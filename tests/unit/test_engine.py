@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
@@ -114,3 +116,52 @@ def test_only_the_engine_module_imports_the_docker_sdk():
     users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                    if "import docker" in p.read_text() or "from docker" in p.read_text())
     assert users == ["engine.py"]
+
+
+_LIGHT = r"""
+import http.server, json, socketserver, sys, threading
+from envbuild import engine
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        images = {"/images/reg.example:5000/envbuild/x:cpu/json": {"Id": "sha256:" + "a" * 64, "Config": {"Labels": {"k": "v"}},
+                                                                 "Os": "linux", "Architecture": "amd64", "Size": 7}}
+        status, doc = (200, "OK") if self.path == "/_ping" else (200, images[self.path]) if self.path in images else \
+            (500, {"message": "the daemon broke"}) if "broken" in self.path else (404, {"message": "No such image"})
+        body = (doc if isinstance(doc, str) else json.dumps(doc)).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    def get_request(self):
+        request, _ = super().get_request()
+        return request, ("local", 0)
+
+server = Server(sys.argv[1], Handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+e = engine.Engine()
+e.ping()
+image = e.image("reg.example:5000/envbuild/x:cpu")
+print(image.id[:10], image.labels, image.size, e.image("absent:1"))
+try:
+    e.image("broken:1")
+except engine.EngineError as exc:
+    print("EngineError", exc)
+print("docker" in sys.modules, "requests" in sys.modules)
+"""
+
+
+def test_a_local_engine_answers_ping_and_image_questions_without_the_sdk(tmp_path):
+    """What a no-op build asks (a ping, image ids) goes to a local socket directly: the docker SDK's import
+    would cost it about 0.1 s."""
+    sock = tmp_path / "docker.sock"
+    proc = subprocess.run([sys.executable, "-c", _LIGHT, str(sock)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "DOCKER_HOST": f"unix://{sock}"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["sha256:aaa {'k': 'v'} 7 None",
+                                        "EngineError cannot inspect image broken:1: the daemon broke", "False False"]

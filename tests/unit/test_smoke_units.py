@@ -3,6 +3,7 @@ tests/engine/test_build_smoke.py runs containers for real."""
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -113,3 +114,99 @@ def test_smoke_says_which_flag_the_host_refused(tmp_path):
     assert str(info.value).startswith("backend 'tpu': this host refused `--privileged`, which the tpu backend's")
     assert "only a privileged container may open" in str(info.value)
     assert info.value.exit_code == 1
+
+
+# --- one pass: the runner's flow, with an engine that answers what the probe would -------------------------
+
+CPU_TAG = "ghcr.io/envbuild/envbuild:cpu"
+
+
+def _probe_report(*names: str, failed: str = "") -> bytes:
+    import json
+
+    checks = [{"name": n, "ok": n != failed, "message": "broken" if n == failed else "fine", "seconds": 0.5} for n in names]
+    return json.dumps({"probe": 1, "ok": not failed, "checks": checks}).encode()
+
+
+def _engine_with(stdout: bytes, status: int = 0):
+    from envbuild.engine import Exited
+
+    engine = FakeEngine()
+    engine.add_image("sha256:" + "a" * 64, [CPU_TAG])
+    engine.exited = Exited(status, stdout, b"[probe] ...\n", False)
+    return engine
+
+
+ALL = ("import_torch", "import_plugin", "device", "versions", "load", "forward", "generate", "cpu_match", "compile",
+       "arbitrary_uid")
+
+
+def test_smoke_runs_the_probe_once_as_an_arbitrary_uid_with_group_0():
+    engine = _engine_with(_probe_report(*ALL))
+    result = smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True)
+    assert result.ok and result.error is None
+    assert len(engine.runs) == 1  # every check, compile included, in one container
+    run = engine.runs[0]
+    uid, gid = run["user"].split(":")
+    assert gid == "0" and int(uid) not in (0, 1000)  # not root, not the image's own user
+    assert run["environment"]["ENVBUILD_ARBITRARY_UID"] == "1"  # the probe checks its folders as that user
+    volume = engine.volumes[0]
+    assert run["volumes"] == [f"{volume}:/cache"] and run["volumes_alive"] == [volume]
+    assert engine.volumes_removed == [volume]  # a cache of its own, gone with the smoke test
+    assert [c["name"] for c in result.checks] == list(ALL)
+    assert all(c["seconds"] == 0.5 for c in result.checks)  # one entry per check, with its time
+
+
+def test_a_failed_check_is_the_smoke_s_error():
+    engine = _engine_with(_probe_report(*ALL, failed="compile"), status=1)
+    result = smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True)
+    assert not result.ok and result.error == "compile: broken" and result.exit_code == 1
+    assert len(engine.runs) == 1
+
+
+def test_an_image_whose_probe_predates_the_uid_check_still_says_who_ran_it():
+    engine = _engine_with(_probe_report(*ALL[:-1]))
+    result = smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True)
+    assert result.ok and result.checks[-1]["name"] == "arbitrary_uid"
+    assert result.checks[-1]["message"].startswith(f"every check ran as user {engine.runs[0]['user']}")
+
+
+def test_the_user_s_cache_is_mounted_and_kept(tmp_path):
+    engine = _engine_with(_probe_report(*ALL))
+    smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, cache=str(tmp_path / "cache"))
+    assert engine.runs[0]["volumes"] == [f"{tmp_path / 'cache'}:/cache"] and (tmp_path / "cache").is_dir()
+    assert engine.runs[0]["user"] == f"{os.getuid()}:0"  # a folder of yours: the probe runs as you
+    smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, cache="envbuild-cache")
+    assert engine.runs[1]["volumes"] == ["envbuild-cache:/cache"]
+    assert engine.volumes == []  # no volume of its own was made, none removed
+    with pytest.raises(InvalidInput, match="--cache"):
+        smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, cache="no good")
+    assert len(engine.runs) == 2
+
+
+def test_with_a_model_folder_mounted_the_probe_runs_as_you(tmp_path, monkeypatch):
+    from envbuild.smoke import runner
+
+    monkeypatch.setattr(runner.os, "getuid", lambda: 4321)
+    engine = _engine_with(_probe_report(*ALL))
+    smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, model=str(tmp_path))
+    assert engine.runs[0]["user"] == "4321:0"  # a folder of yours is readable by you
+    assert engine.runs[0]["environment"]["ENVBUILD_ARBITRARY_UID"] == "1"
+    monkeypatch.setattr(runner.os, "getuid", lambda: 0)  # root's files (safetensors writes 0600): read as root
+    engine = _engine_with(_probe_report(*ALL[:-1]))
+    result = smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, model=str(tmp_path))
+    assert engine.runs[0]["user"] == "0:0" and "ENVBUILD_ARBITRARY_UID" not in engine.runs[0]["environment"]
+    assert [c["name"] for c in result.checks] == list(ALL[:-1])  # no uid check claimed for root
+
+
+def test_a_backend_whose_image_runs_as_root_is_probed_as_its_user():
+    from dataclasses import replace
+
+    from envbuild.smoke import runner
+
+    root_backend = replace(MATRIX.backend("cpu"), user="root")
+    assert runner.probe_user(root_backend, mounted=False) is None
+    engine = _engine_with(_probe_report(*ALL[:-1]))
+    result = smoke.smoke(MATRIX, root_backend, engine, ignore_host=True)
+    assert engine.runs[0]["user"] is None and "ENVBUILD_ARBITRARY_UID" not in engine.runs[0]["environment"]
+    assert [c["name"] for c in result.checks] == list(ALL[:-1])

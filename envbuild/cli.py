@@ -297,6 +297,7 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
     tools (`--json`); `--check COMPATIBILITY.md` fails when the file is stale, as `render --check` does for the
     Dockerfiles.
     """
+
     from . import report
 
     m = _load(matrix_path, overrides)
@@ -879,6 +880,7 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
 
 def _facts(root: Path | None) -> dict[str, Any]:
     """With --root, which facts came from where (JSON)."""
+
     if root is None:
         return {}
     return {"root": str(root), "facts": {"files": f"read under {root}", "programs": "this machine's PATH only; nothing under "
@@ -897,6 +899,7 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     without a daemon the runtimes are "not checked". cpu is always available. Also says what
     `--backend auto` would choose.
     """
+
     from . import report
     from .host import detect as d
 
@@ -938,6 +941,7 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     For mps (no container can reach it) it checks the platform and Python's venv instead.
     Exits 1 when a blocking check fails (warnings do not).
     """
+
     from . import report as reports
     from .host import doctor as doc
 
@@ -986,6 +990,7 @@ def env(backend: str, directory: Path, python: str | None, force: bool, no_probe
     Example:
       envbuild env --backend cpu --dir .venv-cpu
     """
+
     from . import report
     from .host import venv
 
@@ -1154,7 +1159,7 @@ def sbom_(backend, image, output, matrix_path, overrides) -> None:
 
 
 @cli.command("keygen")
-@click.option("--output-key-prefix", "prefix", default="cosign", show_default=True, type=click.Path(dir_okay=False, path_type=Path), help="Write PREFIX.key and PREFIX.pub.")
+@click.option("--output-key-prefix", "prefix", default="cosign", show_default=True, type=_PathArg(dir_okay=False), help="Write PREFIX.key and PREFIX.pub.")
 @click.option("--force", is_flag=True, help="Replace a key pair already there.")
 def keygen(prefix: Path, force: bool) -> None:
     """Make a signing key pair in cosign's format: PREFIX.key (encrypted, mode 0600) and PREFIX.pub.
@@ -1164,6 +1169,7 @@ def keygen(prefix: Path, force: bool) -> None:
     `envbuild publish --sign-key cosign.key` signs. Keep cosign.key secret (in CI: a repository secret);
     commit cosign.pub.
     """
+
     from .trust import keys
 
     secret = keys.passphrase(prompt=_prompt(), confirm=True)
@@ -1219,7 +1225,7 @@ def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
 @click.option("--backend", "-b", required=True, metavar="NAME", help="The backend whose published image the smoke result is for.")
 @click.option("--registry", metavar="REPOSITORY", help="Where the image is [default: the matrix's image.repository].")
 @click.option("--tag", help="Its tag [default: the backend's pinned tag from the matrix].")
-@click.option("--smoke-json", required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path), help="`envbuild smoke --json` output for that image (pulled from the registry).")
+@click.option("--smoke-json", required=True, type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for that image (pulled from the registry).")
 @click.option("--sign-key", metavar="FILE|env://VAR", help="The cosign key [default: $ENVBUILD_SIGNING_KEY].")
 @click.option("--force", is_flag=True, help="Attest even a failed result, or one of another image id.")
 @_matrix_options
@@ -1317,10 +1323,10 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
 
 
 @cli.command("site")
-@click.option("--manifest", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="The current manifest (envbuild-manifest.json): digests, sizes, versions, signatures.")
-@click.option("--smoke-json", "smoke_json", multiple=True, type=click.Path(exists=True, path_type=Path), metavar="FILE|DIR", help="`envbuild smoke --json` reports of the current run: files, or folders searched for *.json (repeatable).")
-@click.option("--history", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR", help="Earlier runs: one folder per run named by its UTC date (YYYY-MM-DD or YYYY-MM-DDTHHMMSSZ) holding its manifest and smoke reports; a published site's history/ folder is one.")
-@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR", help="Where to write the site (a new or empty folder, or a site written before: replaced whole).")
+@click.option("--manifest", type=_PathArg(dir_okay=False, exists=True), help="The current manifest (envbuild-manifest.json): digests, sizes, versions, signatures.")
+@click.option("--smoke-json", "smoke_json", multiple=True, type=_PathArg(exists=True), metavar="FILE|DIR", help="`envbuild smoke --json` reports of the current run: files, or folders searched for *.json (repeatable).")
+@click.option("--history", type=_PathArg(file_okay=False, exists=True), metavar="DIR", help="Earlier runs: one folder per run named by its UTC date (YYYY-MM-DD or YYYY-MM-DDTHHMMSSZ) holding its manifest and smoke reports; a published site's history/ folder is one.")
+@click.option("--output", "-o", required=True, type=_PathArg(file_okay=False), metavar="DIR", help="Where to write the site (a new or empty folder, or a site written before: replaced whole).")
 @click.option("--keep", default=60, show_default=True, type=click.IntRange(min=1), help="Show and carry forward this many runs, the newest.")
 @_matrix_options
 def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -> None:

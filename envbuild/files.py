@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import tempfile
@@ -147,6 +146,8 @@ def read_user(path: str | os.PathLike[str], label: str, error: type[EnvbuildErro
 
 def read_json(path: Path, label: str, error: type[EnvbuildError] = EnvbuildError) -> Any:
     """A JSON file, or `error` naming the file (and the line of a syntax error)."""
+    import json  # not at import: `--help` loads this module (through the output layer) and needs no json
+
     try:
         return json.loads(read_user(path, label, error).decode("utf-8"))
     except UnicodeDecodeError:

@@ -7,7 +7,6 @@ Never from the command line; never printed.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +66,8 @@ def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, st
     if not path.exists():
         return False, f"no {USER_ENV}/{PASSWORD_ENV} variables and no {path}"
     try:
+        import json  # not on `--help`'s path (the output layer's scrubber imports this module)
+
         config = json.loads(read_user(path, str(path), limit=4 << 20))
     except (EnvbuildError, ValueError, RecursionError) as exc:
         return False, f"cannot read {path}: {exc}"

@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 from support import testbed
-from test_faults import REPO, Running, build_args, envbuild, image_id, own_dockerd, project  # noqa: F401
+from test_faults import REPO, Running, build_args, envbuild, image_id, own_dockerd, project  # noqa: F401, F811
 
 pytestmark = pytest.mark.docker
 

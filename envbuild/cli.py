@@ -328,7 +328,7 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
 @click.option("--no-cache", is_flag=True, help="Build every layer afresh.")
-@click.option("--platform", help="Target platform, e.g. linux/arm64 (passed to the builder). Several, comma-separated, need buildx; the result then stays in the builder (export it with --cache-to).")
+@click.option("--platform", help="Target platform, one the backend lists, e.g. linux/arm64: built natively, or under QEMU (binfmt) on another architecture; tagged REPO:BACKEND-ARCH when it is not this host's. Several, comma-separated, need buildx; the result then stays in the builder (export it with --cache-to).")
 @click.option("--builder", help="A buildx builder to use, e.g. a remote BuildKit (needs buildx).")
 @click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, e.g. type=registry,ref=REG/cache:cpu or type=local,src=DIR (local caches need buildx; repeatable).")
 @click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, e.g. type=registry,ref=REG/cache:cpu,mode=max or type=local,dest=DIR (needs buildx; repeatable).")
@@ -386,16 +386,19 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
 @_input_options
 @click.option("--upgrade", is_flag=True, help="Resolve afresh: take the newest releases the pins allow, keeping nothing of the old lock.")
 @click.option("--upgrade-package", "upgrade_packages", multiple=True, metavar="NAME", help="Let this distribution move to its newest fitting release; everything else keeps its locked version where it fits (repeatable).")
-@click.option("--check", is_flag=True, help="Write nothing, resolve nothing: exit 1 naming each stale lock (and each missing one named with --backend).")
+@click.option("--check", is_flag=True, help="Write nothing, resolve nothing, read files only (no Docker, no network): exit 1 naming each stale lock, each missing platform, and a GPU backend's CPU-only torch.")
+@click.option("--platform", help="Lock only this platform, e.g. linux/arm64 [default: every platform the backend lists; another architecture than this host's resolves under QEMU].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--verbose", "-v", is_flag=True, help="Show the resolver's full output.")
-def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, as_json, verbose) -> None:
-    """Write locks/BACKEND.txt: every distribution the image adds on top of its base, pinned and hashed.
+def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, platform, as_json, verbose) -> None:
+    """Write locks/BACKEND/OS-ARCH.txt: per platform, every distribution the image adds to its base, pinned and hashed.
 
     The lock is resolved in the backend's own base on the engine that builds (pip in that environment,
     so a vendor's torch and plugin are kept, never replaced), with the same --mirror, --wheelhouse,
     --ca-bundle and --netrc as build. Its header records what it was resolved from; an unchanged lock is
-    not resolved again. Same inputs, same bytes. Builds install it with hash checking.
+    not resolved again. Same inputs, same bytes. Builds install it with hash checking. The header names the
+    platform and the base image's registry digest for it (asked of the registry, or given by a base pinned
+    by digest), so a lock made on one machine is current on every other.
 
     \b
     Examples:
@@ -404,15 +407,16 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
       envbuild lock --check            # CI: are the locks this repository carries current?
     """
     from . import lock as locks
-    from .engine import Engine
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else m.containerizable()
-    opts = inputs.options()
+    opts = inputs.options(platform=platform)
+    if platform and "," in platform:
+        raise click.UsageError("--platform: one platform per lock run (each has its own file)")
     if check:
         if upgrade or upgrade_packages:
             raise click.UsageError("--check writes nothing: it takes no --upgrade or --upgrade-package")
-        results = locks.check(m, chosen, opts, Engine(), require=bool(backends))
+        results = locks.check(m, chosen, opts, require=bool(backends))
     else:
         echo = lambda line: click.echo(line, err=True)  # noqa: E731
         lock_opts = locks.LockOptions(upgrade=upgrade, upgrade_packages=upgrade_packages)
@@ -423,11 +427,12 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
         for r in results:
             why = f": {'; '.join(r.why)}" if r.why and r.status != "up to date" else ""
             count = f" ({r.count} distributions)" if r.count else ""
-            click.echo(f"{r.backend}: {r.path} {r.status}{count}{why}")
+            click.echo(f"{r.backend} ({r.platform}): {r.path} {r.status}{count}{why}")
         if check and not results:
             click.echo(f"no locks to check in {opts.locks_dir}/")
-    if check and any(r.status in ("stale", "missing") for r in results):
-        click.secho(f"{sum(r.status in ('stale', 'missing') for r in results)} lock(s) out of date: run `envbuild lock`.", fg="red", err=True)
+    bad = [r for r in results if r.status in ("stale", "missing", "wrong torch")]
+    if check and bad:
+        click.secho(f"{len(bad)} lock(s) out of date or wrong: run `envbuild lock`.", fg="red", err=True)
         sys.exit(1)
 
 
@@ -544,7 +549,8 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     if result.written and not no_lock and result.matrix is not None:
         from . import lock as locks
 
-        existing = [result.matrix.backend(n) for n in result.backends if locks.path(opts, result.matrix.backend(n)).is_file()]
+        existing = [b for b in map(result.matrix.backend, result.backends)
+                    if any(locks.path(opts, b, p).is_file() for p in b.platforms)]
         if existing:
             echo = lambda line: click.echo(line, err=True)  # noqa: E731
             locks_refreshed = locks.lock(result.matrix, existing, opts, locks.LockOptions(), _engine(), echo=echo)

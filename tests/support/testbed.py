@@ -26,9 +26,13 @@ from .constants import CPU_SET, TORCH
 
 CACHE = Path(os.environ.get("ENVBUILD_TEST_CACHE", Path.home() / ".cache" / "envbuild-tests"))
 BASE_TAR = CACHE / "debian-bookworm-python3.tar"
+ARM64_BASE_TAR = CACHE / "debian-bookworm-python3-arm64.tar"  # made under QEMU (binfmt): about 6 minutes once
 BASE_NAME = "envbuild-test/debian-python3:bookworm"
 CPU_REPOSITORY = "envbuild-test/envbuild"  # the session's cpu image is CPU_REPOSITORY:cpu
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
+
+
+_QEMU = {"arm64": "aarch64"}
 
 
 class Unavailable(RuntimeError):
@@ -110,17 +114,22 @@ def _wait_listening(port: int, proc: subprocess.Popen, workdir: Path) -> None:
     raise RuntimeError(f"registry did not listen on 127.0.0.1:{port} within 30s")
 
 
-def debootstrap_base(tar: Path = BASE_TAR) -> Path:
-    """A Debian bookworm rootfs with Debian's python3 and nothing else, as a tarball (cached)."""
+def debootstrap_base(tar: Path = BASE_TAR, arch: str | None = None) -> Path:
+    """A Debian bookworm rootfs with Debian's python3 and nothing else, as a tarball (cached). With `arch`
+    (arm64), a foreign one: debootstrap's second stage runs under QEMU (binfmt), no engine needed."""
     if tar.exists():
         return tar
     if not shutil.which("debootstrap"):
         raise Unavailable("debootstrap is not installed (Debian: apt-get install debootstrap; scripts/test installs it)")
+    if arch and not Path(f"/proc/sys/fs/binfmt_misc/qemu-{_QEMU.get(arch, arch)}").exists():
+        raise Unavailable(f"no binfmt entry for {arch}: apt-get install qemu-user-static binfmt-support; "
+                          f"update-binfmts --enable qemu-{_QEMU.get(arch, arch)} (scripts/test does it)")
     tar.parent.mkdir(parents=True, exist_ok=True)
-    rootfs = tar.parent / "rootfs.tmp"
+    rootfs = tar.parent / f"rootfs-{arch or 'native'}.tmp"
     shutil.rmtree(rootfs, ignore_errors=True)
     subprocess.run(
-        ["debootstrap", "--variant=minbase", "--include=python3", "bookworm", str(rootfs), "http://deb.debian.org/debian"],
+        ["debootstrap", "--variant=minbase", "--include=python3", *([f"--arch={arch}"] if arch else []), "bookworm",
+         str(rootfs), "http://deb.debian.org/debian"],
         check=True, stdout=subprocess.DEVNULL,
     )
     tmp = tar.with_suffix(".part")

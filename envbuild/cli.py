@@ -600,14 +600,17 @@ def _report_builds(results: list, json_path: str | None, platform: str | None) -
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result (with the probe's report) as JSON.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@click.option("--platform", help="Test the image of this platform, e.g. linux/arm64 [default: this host's]: REPO:BACKEND-ARCH when it is not this host's architecture, run under QEMU; the result says so.")
 @_matrix_options
-def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, matrix_path, overrides) -> None:
+def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, platform, matrix_path, overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
 
     Inside the container the probe imports the plugin, checks the device is visible (never falling back
     to CPU), checks the pinned versions, loads the model with from_pretrained(..., device_map=DEVICE),
     runs a forward pass (and greedy tokens for a causal LM) and compares with the CPU. The container is
-    always removed. Exit 0 only when every check passed.
+    always removed. Exit 0 only when every check passed. Under QEMU emulation (an image of another
+    architecture) the result says so, and checks that mean nothing there (timings, torch.compile) are
+    reported as skipped with the reason.
     """
     from . import report
     from . import smoke as s
@@ -623,12 +626,13 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, m
     for backend in chosen:
         try:
             result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo,
-                             ignore_host=ignore_host)
+                             ignore_host=ignore_host, platform=platform)
         except s.SmokeError as exc:
             if len(chosen) == 1 and not (json_path or junit_path):
                 raise
             click.secho(f"Error: {exc}", fg="red", err=True)
-            result = s.SmokeResult(backend.name, image or m.tags(backend)[0], False, 0.0, None, error=str(exc))
+            result = s.SmokeResult(backend.name, image or m.tags(backend)[0], False, 0.0, None, error=str(exc),
+                                   platform=platform)
         results.append(result)
         click.echo(report.smoke_summary(result))
     if json_path:
@@ -833,12 +837,16 @@ def _append_output(path: str, text: str) -> None:
 @click.option("--registry", metavar="REPOSITORY", help="Where to push, e.g. ghcr.io/org/envbuild or localhost:5000/envbuild [default: the matrix's image.repository].")
 @click.option("--image", callback=_image_ref, help="The local image to publish (one backend) [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), help=MANIFEST_HELP)
-@click.option("--smoke-json", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="`envbuild smoke --json` output for this image: summarized into the manifest; a failed result refuses the push.")
+@click.option("--smoke-json", "smoke_json", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path), help="`envbuild smoke --json` output for this image (one per platform: repeatable): summarized into the manifest; a failed result refuses the push.")
+@click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH", help="Publish these platforms' images as one image index under the backend's tags (repeatable or comma-separated, e.g. linux/amd64,linux/arm64); each is checked and smoke-tested first, a failed one is left out and the publish exits 1.")
+@click.option("--no-index", is_flag=True, help="With --platform: push the platform's image (REG:PINNED-ARCH) and record it, but no index: a native runner's part, joined later with --index-from.")
+@click.option("--index-from", "index_from", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path), help="Manifests written by per-platform publishes (--no-index): push one index of their platforms under the backend's tags (repeatable).")
 @click.option("--force", is_flag=True, help="Push even when the smoke result failed or the image's labels disagree with the matrix (the manifest says so).")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="Append a Markdown table of what landed to this file, e.g. $GITHUB_STEP_SUMMARY.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @_matrix_options
-def publish(backends, registry, image, manifest, smoke_json, force, summary_path, as_json, matrix_path, overrides) -> None:
+def publish(backends, registry, image, manifest, smoke_json, platforms, no_index, index_from, force, summary_path, as_json,
+            matrix_path, overrides) -> None:
     """Push a backend's image (or all) and record each pushed digest in the manifest.
 
     Pushes the matrix's tags under the registry repository: REG:BACKEND and the pinned
@@ -867,12 +875,25 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
     chosen = _choose(m, backends)
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
-    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT), smoke_json=smoke_json, force=force)
+    wanted = tuple(dict.fromkeys(x.strip() for p_ in platforms for x in p_.split(",") if x.strip()))
+    if no_index and (not wanted or index_from):
+        raise click.UsageError("--no-index goes with --platform (and not with --index-from)")
+    if image and len(wanted) > 1:
+        raise click.UsageError("--image names one platform's image: give one --platform")
+    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT),
+                            smoke_json=smoke_json[0] if smoke_json else None, smoke_jsons=tuple(smoke_json[1:]),
+                            force=force, platforms=wanted, no_index=no_index, index_from=tuple(index_from))
     results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
     for r in results:
-        if r.ok:
+        if r.entry and r.entry.get("platforms"):
+            what = "index" if r.entry.get("index") else "platform image"
+            for plat, rec in r.entry["platforms"].items():
+                click.echo(f"{r.backend}: {plat} {rec['digest']}")
+            if r.entry.get("index") or r.ok:
+                click.echo(f"{r.backend}: pushed {what} {', '.join(r.refs)} ({r.digest}); recorded in {opts.manifest}")
+        if r.ok and not (r.entry and r.entry.get("platforms")):
             click.echo(f"{r.backend}: pushed {', '.join(r.refs)} ({r.digest}); recorded in {opts.manifest}")
-        else:
+        elif not r.ok:
             click.secho(f"{r.backend}: publish FAILED: {r.error}", fg="red", err=True)
     if as_json:
         _emit_json([r.to_json() for r in results])
@@ -891,8 +912,9 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
 @click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), help="Refuse the image unless its digest is the one this manifest records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@click.option("--platform", help="The platform to pull from the tag's image index [default: this host's]; another architecture only where QEMU (binfmt) runs it.")
 @_matrix_options
-def pull(backends, registry, tag, manifest, as_json, ignore_host, matrix_path, overrides) -> None:
+def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, matrix_path, overrides) -> None:
     """Pull a backend's prebuilt image, verify it, and print how to run it.
 
     The tag comes from the matrix (the pinned one, so the image carries exactly this matrix's versions).
@@ -915,16 +937,18 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, matrix_path, o
     engine = Engine()
     for backend in chosen:
         r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True),
-                   ignore_host=ignore_host)
+                   ignore_host=ignore_host, platform=platform)
         results.append(r)
         if as_json:
             continue
         verified = f", verified against {manifest}" if r.verified else ""
-        click.echo(f"{r.backend}: pulled {r.ref} ({r.digest}{verified})")
+        on = f" for {r.platform}{' (runs under QEMU emulation)' if r.emulated else ''}" if r.platform else ""
+        click.echo(f"{r.backend}: pulled {r.ref}{on} ({r.digest}{verified})")
         if len(r.tagged) > 1:
             click.echo(f"{r.backend}: tagged as {', '.join(r.tagged[1:])}")
         click.echo(f"run it (self-test):  {r.docker_run}")
-        click.echo(f"smoke-test it:       envbuild smoke --backend {r.backend}")
+        click.echo(f"smoke-test it:       envbuild smoke --backend {r.backend}"
+                   + (f" --platform {r.platform}" if r.platform and r.emulated else ""))
     if as_json:
         _emit_json([r.to_json() for r in results])
 

@@ -182,11 +182,15 @@ class Registry:
         return top.digest, top
 
     # -- writing ------------------------------------------------------------------------------------------------
+    @staticmethod
+    def index_media_type(children: list[tuple[str, Manifest]]) -> str:
+        return DOCKER_LIST if all(m.media_type == DOCKER_MANIFEST for _, m in children) else OCI_INDEX
+
     def put_index(self, ref: str, children: list[tuple[str, Manifest]]) -> str:
         """PUT an image index naming each (platform, manifest) at `ref` (a tag); the digest the registry confirmed.
         The index is a Docker manifest list when every child is a Docker manifest, else an OCI index: clients
         read both, and a mix of the two families is what some of them refuse."""
-        media = DOCKER_LIST if all(m.media_type == DOCKER_MANIFEST for _, m in children) else OCI_INDEX
+        media = self.index_media_type(children)
         entries = []
         for platform, m in children:
             os_name, _, rest = platform.partition("/")

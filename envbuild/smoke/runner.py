@@ -41,12 +41,16 @@ class SmokeResult:
     stderr_tail: str = ""
     image_id: str | None = None  # what was tested, so `publish --smoke-json` can tell it is the same image
     date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    platform: str | None = None  # the image's own (os/architecture), which is what ran
+    emulated: bool = False  # it ran under QEMU on a host of another architecture
 
     def to_json(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
             "image": self.image,
             "image_id": self.image_id,
+            "platform": self.platform,
+            "emulated": self.emulated,
             "date": self.date,
             "ok": self.ok,
             "seconds": round(self.seconds, 2),
@@ -98,13 +102,25 @@ def _refusal(backend: Backend) -> Iterator[None]:
         raise SmokeError(f"backend '{backend.name}': {why}") from None
 
 
+# What a run under emulation cannot mean anything for, and why: reported as skipped, never dropped silently.
+EMULATED_SKIPS = {
+    "timings": "skipped: under QEMU emulation the seconds measure the emulator, not the image",
+    "compile": "skipped: under QEMU emulation Inductor's C++ build takes many minutes; a native runner checks it",
+}
+
+
 def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None = None, model: str = "synthetic",
           timeout: float = 600, extra_env: dict[str, str] | None = None,
           echo: Callable[[str], None] = lambda s: None, ignore_host: bool = False,
-          root: Path = Path("/")) -> SmokeResult:
+          root: Path = Path("/"), platform: str | None = None) -> SmokeResult:
+    """Run the probe in the image (default: the backend's tag for `platform`, REPO:BACKEND-ARCH when that is not
+    this host's). An image of another architecture runs under QEMU: the result says so."""
     from ..clean import stopped_containers  # clean names containers by this module's label
+    from ..host.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
 
-    image = image or matrix.tags(backend)[0]
+    if platform and platform not in backend.platforms:
+        raise InvalidInput(f"--platform {platform}: backend {backend.name} lists {', '.join(backend.platforms)}")
+    image = image or matrix.tags(backend, foreign_arch(platform))[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
     preflight.require(backend, engine, root)  # without the device, no image would help
     if not ignore_host:  # a driver known to be too old: refused before the engine is asked anything more
@@ -122,7 +138,18 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
         )
     if not ignore_host:  # again with the architectures its build measured (read from the image, not started)
         preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image_id), echo=echo)
-    echo(f"[{backend.name}] smoke: {image} (model: {model}, timeout: {timeout:g}s)")
+    found = engine.image(image)
+    ran = f"{found.os}/{platform_arch(found.architecture)}" if found else (platform or host_platform())
+    if platform and ran != platform:
+        raise SmokeError(f"image {image} is {ran}, not {platform}: build it with `envbuild build --backend {backend.name} "
+                         f"--platform {platform}` (or pass --image)")
+    runs, emulated, how = can_run(ran, str(root))
+    if not runs:
+        raise SmokeError(f"image {image} is {ran}, which this host ({host_platform()}) cannot run: {how}. Set up "
+                         f"emulation: {emulation_fix(ran)}")
+    args = [*args, "--no-compile"] if emulated else args
+    echo(f"[{backend.name}] smoke: {image} on {ran}{' under QEMU emulation' if emulated else ''} "
+         f"(model: {model}, timeout: {timeout:g}s)")
     start = time.monotonic()
     tag = uuid.uuid4().hex[:8]
     # A folder of yours is readable by you: the probe runs as your uid (group 0) when one is mounted.
@@ -150,8 +177,14 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     # One cache for both runs (the second finds the first's compiled kernels), gone with the smoke test.
     with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", {OWNED_LABEL: "1"}) as cache:
         done, doc, why = probe(own_user, cache)
-        result = SmokeResult(backend.name, image, False, 0.0, done.status, stderr_tail=_tail(done.stderr), image_id=image_id)
+        result = SmokeResult(backend.name, image, False, 0.0, done.status, stderr_tail=_tail(done.stderr), image_id=image_id,
+                             platform=ran, emulated=emulated)
         result.checks, result.probe, result.error = list((doc or {}).get("checks", [])), doc, why
+        if emulated and doc is not None:
+            for name, message in EMULATED_SKIPS.items():
+                if name == "timings" or backend.compile.check:
+                    result.checks.append({"name": name, "ok": True, "skipped": True, "seconds": 0.0, "message": message})
+            doc["timings"] = {k: None for k in doc.get("timings") or {}}
         if why is None and backend.user != "root" and not volumes:
             # Again as an arbitrary user id with group 0, as OpenShift runs images: home, caches and the work
             # folder must work for any uid. (Not with a folder of yours mounted: it is yours to read.)

@@ -159,6 +159,81 @@ def _push(docker_client, local: str, ref: str) -> None:
             raise RuntimeError(f"push {ref}: {line['error']}")
 
 
+MULTI_NAME = "envbuild-test/debian-python3-multi"  # the two-platform base: an index of amd64 and arm64
+
+
+def push_rootfs(registry: Registry, tar: Path, ref_path: str, arch: str) -> str:
+    """Push a rootfs tarball as a one-layer image of `arch` through the registry's HTTP API (no engine: a
+    foreign architecture needs none); returns its manifest digest. The gzipped layer is cached beside the tar."""
+    import gzip
+    import hashlib
+    import json
+
+    import requests
+
+    gz = tar.with_suffix(".tar.gz")
+    if not gz.exists():
+        part = gz.with_suffix(".part")
+        with open(tar, "rb") as src, gzip.open(part, "wb", compresslevel=1) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        part.replace(gz)
+    layer = gz.read_bytes()
+    h = hashlib.sha256()
+    with open(tar, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    config = json.dumps({"architecture": arch, "os": "linux", "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:"
+                         "/usr/sbin:/usr/bin:/sbin:/bin"]}, "rootfs": {"type": "layers", "diff_ids": ["sha256:" + h.hexdigest()]},
+                         "history": [{"created_by": f"debootstrap --arch={arch} (tests/support/testbed.py)"}]}).encode()
+    base = f"http://{registry.host}/v2/{ref_path.rpartition(':')[0]}"
+
+    def blob(data: bytes) -> dict:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if requests.head(f"{base}/blobs/{digest}", timeout=30).status_code != 200:
+            start = requests.post(f"{base}/blobs/uploads/", timeout=30)
+            start.raise_for_status()
+            location = start.headers["Location"]
+            location = location if location.startswith("http") else f"http://{registry.host}{location}"
+            sep = "&" if "?" in location else "?"
+            requests.put(f"{location}{sep}digest={digest}", data=data, timeout=600,
+                         headers={"Content-Type": "application/octet-stream"}).raise_for_status()
+        return {"digest": digest, "size": len(data)}
+
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                           "config": {"mediaType": "application/vnd.docker.container.image.v1+json", **blob(config)},
+                           "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", **blob(layer)}]}).encode()
+    resp = requests.put(f"{base}/manifests/{ref_path.rpartition(':')[2]}", data=manifest, timeout=60,
+                        headers={"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"})
+    resp.raise_for_status()
+    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+
+
+def multiplatform_base(registry: Registry, docker_client, amd64_ref: str) -> str:
+    """The Debian base for linux/amd64 and linux/arm64 as one tag naming an index (manifest list), like
+    debian:bookworm-slim on Docker Hub: amd64 is the session's base, arm64 the debootstrapped one (made once, ~3-6
+    minutes under QEMU, cached). Returns REGISTRY/envbuild-test/debian-python3-multi:bookworm."""
+    from envbuild.registry.api import Registry as Api
+
+    arm64_tar = debootstrap_base(ARM64_BASE_TAR, arch="arm64")
+    amd64 = f"{registry.host}/{MULTI_NAME}:bookworm-amd64"
+    _push(docker_client, amd64_ref, amd64)
+    push_rootfs(registry, arm64_tar, f"{MULTI_NAME}:bookworm-arm64", "arm64")
+    api = Api(registry.host)
+    children = [("linux/amd64", api.manifest(amd64)), ("linux/arm64", api.manifest(f"{registry.host}/{MULTI_NAME}:bookworm-arm64"))]
+    ref = f"{registry.host}/{MULTI_NAME}:bookworm"
+    api.put_index(ref, children)
+    return ref
+
+
+def aarch64_torch_wheelhouse(into: Path = CACHE / "wheels-arm64", torch: str = "2.9.1") -> Path:
+    """PyPI's aarch64 torch wheel (2.9.1's is a CPU build; 2.13.0's is a CUDA build pulling GBs), cached."""
+    if not list(into.glob(f"torch-{torch}-*aarch64.whl")):
+        into.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--platform",
+                        "manylinux_2_28_aarch64", "--python-version", "3.11", f"torch=={torch}", "-d", str(into)], check=True)
+    return into
+
+
 STANDIN_NAME = "envbuild-test/python3-venv:bookworm"
 
 

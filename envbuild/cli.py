@@ -981,8 +981,9 @@ def sbom_(backend, image, output, matrix_path, overrides) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True,
               help="github: one line of JSON for `strategy.matrix: ${{ fromJSON(...) }}`; json: the same, indented.")
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only these backends (repeatable, comma-separated) [default: every containerizable one].")
+@click.option("--per-platform", is_flag=True, help="One job per backend and platform, each on a native runner of that architecture (hosted arm64: ubuntu-24.04-arm; self-hosted: the backend's labels plus ARM64).")
 @_matrix_options
-def matrix_(fmt, backends, matrix_path, overrides) -> None:
+def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
     """The CI job matrix derived from matrix.yaml: one job per containerizable backend.
 
     Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
@@ -993,14 +994,14 @@ def matrix_(fmt, backends, matrix_path, overrides) -> None:
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else None
-    doc = ci.github_matrix(m, chosen)
+    doc = ci.github_matrix(m, chosen, per_platform=per_platform)
     if fmt == "github":
         click.echo(json.dumps(doc, separators=(",", ":")))
     elif fmt == "json":
         _emit_json(doc)
     else:
         rows = [{**j, "runs-on": ",".join(j["runs-on"]), "smoke": "yes" if j["smoke"] else "no"} for j in doc["include"]]
-        click.echo(report.table(rows, ["backend", "device", "runs-on", "smoke", "image"]))
+        click.echo(report.table(rows, ["backend", "platform", "device", "runs-on", "smoke", "image"]))
 
 
 @cli.command()

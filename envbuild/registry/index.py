@@ -136,6 +136,8 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
         # A per-platform publish (a native runner): the digest recorded is its platform's; the index comes later.
         only = next(iter(done.values()))
         entry.update(tags=[rec["ref"] for rec in done.values()], digest=only["digest"], index=False)
+        for p, rec in done.items():
+            rec["sbom"] = _write_sbom(session.engine, rec["image_id"], backend, opts, echo, f"-{platform_arch(p)}")
     else:
         api = Registry(registry, environ)
         children = []

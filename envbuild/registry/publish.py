@@ -77,7 +77,7 @@ def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> 
 
 
 def _write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOptions,
-                echo: Callable[[str], None]) -> dict[str, str] | None:
+                echo: Callable[[str], None], suffix: str = "") -> dict[str, str] | None:
     """The image's SBOM beside the manifest; what the manifest records of it (its file and sha256)."""
     import hashlib
 
@@ -89,7 +89,7 @@ def _write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOp
     except EnvbuildError as exc:
         echo(f"[{backend.name}] note: no SBOM: {exc}")
         return None
-    name = f"envbuild-sbom-{backend.name}.cdx.json"
+    name = f"envbuild-sbom-{backend.name}{suffix}.cdx.json"
     write_atomic(opts.manifest.parent / name, text)
     return {"file": name, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
 

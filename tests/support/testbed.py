@@ -26,7 +26,9 @@ from .constants import CPU_SET, TORCH
 
 CACHE = Path(os.environ.get("ENVBUILD_TEST_CACHE", Path.home() / ".cache" / "envbuild-tests"))
 BASE_TAR = CACHE / "debian-bookworm-python3.tar"
-ARM64_BASE_TAR = CACHE / "debian-bookworm-python3-arm64.tar"  # made under QEMU (binfmt): about 6 minutes once
+# arm64, made under QEMU (binfmt): 2.5-6 minutes once. With python3-venv, so an arm64 build needs no apt step
+# (apt under emulation costs about 90 s).
+ARM64_BASE_TAR = CACHE / "debian-bookworm-python3-venv-arm64.tar"
 BASE_NAME = "envbuild-test/debian-python3:bookworm"
 CPU_REPOSITORY = "envbuild-test/envbuild"  # the session's cpu image is CPU_REPOSITORY:cpu
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
@@ -114,7 +116,7 @@ def _wait_listening(port: int, proc: subprocess.Popen, workdir: Path) -> None:
     raise RuntimeError(f"registry did not listen on 127.0.0.1:{port} within 30s")
 
 
-def debootstrap_base(tar: Path = BASE_TAR, arch: str | None = None) -> Path:
+def debootstrap_base(tar: Path = BASE_TAR, arch: str | None = None, include: str = "python3") -> Path:
     """A Debian bookworm rootfs with Debian's python3 and nothing else, as a tarball (cached). With `arch`
     (arm64), a foreign one: debootstrap's second stage runs under QEMU (binfmt), no engine needed."""
     if tar.exists():
@@ -128,7 +130,7 @@ def debootstrap_base(tar: Path = BASE_TAR, arch: str | None = None) -> Path:
     rootfs = tar.parent / f"rootfs-{arch or 'native'}.tmp"
     shutil.rmtree(rootfs, ignore_errors=True)
     subprocess.run(
-        ["debootstrap", "--variant=minbase", "--include=python3", *([f"--arch={arch}"] if arch else []), "bookworm",
+        ["debootstrap", "--variant=minbase", f"--include={include}", *([f"--arch={arch}"] if arch else []), "bookworm",
          str(rootfs), "http://deb.debian.org/debian"],
         check=True, stdout=subprocess.DEVNULL,
     )
@@ -208,13 +210,17 @@ def push_rootfs(registry: Registry, tar: Path, ref_path: str, arch: str) -> str:
     return "sha256:" + hashlib.sha256(manifest).hexdigest()
 
 
+def arm64_base() -> Path:
+    return debootstrap_base(ARM64_BASE_TAR, arch="arm64", include="python3,python3-venv")
+
+
 def multiplatform_base(registry: Registry, docker_client, amd64_ref: str) -> str:
-    """The Debian base for linux/amd64 and linux/arm64 as one tag naming an index (manifest list), like
-    debian:bookworm-slim on Docker Hub: amd64 is the session's base, arm64 the debootstrapped one (made once, ~3-6
-    minutes under QEMU, cached). Returns REGISTRY/envbuild-test/debian-python3-multi:bookworm."""
+    """Debian bookworm with Python and venv for linux/amd64 and linux/arm64 as one tag naming an index (manifest
+    list), like python:3.11-slim-bookworm on Docker Hub: amd64 is `amd64_ref` (the session's stand-in base), arm64
+    the debootstrapped one (made once under QEMU, cached). Returns REGISTRY/envbuild-test/debian-python3-multi:bookworm."""
     from envbuild.registry.api import Registry as Api
 
-    arm64_tar = debootstrap_base(ARM64_BASE_TAR, arch="arm64")
+    arm64_tar = arm64_base()
     amd64 = f"{registry.host}/{MULTI_NAME}:bookworm-amd64"
     _push(docker_client, amd64_ref, amd64)
     push_rootfs(registry, arm64_tar, f"{MULTI_NAME}:bookworm-arm64", "arm64")

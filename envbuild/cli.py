@@ -129,7 +129,7 @@ def _input_options(f):
         click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle."),
         click.option("--netrc", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="A netrc file with package index credentials, passed as a BuildKit secret."),
         click.option("--network", metavar="MODE", help="The network of the build's RUN steps, e.g. host (an index on this machine's loopback)."),
-        click.option("--locks", "locks_dir", default="locks", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Where the locks are (BACKEND.txt)."),
+        click.option("--locks", "locks_dir", default="locks", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Where the locks are (BACKEND/OS-ARCH.txt)."),
     ]
 
     @functools.wraps(f)  # with the options already on f
@@ -323,7 +323,7 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to build, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
 @_matrix_options
 @_input_options
-@click.option("--locked", is_flag=True, help="Build only from a current lock: refuse, naming the command to run, when locks/BACKEND.txt is missing or stale (CI and publish use it).")
+@click.option("--locked", is_flag=True, help="Build only from a current lock: refuse, naming the command to run, when locks/BACKEND/OS-ARCH.txt is missing or stale (CI and publish use it).")
 @click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="Passed to the build (repeatable).")
 @click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
@@ -339,7 +339,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
           no_cache, platform, builder, cache_from, cache_to, jobs, json_path, verbose) -> None:
     """Build the image of one backend (or all) with BuildKit on the local Docker engine.
 
-    The image installs exactly its lock (locks/BACKEND.txt, hash-checked, nothing resolved). A missing or
+    The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt, hash-checked, nothing resolved). A missing or
     stale lock is resolved first and written (the output says so), like cargo; --locked refuses instead.
     The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
     build succeeded: a failed build never moves an existing tag. The full log is kept under
@@ -523,7 +523,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 
     Only the changed values differ in matrix.yaml: every comment, key order and layout stays. The edited
     matrix is validated, then it and the Dockerfiles are written together (or nothing is); the locks of
-    the backends whose images change are refreshed where locks/BACKEND.txt exists. Prints the diff.
+    the backends whose images change are refreshed where locks/BACKEND/OS-ARCH.txt exists. Prints the diff.
 
     \b
     Examples:

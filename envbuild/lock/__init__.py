@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ..errors import DockerError, LockError, StaleLock
+from ..errors import LockError, StaleLock
 from ..files import read_user, write_atomic
 from .lockfile import FORMAT, LockFile, from_report, parse
 

@@ -118,7 +118,7 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None
     """(platform, its digest, emulated) when `ref` names an image index; None for a single image (pulled as before).
     Everything is decided from the registry's index and the manifest, before a layer is downloaded."""
     from ..errors import PlatformError, PublishError
-    from ..host.platform import can_run, emulation_fix, host_platform, platform_arch
+    from ..host.platform import can_run, emulation_fix, host_platform
     from .api import Registry
 
     entry = manifests.load(manifest, must_exist=True)["images"].get(backend.name) if manifest else None

@@ -244,7 +244,14 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
     platform = opts.platform or host_platform()
     file = path(opts, backend, platform)
     current = read(file)
-    digest = base_digest(backend, plan.base_image, platform, opts)
+    try:
+        digest = base_digest(backend, plan.base_image, platform, opts)
+    except LockError as exc:
+        # Offline, with a lock current in everything else: build from it (BuildKit may have the base), said so.
+        if current is None or stale(current, inputs(matrix, backend, plan, platform, None)):
+            raise
+        echo(f"[{backend.name}] note: {exc}; building from {file}, current in every other input")
+        digest = None
     why = stale(current, inputs(matrix, backend, plan, platform, digest))
     if not why:
         problem = torch_problem(backend, current)

@@ -245,3 +245,24 @@ def test_a_gpu_lock_with_a_cpu_only_torch_is_refused(invoke, tmp_path, closed_so
     checked = invoke("lock", "--check", "--backend", "cuda", "--platform", "linux/arm64", "--matrix", MATRIX_PATH,
                      "--locks", tmp_path / "locks", "--no-ca-bundle", "--set", f"backends.cuda.base_image={PINNED}")
     assert checked.exit_code == 1 and "wrong torch" in checked.stdout and "CPU-only build" in checked.stdout
+
+
+def test_an_unreachable_registry_builds_from_a_lock_current_in_every_other_input(tmp_path, monkeypatch):
+    """Offline: the base's digest cannot be asked, a lock current in everything else is used (said so); without
+    one, the error names the registry and how to lock without asking it."""
+    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+    monkeypatch.setattr("envbuild.host.platform.host_platform", lambda *a: AMD64)
+    m = load(MATRIX_PATH, ["backends.cpu.base_image=127.0.0.1:1/envbuild-test/debian:bookworm"])  # nothing listens
+    cpu = m.backend("cpu")
+    opts = plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks")
+    p = plan.make_plan(m, cpu, opts, FakeEngine())
+    with pytest.raises(LockError, match=r"cannot resolve the base image 127.0.0.1:1/envbuild-test/debian:bookworm for "
+                                        r"linux/amd64 .*pin it by digest"):
+        locks.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=lambda s: None)
+    file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
+    file.parent.mkdir(parents=True)
+    file.write_text(made(inputs=locks.inputs(m, cpu, p, AMD64, "sha256:" + "c" * 64)).text())
+    said = []
+    got = locks.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=said.append)
+    assert got.inputs["base_digest"] == "sha256:" + "c" * 64
+    assert said and "note: " in said[0] and f"building from {file}" in said[0]

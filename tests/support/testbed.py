@@ -305,7 +305,9 @@ def host_ca_bundle() -> Path:
 
 def cpu_overrides(base_image: str, repository: str = CPU_REPOSITORY) -> list[str]:
     """The --set arguments that build the cpu image from the local base and the wheelhouse."""
-    return ["--set", f"backends.cpu.base_image={base_image}", *CPU_SET, "--set", f"image.repository={repository}"]
+    # The test bed's base exists for linux/amd64 alone (tests/engine/test_arm64.py adds arm64 with a base of both).
+    return ["--set", f"backends.cpu.base_image={base_image}", *CPU_SET, "--set", f"image.repository={repository}",
+            "--set", "backends.cpu.platforms=[linux/amd64]"]
 
 
 def cpu_matrix(base_image: str, repository: str, backends: dict[str, str], top: str = "") -> str:

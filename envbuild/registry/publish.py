@@ -214,4 +214,4 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
     entry["sbom"] = _write_sbom(engine, image.id, backend, opts, echo)
     entry = {k: v for k, v in entry.items() if v is not None or k in ("git_revision", "smoke")}
     manifest.record(opts.manifest, entry, echo)
-    return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry)
+    return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry, pushed=[f"{registry}@{digest}"])

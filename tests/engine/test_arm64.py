@@ -30,6 +30,7 @@ MATRIX = str(MATRIX_PATH)
 ARM64_TORCH = "2.9.1"
 BOTH = ["--set", "backends.cpu.platforms=[linux/amd64,linux/arm64]"]  # the session's overrides list amd64 alone
 TIMES: dict[str, float] = {}  # what the arm64 part costs, printed at the end (README: Testing)
+STEPS: list[str] = []  # the arm64 build's steps with their seconds
 
 
 def run(args: list[str], cwd: Path, timeout: int = 1200) -> subprocess.CompletedProcess:
@@ -60,6 +61,7 @@ def arm64(multi_base, ca_bundle, tmp_path_factory):
     proc = run(["build", "--backend", "cpu", "--platform", "linux/arm64", "--matrix", MATRIX, *overrides,
                 "--wheelhouse", str(testbed.aarch64_torch_wheelhouse()), "--ca-bundle", str(ca_bundle)], work)
     TIMES["lock + build for arm64 under QEMU"] = time.monotonic() - start
+    STEPS.extend(line for line in proc.stderr.splitlines() if " DONE " in line)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {"work": work, "overrides": overrides, "build": proc, "tag": f"{testbed.CPU_REPOSITORY}:cpu-arm64"}
 
@@ -199,4 +201,5 @@ def test_a_platform_that_fails_is_left_out_and_the_publish_fails(arm64, cpu_imag
 def test_what_the_arm64_part_costs():
     """Printed with -s and in the durations: the README's Testing section quotes it."""
     print("\narm64 part: " + ", ".join(f"{k} {v:.0f}s" for k, v in TIMES.items()))
+    print("\n".join(f"  {line[:60]} ... {line.rsplit(' ', 2)[-2:]}" for line in STEPS))
     assert TIMES

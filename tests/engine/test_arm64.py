@@ -82,14 +82,15 @@ def test_the_arm64_lock_names_the_base_by_its_registry_digest(arm64, multi_base,
 def test_a_lock_for_one_platform_is_not_one_for_the_other(arm64, tmp_path):
     """Only the arm64 lock is here: an amd64 build --locked refuses, and lock --check names the missing platform,
     reading files only (no docker on PATH, DOCKER_HOST nowhere)."""
+    import os
+
     shutil.copytree(arm64["work"] / "locks", tmp_path / "locks")
     proc = run(["build", "--backend", "cpu", "--platform", "linux/amd64", "--locked", "--matrix", MATRIX,
                 *arm64["overrides"], "--no-ca-bundle"], tmp_path, timeout=300)
     assert proc.returncode == 1 and "locks/cpu/linux-amd64.txt is missing" in proc.stderr, proc.stderr
-    import os
-
     env = {**os.environ, "PATH": str(Path(shutil.which("envbuild")).parent), "DOCKER_HOST": "unix:///nonexistent.sock"}
-    check = subprocess.run(["envbuild", "lock", "--check", "--matrix", MATRIX, *arm64["overrides"], "--no-ca-bundle"],
+    check = subprocess.run(["envbuild", "lock", "--check", "--matrix", MATRIX, *arm64["overrides"], "--no-ca-bundle",
+                            "--wheelhouse", str(testbed.aarch64_torch_wheelhouse())],  # the wheelhouse is an input
                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert check.returncode == 1, check.stdout + check.stderr
     assert "cpu (linux/arm64): locks/cpu/linux-arm64.txt up to date" in check.stdout

@@ -21,22 +21,51 @@ def has_device(backend: Backend) -> bool:
 SMOKE_ARGS = shlex.join(["--model", SMOKE_MODEL, "--timeout", str(SMOKE_TIMEOUT)])
 
 
-def job(m: Matrix, backend: Backend) -> dict[str, Any]:
+# GitHub's hosted runners per architecture; a self-hosted runner carries its architecture as a label (x64, arm64:
+# GitHub's default labels, matched without regard to case).
+HOSTED = {"amd64": "ubuntu-latest", "arm64": "ubuntu-24.04-arm"}
+ARCH_LABELS = {"amd64": "x64", "arm64": "arm64"}
+_ANY_ARCH = {"x64", "amd64", "x86_64", "arm64", "aarch64"}
+
+
+def runs_on(backend: Backend, platform: str) -> list[str]:
+    """The labels of a native runner for `platform`: a self-hosted backend's ci.runs_on with its architecture label
+    set to the platform's (added when it names none); a GitHub-hosted one's runner of that architecture."""
+    arch = platform.split("/")[1]
+    labels = list(backend.runs_on)
+    if "self-hosted" in labels:
+        wanted = ARCH_LABELS.get(arch, arch)
+        out = [wanted if label.lower() in _ANY_ARCH else label for label in labels]
+        return out if wanted in out else [*out, wanted]
+    if arch == "amd64" and not any("arm" in label for label in labels):
+        return labels
+    return [HOSTED.get(arch, labels[0])]
+
+
+def job(m: Matrix, backend: Backend, platform: str | None = None) -> dict[str, Any]:
     tags = m.tags(backend)
+    per_platform = platform is not None
+    platform = platform or backend.platforms[0]
     return {
         "backend": backend.name,
         "device": backend.device,
         "image": tags[0],
         "pinned": tags[1],
-        "runs-on": list(backend.runs_on),
+        "runs-on": runs_on(backend, platform) if per_platform else list(backend.runs_on),
         "self-hosted": "self-hosted" in backend.runs_on,
         "smoke": has_device(backend),
         "smoke_args": SMOKE_ARGS,
         "platforms": ",".join(backend.platforms),
+        "platform": platform,
+        "arch": platform.split("/")[1],
     }
 
 
-def github_matrix(m: Matrix, backends: list[Backend] | None = None) -> dict[str, Any]:
-    """`strategy.matrix` for GitHub Actions (through fromJSON): one include entry per containerizable backend."""
+def github_matrix(m: Matrix, backends: list[Backend] | None = None, *, per_platform: bool = False) -> dict[str, Any]:
+    """`strategy.matrix` for GitHub Actions (through fromJSON): one include entry per containerizable backend (on
+    its ci.runs_on runners), or with `per_platform` one per backend and Linux platform it lists, each on a native
+    runner of that architecture."""
     chosen = m.containerizable() if backends is None else [b for b in backends if b.containerizable]
+    if per_platform:
+        return {"include": [job(m, b, p) for b in chosen for p in b.platforms if p.startswith("linux/")]}
     return {"include": [job(m, b) for b in chosen]}

@@ -182,7 +182,7 @@ def _input_options(f):
         click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle."),
         click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials, passed as a BuildKit secret."),
         click.option("--network", metavar="MODE", help="The network of the build's RUN steps, e.g. host (an index on this machine's loopback)."),
-        click.option("--locks", "locks_dir", default="locks", show_default=True, type=_PathArg(file_okay=False), help="Where the locks are (BACKEND.txt)."),
+        click.option("--locks", "locks_dir", default="locks", show_default=True, type=_PathArg(file_okay=False), help="Where the locks are (BACKEND/OS-ARCH.txt)."),
     ]
 
     @functools.wraps(f)  # with the options already on f
@@ -384,12 +384,12 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to build, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
 @_matrix_options
 @_input_options
-@click.option("--locked", is_flag=True, help="Build only from a current lock: refuse, naming the command to run, when locks/BACKEND.txt is missing or stale (CI and publish use it).")
+@click.option("--locked", is_flag=True, help="Build only from a current lock: refuse, naming the command to run, when locks/BACKEND/OS-ARCH.txt is missing or stale (CI and publish use it).")
 @click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="Passed to the build (repeatable).")
 @click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
 @click.option("--no-cache", is_flag=True, help="Build every layer afresh.")
-@click.option("--platform", help="Target platform, e.g. linux/arm64 (passed to the builder). Several, comma-separated, need buildx; the result then stays in the builder (export it with --cache-to).")
+@click.option("--platform", help="Target platform, one the backend lists, e.g. linux/arm64: built natively, or under QEMU (binfmt) on another architecture; tagged REPO:BACKEND-ARCH when it is not this host's. Several, comma-separated, need buildx; the result then stays in the builder (export it with --cache-to).")
 @click.option("--builder", help="A buildx builder to use, e.g. a remote BuildKit (needs buildx).")
 @click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, e.g. type=registry,ref=REG/cache:cpu or type=local,src=DIR (local caches need buildx; repeatable).")
 @click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, e.g. type=registry,ref=REG/cache:cpu,mode=max or type=local,dest=DIR (needs buildx; repeatable).")
@@ -400,7 +400,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
           no_cache, platform, builder, cache_from, cache_to, jobs, json_path, verbose) -> None:
     """Build the image of one backend (or all) with BuildKit on the local Docker engine.
 
-    The image installs exactly its lock (locks/BACKEND.txt, hash-checked, nothing resolved). A missing or
+    The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt, hash-checked, nothing resolved). A missing or
     stale lock is resolved first and written (the output says so), like cargo; --locked refuses instead.
     The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
     build succeeded: a failed build never moves an existing tag. The full log is kept under
@@ -447,16 +447,19 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
 @_input_options
 @click.option("--upgrade", is_flag=True, help="Resolve afresh: take the newest releases the pins allow, keeping nothing of the old lock.")
 @click.option("--upgrade-package", "upgrade_packages", multiple=True, metavar="NAME", help="Let this distribution move to its newest fitting release; everything else keeps its locked version where it fits (repeatable).")
-@click.option("--check", is_flag=True, help="Write nothing, resolve nothing: exit 1 naming each stale lock (and each missing one named with --backend).")
+@click.option("--check", is_flag=True, help="Write nothing, resolve nothing, read files only (no Docker, no network): exit 1 naming each stale lock, each missing platform, and a GPU backend's CPU-only torch.")
+@click.option("--platform", help="Lock only this platform, e.g. linux/arm64 [default: every platform the backend lists; another architecture than this host's resolves under QEMU].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--verbose", "-v", is_flag=True, help="Show the resolver's full output.")
-def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, as_json, verbose) -> None:
-    """Write locks/BACKEND.txt: every distribution the image adds on top of its base, pinned and hashed.
+def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, platform, as_json, verbose) -> None:
+    """Write locks/BACKEND/OS-ARCH.txt: per platform, every distribution the image adds to its base, pinned and hashed.
 
     The lock is resolved in the backend's own base on the engine that builds (pip in that environment,
     so a vendor's torch and plugin are kept, never replaced), with the same --mirror, --wheelhouse,
     --ca-bundle and --netrc as build. Its header records what it was resolved from; an unchanged lock is
-    not resolved again. Same inputs, same bytes. Builds install it with hash checking.
+    not resolved again. Same inputs, same bytes. Builds install it with hash checking. The header names the
+    platform and the base image's registry digest for it (asked of the registry, or given by a base pinned
+    by digest), so a lock made on one machine is current on every other.
 
     \b
     Examples:
@@ -465,15 +468,16 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
       envbuild lock --check            # CI: are the locks this repository carries current?
     """
     from . import lock as locks
-    from .engine import Engine
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else m.containerizable()
-    opts = inputs.options()
+    opts = inputs.options(platform=platform)
+    if platform and "," in platform:
+        raise click.UsageError("--platform: one platform per lock run (each has its own file)")
     if check:
         if upgrade or upgrade_packages:
             raise click.UsageError("--check writes nothing: it takes no --upgrade or --upgrade-package")
-        results = locks.check(m, chosen, opts, Engine(), require=bool(backends))
+        results = locks.check(m, chosen, opts, require=bool(backends))
     else:
         echo = lambda line: click.echo(line, err=True)  # noqa: E731
         lock_opts = locks.LockOptions(upgrade=upgrade, upgrade_packages=upgrade_packages)
@@ -484,11 +488,12 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
         for r in results:
             why = f": {'; '.join(r.why)}" if r.why and r.status != "up to date" else ""
             count = f" ({r.count} distributions)" if r.count else ""
-            click.echo(f"{r.backend}: {r.path} {r.status}{count}{why}")
+            click.echo(f"{r.backend} ({r.platform}): {r.path} {r.status}{count}{why}")
         if check and not results:
             click.echo(f"no locks to check in {opts.locks_dir}/")
-    if check and any(r.status in ("stale", "missing") for r in results):
-        click.secho(f"{sum(r.status in ('stale', 'missing') for r in results)} lock(s) out of date: run `envbuild lock`.", fg="red", err=True)
+    bad = [r for r in results if r.status in ("stale", "missing", "wrong torch")]
+    if check and bad:
+        click.secho(f"{len(bad)} lock(s) out of date or wrong: run `envbuild lock`.", fg="red", err=True)
         sys.exit(1)
 
 
@@ -621,7 +626,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 
     Only the changed values differ in matrix.yaml: every comment, key order and layout stays. The edited
     matrix is validated, then it and the Dockerfiles are written together (or nothing is); the locks of
-    the backends whose images change are refreshed where locks/BACKEND.txt exists. Prints the diff.
+    the backends whose images change are refreshed where locks/BACKEND/OS-ARCH.txt exists. Prints the diff.
 
     \b
     Examples:
@@ -652,9 +657,10 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     if result.written and result.matrix is not None:
         from . import lock as locks
 
-        existing = [result.matrix.backend(n) for n in result.backends if locks.path(opts, result.matrix.backend(n)).is_file()]
+        existing = [b for b in map(result.matrix.backend, result.backends)
+                    if any(locks.path(opts, b, p).is_file() for p in b.platforms)]
         if existing and no_lock:
-            locks_left = [str(locks.path(opts, b)) for b in existing]
+            locks_left = [str(locks.path(opts, b, p)) for b in existing for p in b.platforms if locks.path(opts, b, p).is_file()]
         elif existing:
             echo = lambda line: click.echo(line, err=True)  # noqa: E731
             for b in existing:  # one that cannot be resolved here (its vendor's registry) is named, not fatal
@@ -720,8 +726,9 @@ def _report_builds(results: list, json_path: str | None, platform: str | None) -
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
 @click.option("--cache", metavar="DIR|VOLUME", help="Mount this at /cache, as `envbuild run --cache` does: the probe's model and compiled kernels stay there, and the next smoke reuses them (a folder with a '/', or a volume name, e.g. envbuild-cache) [default: a new volume, removed afterwards].")
+@click.option("--platform", help="Test the image of this platform, e.g. linux/arm64 [default: this host's]: REPO:BACKEND-ARCH when it is not this host's architecture, run under QEMU; the result says so.")
 @_matrix_options
-def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, cache, matrix_path, overrides) -> None:
+def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, cache, platform, matrix_path, overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
 
     Inside the container the probe imports the plugin, checks the device is visible (never falling back
@@ -729,7 +736,8 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
     runs a forward pass (and greedy tokens for a causal LM), compares with the CPU and, where the matrix
     asks, compiles a kernel with torch.compile. One container, one run: as a uid the image does not know,
     with group 0 (as OpenShift runs images). The container is always removed. Exit 0 only when every
-    check passed.
+    check passed. Under QEMU emulation (an image of another architecture) the result says so, and checks that
+    mean nothing there (timings, torch.compile) are reported as skipped with the reason.
     """
     import json
 
@@ -749,12 +757,13 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
     for backend in chosen:
         try:
             result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo,
-                             ignore_host=ignore_host, cache=cache)
+                             ignore_host=ignore_host, cache=cache, platform=platform)
         except s.SmokeError as exc:
             if len(chosen) == 1 and not (json_path or junit_path):
                 raise
             click.secho(f"Error: {exc}", fg="red", err=True)
-            result = s.SmokeResult(backend.name, image or m.tags(backend)[0], False, 0.0, None, error=str(exc))
+            result = s.SmokeResult(backend.name, image or m.tags(backend)[0], False, 0.0, None, error=str(exc),
+                                   platform=platform)
         results.append(result)
         click.echo(report.smoke_summary(result))
     if json_path:
@@ -1029,13 +1038,17 @@ def _append_output(path: str, text: str) -> None:
 @click.option("--registry", metavar="REPOSITORY", help="Where to push, e.g. ghcr.io/org/envbuild or localhost:5000/envbuild [default: the matrix's image.repository].")
 @click.option("--image", callback=_image_ref, help="The local image to publish (one backend) [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help=MANIFEST_HELP)
-@click.option("--smoke-json", type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for this image: summarized into the manifest; a failed result refuses the push.")
+@click.option("--smoke-json", "smoke_json", multiple=True, type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for this image (one per platform: repeatable): summarized into the manifest; a failed result refuses the push.")
+@click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH", help="Publish these platforms' images as one image index under the backend's tags (repeatable or comma-separated, e.g. linux/amd64,linux/arm64); each is checked and smoke-tested first, a failed one is left out and the publish exits 1.")
+@click.option("--no-index", is_flag=True, help="With --platform: push the platform's image (REG:PINNED-ARCH) and record it, but no index: a native runner's part, joined later with --index-from.")
+@click.option("--index-from", "index_from", multiple=True, type=_PathArg(dir_okay=False, exists=True), help="Manifests written by per-platform publishes (--no-index): push one index of their platforms under the backend's tags (repeatable).")
 @click.option("--force", is_flag=True, help="Push even when the smoke result failed or the image's labels disagree with the matrix (the manifest says so).")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="Append a Markdown table of what landed to this file, e.g. $GITHUB_STEP_SUMMARY.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--sign-key", metavar="FILE|env://VAR", help="Sign every pushed digest and attest the image with this cosign key [default: $ENVBUILD_SIGNING_KEY, the key's text, when set]; passphrase from $ENVBUILD_KEY_PASSWORD or $COSIGN_PASSWORD, else asked.")
 @_matrix_options
-def publish(backends, registry, image, manifest, smoke_json, force, summary_path, as_json, sign_key, matrix_path, overrides) -> None:
+def publish(backends, registry, image, manifest, smoke_json, platforms, no_index, index_from, force, summary_path, as_json,
+            sign_key, matrix_path, overrides) -> None:
     """Push a backend's image (or all) and record each pushed digest in the manifest.
 
     Pushes the matrix's tags under the registry repository: REG:BACKEND and the pinned
@@ -1066,14 +1079,27 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
     chosen = _choose(m, backends)
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
-    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT), smoke_json=smoke_json, force=force,
+    wanted = tuple(dict.fromkeys(x.strip() for p_ in platforms for x in p_.split(",") if x.strip()))
+    if no_index and (not wanted or index_from):
+        raise click.UsageError("--no-index goes with --platform (and not with --index-from)")
+    if image and len(wanted) > 1:
+        raise click.UsageError("--image names one platform's image: give one --platform")
+    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT),
+                            smoke_json=smoke_json[0] if smoke_json else None, smoke_jsons=tuple(smoke_json[1:]),
+                            force=force, platforms=wanted, no_index=no_index, index_from=tuple(index_from),
                             sign_key=_signing_key(sign_key))
     results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
     for r in results:
-        if r.ok:
+        if r.entry and r.entry.get("platforms"):
+            what = "index" if r.entry.get("index") else "platform image"
+            for plat, rec in r.entry["platforms"].items():
+                click.echo(f"{r.backend}: {plat} {rec['digest']}")
+            if r.entry.get("index") or r.ok:
+                click.echo(f"{r.backend}: pushed {what} {', '.join(r.refs)} ({r.digest}); recorded in {opts.manifest}")
+        if r.ok and not (r.entry and r.entry.get("platforms")):
             signed = " signed and attested;" if r.entry and r.entry.get("signed") else ""
             click.echo(f"{r.backend}: pushed {', '.join(r.refs)} ({r.digest});{signed} recorded in {opts.manifest}")
-        else:
+        elif not r.ok:
             click.secho(f"{r.backend}: publish FAILED: {r.error}", fg="red", err=True)
     if as_json:
         _emit_json([r.to_json() for r in results])
@@ -1092,9 +1118,10 @@ def publish(backends, registry, image, manifest, smoke_json, force, summary_path
 @click.option("--manifest", type=_PathArg(dir_okay=False), help="Refuse the image unless its digest is the one this manifest records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@click.option("--platform", help="The platform to pull from the tag's image index [default: this host's]; another architecture only where QEMU (binfmt) runs it.")
 @_verify_options
 @_matrix_options
-def pull(backends, registry, tag, manifest, as_json, ignore_host, key, insecure_skip_verify, matrix_path, overrides) -> None:
+def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key, insecure_skip_verify, matrix_path, overrides) -> None:
     """Pull a backend's prebuilt image, verify it, and print how to run it.
 
     The tag comes from the matrix (the pinned one, so the image carries exactly this matrix's versions).
@@ -1120,16 +1147,18 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, key, insecure_
     public = _verify_key(key, insecure_skip_verify, m)
     for backend in chosen:
         r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True),
-                   ignore_host=ignore_host, key=public)
+                   ignore_host=ignore_host, key=public, platform=platform)
         results.append(r)
         if as_json:
             continue
         verified = f", verified against {manifest}" if r.verified else ""
-        click.echo(f"{r.backend}: pulled {r.ref} ({r.digest}{verified})")
+        on = f" for {r.platform}{' (runs under QEMU emulation)' if r.emulated else ''}" if r.platform else ""
+        click.echo(f"{r.backend}: pulled {r.ref}{on} ({r.digest}{verified})")
         if len(r.tagged) > 1:
             click.echo(f"{r.backend}: tagged as {', '.join(r.tagged[1:])}")
         click.echo(f"run it (self-test):  {r.docker_run}")
-        click.echo(f"smoke-test it:       envbuild smoke --backend {r.backend}")
+        click.echo(f"smoke-test it:       envbuild smoke --backend {r.backend}"
+                   + (f" --platform {r.platform}" if r.platform and r.emulated else ""))
     if as_json:
         _emit_json([r.to_json() for r in results])
 
@@ -1256,8 +1285,9 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True,
               help="github: one line of JSON for `strategy.matrix: ${{ fromJSON(...) }}`; json: the same, indented.")
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only these backends (repeatable, comma-separated) [default: every containerizable one].")
+@click.option("--per-platform", is_flag=True, help="One job per backend and platform, each on a native runner of that architecture (hosted arm64: ubuntu-24.04-arm; self-hosted: the backend's labels with the architecture label set to x64 or arm64).")
 @_matrix_options
-def matrix_(fmt, backends, matrix_path, overrides) -> None:
+def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
     """The CI job matrix derived from matrix.yaml: one job per containerizable backend.
 
     Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
@@ -1270,14 +1300,14 @@ def matrix_(fmt, backends, matrix_path, overrides) -> None:
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else None
-    doc = ci.github_matrix(m, chosen)
+    doc = ci.github_matrix(m, chosen, per_platform=per_platform)
     if fmt == "github":
         click.echo(json.dumps(doc, separators=(",", ":")))
     elif fmt == "json":
         _emit_json(doc)
     else:
         rows = [{**j, "runs-on": ",".join(j["runs-on"]), "smoke": "yes" if j["smoke"] else "no"} for j in doc["include"]]
-        click.echo(report.table(rows, ["backend", "device", "runs-on", "smoke", "image"]))
+        click.echo(report.table(rows, ["backend", "platform", "device", "runs-on", "smoke", "image"]))
 
 
 @cli.command()

@@ -459,9 +459,12 @@ class Engine:
         lines = self._call(f"pushing {ref}", lambda: self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth))
         return self._stream(lines, f"pushing {ref}")
 
-    def pull(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
-        repo, tag = split_ref(ref)
-        lines = self._call(f"pulling {ref}", lambda: self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth))
+    def pull(self, ref: str, auth: dict[str, str] | None, platform: str | None = None) -> Iterator[dict[str, Any]]:
+        repo, sep, digest = ref.partition("@")
+        repo, tag = (repo, digest) if sep else split_ref(ref)  # the engine takes a digest where a tag goes
+        kw = {"platform": platform} if platform else {}
+        lines = self._call(f"pulling {ref}", lambda: self.client.api.pull(repo, tag=tag, stream=True, decode=True,
+                                                                          auth_config=auth, **kw))
         return self._stream(lines, f"pulling {ref}")
 
     def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str:

@@ -115,3 +115,7 @@ class LockError(EnvbuildError):
 
 class StaleLock(LockError):
     """`--locked` (or `lock --check`) found a lock missing or not made from the current inputs."""
+
+
+class PlatformError(EnvbuildError):
+    """A platform this host can neither run nor emulate (exit 1: the fix is on the host, named in the message)."""

@@ -134,10 +134,11 @@ def smoke_summary(result: Any) -> str:
     """A few lines for people: one per check, then the verdict."""
     lines = []
     for ch in result.checks:
-        mark = "ok  " if ch.get("ok") else "FAIL"
+        mark = "skip" if ch.get("skipped") else "ok  " if ch.get("ok") else "FAIL"
         lines.append(f"  {mark} {ch.get('name', '?'):<13} {ch.get('message', '')}")
     verdict = "passed" if result.ok else "FAILED"
-    lines.append(f"{result.backend}: smoke {verdict} in {result.seconds:.1f}s ({result.image})")
+    where = f" on {result.platform}{' (emulated)' if result.emulated else ''}" if getattr(result, "platform", None) else ""
+    lines.append(f"{result.backend}: smoke {verdict} in {result.seconds:.1f}s ({result.image}{where})")
     if result.error and not result.ok:
         lines.append(f"  reason: {result.error}")
         if result.stderr_tail and not result.checks:

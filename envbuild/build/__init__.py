@@ -65,6 +65,7 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
     from .. import lock as locks
 
     start = time.monotonic()
+    check_platform(backend, opts.platform)
     with records.locked(opts.context_dir, backend.name, echo):
         plan = make_plan(matrix, backend, opts, engine)
         try:
@@ -97,6 +98,24 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
         records.remember(plan, image_id)
     result.ok, result.image_id = True, image_id
     return result
+
+
+def check_platform(backend: Backend, platform: str | None, what: str = "building") -> bool:
+    """Refuse a platform the backend does not list (with the list) or this host can neither run nor emulate (with
+    the fix); True when the platform is emulated here."""
+    from ..errors import InvalidInput
+    from ..host.platform import require_runnable
+
+    if not platform:
+        return False
+    for p in platform.split(","):
+        if p not in backend.platforms:
+            raise InvalidInput(f"--platform {p}: backend {backend.name} lists {', '.join(backend.platforms)} "
+                               "(matrix.yaml, its `platforms`)")
+    if "," in platform:
+        raise InvalidInput(f"--platform {platform}: build one platform at a time (each installs its own lock, "
+                           f"locks/{backend.name}/OS-ARCH.txt); `envbuild publish` joins them in one image index")
+    return require_runnable(platform, f"{what} {backend.name} for {platform}")
 
 
 def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: Engine, *, jobs: int = 1,

@@ -184,7 +184,9 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
             raise BuildError(f"{what} {path}: no such file")
     builder = find_builder()
     multi_platform = bool(opts.platform and "," in opts.platform)
-    tags: tuple[str, ...] = tuple(opts.tags) or tuple(matrix.tags(backend))
+    from ..host.platform import foreign_arch
+
+    tags: tuple[str, ...] = tuple(opts.tags) or tuple(matrix.tags(backend, foreign_arch(opts.platform)))
     if multi_platform:
         if not builder.buildx:
             raise BuildError(f"--platform {opts.platform}: several platforms in one build need the buildx plugin "

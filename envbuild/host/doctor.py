@@ -245,6 +245,23 @@ def native_checks(backend: Backend, system: str | None = None, machine: str | No
 # Public API.
 
 
+def check_platforms(backend: Backend, root: str = "/", host: str | None = None) -> Check:
+    """Which of the backend's platforms this host builds and runs: natively, under QEMU (binfmt_misc), or not. A
+    warning only: this host's own platform is what build and smoke use by default."""
+    from .platform import can_run, emulation_fix
+
+    here = host or host_platform()
+    said, missing = [], []
+    for p in backend.platforms:
+        runs, emulated, how = can_run(p, root, here)
+        said.append(f"{p}: {'under QEMU emulation' if emulated else 'natively' if runs else 'NO (' + how + ')'}")
+        if not runs:
+            missing.append(p)
+    detail = f"this host ({here}) builds and runs " + "; ".join(said)
+    fix = "; ".join(f"for {p}: {emulation_fix(p)}" for p in missing) or None
+    return Check("platforms", not missing, detail, fix, blocking=False)
+
+
 def diagnose(
     matrix: Matrix,
     backend: Backend,
@@ -265,6 +282,7 @@ def diagnose(
     checks += [c for c in (preflight.device_nodes(backend, rootp), preflight.groups(backend, rootp)) if c]
     checks.append(compat.host_check(backend, rootp, matrix=matrix, path_env=path_env))  # smoke, run, pull refuse on it
     checks.append(check_disk(backend, engine))
+    checks.append(check_platforms(backend, str(rootp)))
     if registry:
         checks.append(check_credentials(registry))
     checks += [c for c in (check_leftovers(engine),) if c]

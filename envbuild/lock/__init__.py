@@ -4,6 +4,11 @@ Like cargo's and uv's lock files: the build installs the lock; the lock changes 
 or when asked to (--upgrade, --upgrade-package); `--locked` (CI, publish) refuses a lock that is missing or
 stale instead of resolving. Resolution happens in the backend's own base, on the engine that builds
 (the Dockerfile's `lock` target runs resolve.py there); staleness is decided from the lock's header alone.
+
+One file per platform, locks/<backend>/<os>-<arch>.txt: wheels and their hashes differ per platform, each
+file is a complete hashed requirements file that its platform's build installs as it is, and the native
+runner of each platform refreshes its own file. The header names the platform and the base image by the
+registry's digest for that platform (never an engine's local image id), so a lock is current on any machine.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ..errors import DockerError, LockError, StaleLock
+from ..errors import LockError, StaleLock
 from ..files import read_user, write_all, write_atomic
 from .lockfile import FORMAT, LockFile, from_report, parse
 
@@ -32,7 +37,8 @@ if TYPE_CHECKING:
 
 RESOLVER = Path(__file__).with_name("resolve.py")
 
-__all__ = ["LockFile", "LockOptions", "LockResult", "check", "ensure", "inputs", "lock", "path", "read", "stale"]
+__all__ = ["LockFile", "LockOptions", "LockResult", "base_digest", "check", "ensure", "inputs", "lock", "path", "read",
+           "stale", "torch_problem"]
 
 
 @dataclass(frozen=True)
@@ -45,16 +51,46 @@ class LockOptions:
 class LockResult:
     backend: str
     path: Path
-    status: str  # "up to date", "written", "stale", "missing"
+    status: str  # "up to date", "written", "stale", "missing", "wrong torch"
     why: list[str] = dataclasses.field(default_factory=list)
     count: int = 0
+    platform: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "lock": str(self.path), "status": self.status, "why": self.why, "distributions": self.count}
+        return {"backend": self.backend, "platform": self.platform, "lock": str(self.path), "status": self.status,
+                "why": self.why, "distributions": self.count}
 
 
-def path(opts: BuildOptions, backend: Backend) -> Path:
-    return opts.locks_dir / f"{backend.name}.txt"
+def path(opts: BuildOptions, backend: Backend, platform: str | None = None) -> Path:
+    """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
+    from ..host.platform import host_platform
+
+    return opts.locks_dir / backend.name / f"{(platform or host_platform()).replace('/', '-')}.txt"
+
+
+def platforms(backend: Backend, opts: BuildOptions | None = None) -> list[str]:
+    """The platforms to lock: the one asked for (--platform), else every one the backend lists."""
+    if opts is not None and opts.platform:
+        return [p for p in opts.platform.split(",") if p]
+    return [p for p in backend.platforms if p.startswith("linux/")]
+
+
+def base_digest(backend: Backend, base_image: str, platform: str, opts: BuildOptions,
+                environ: Any = None) -> str:
+    """The registry's digest of the base image for `platform`: given by a digest-pinned reference (nothing is
+    asked), else resolved from the registry's index (manifest list) for that platform."""
+    from ..errors import PublishError
+    from ..registry.api import Registry
+
+    if "@sha256:" in base_image:
+        return base_image.rpartition("@")[2]
+    try:
+        digest, _ = Registry(base_image, environ, opts.ca_bundle).platform_digest(base_image, platform)
+    except PublishError as exc:
+        raise LockError(f"{backend.name}: cannot resolve the base image {base_image} for {platform} in its registry "
+                        f"({exc}); a lock names its base by the registry's digest: pin it by digest "
+                        f"(--set backends.{backend.name}.base_image=REF@sha256:...) to lock without asking") from None
+    return digest
 
 
 def read(file: Path) -> LockFile | None:
@@ -78,8 +114,9 @@ def requirements(matrix: Matrix, backend: Backend) -> list[str]:
     return [*reqs, f"transformers=={matrix.pin('transformers', backend)}", f"accelerate=={matrix.pin('accelerate', backend)}", *matrix.packages_for(backend)]
 
 
-def inputs(matrix: Matrix, backend: Backend, plan: BuildPlan) -> dict[str, Any]:
-    """Everything a lock is resolved from: a different value is a stale lock."""
+def inputs(matrix: Matrix, backend: Backend, plan: BuildPlan, platform: str, digest: str | None) -> dict[str, Any]:
+    """Everything a lock is resolved from: a different value is a stale lock. `digest`: the base's registry digest
+    for `platform` (None: not asked, e.g. by `lock --check`, which reads files only)."""
     indexes = [matrix.index.url, *matrix.index.extra_urls, backend.torch.index_url,
                backend.plugin.index_url if backend.plugin else None]
     return {
@@ -87,8 +124,9 @@ def inputs(matrix: Matrix, backend: Backend, plan: BuildPlan) -> dict[str, Any]:
         "backend": backend.name,
         "requirements": requirements(matrix, backend),
         "keep_base": backend.torch.source == "base" or bool(backend.plugin and backend.plugin.source == "base"),
+        "platform": platform,
         "base_image": backend.base_image,
-        "base_id": plan.base_id,
+        "base_digest": digest,
         "python": backend.python.executable if backend.torch.source == "base" else f"{backend.python.executable} (venv)",
         "indexes": list(dict.fromkeys(u for u in indexes if u)),
         "wheelhouse": [[w.name, w.sha256] for w in plan.wheels],
@@ -97,14 +135,14 @@ def inputs(matrix: Matrix, backend: Backend, plan: BuildPlan) -> dict[str, Any]:
 
 
 def stale(current: LockFile | None, wanted: dict[str, Any]) -> list[str]:
-    """Why `current` is not the lock of `wanted` (empty when it is). A base image id that either side does
-    not know is not compared: the reference still is (pin it by digest for an exact answer)."""
+    """Why `current` is not the lock of `wanted` (empty when it is). A base digest that was not asked (`lock --check`
+    reads files only) is not compared: the reference still is, and a digest-pinned reference is exact."""
     if current is None:
         return ["there is no lock"]
     why = []
     for key in sorted(set(current.inputs) | set(wanted)):
         old, new = current.inputs.get(key), wanted.get(key)
-        if key == "base_id" and (old is None or new is None):
+        if key == "base_digest" and new is None and key in current.inputs:
             continue
         if old != new and isinstance(old, list) and isinstance(new, list):
             gone = [json.dumps(x) if not isinstance(x, str) else x for x in old if x not in new]
@@ -125,12 +163,15 @@ def _short(value: Any) -> str:
 
 def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, lock_opts: LockOptions,
             previous: LockFile | None, echo: Callable[[str], None], verbose: bool = False,
-            engine: Engine | None = None) -> LockFile:
-    """Run the Dockerfile's `lock` target on the engine and turn pip's report into the lock."""
+            engine: Engine | None = None, *, platform: str, digest: str) -> LockFile:
+    """Run the Dockerfile's `lock` target on the engine (for `platform`: the plan's --platform) and turn pip's
+    report into the lock."""
     from ..build import builder
     from ..build.plan import lock_command, write_context
+    from ..host.platform import require_runnable
 
-    wanted = inputs(matrix, backend, plan)
+    require_runnable(platform, f"locking {backend.name} for {platform}")
+    wanted = inputs(matrix, backend, plan, platform, digest)
     write_context(plan)
     folder = plan.context_path / "lock"
     keep = previous is not None and not lock_opts.upgrade
@@ -142,7 +183,7 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
         write_atomic(folder / name, text)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log = opts.log_dir / f"lock-{backend.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    echo(f"[{backend.name}] resolving the lock in {plan.base_image} (log: {log})")
+    echo(f"[{backend.name}] resolving the lock for {platform} in {plan.base_image} (log: {log})")
     with tempfile.TemporaryDirectory(prefix=f"envbuild-lock-{backend.name}-") as tmp:
         argv = lock_command(plan, Path(tmp), uuid.uuid4().hex)
         error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose), engine)
@@ -161,7 +202,14 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
 
     resolved = {"resolver": status.get("resolver"), "python": env.get("python_full_version"),
                 "platform": f"{env.get('sys_platform')}/{arch(str(env.get('platform_machine') or '?'))}"}
-    return from_report(backend.name, report, wanted, torch_roots, list(matrix.packages_for(backend)), resolved)
+    if resolved["platform"] != platform:
+        raise LockError(f"{backend.name}: asked to resolve for {platform}, the builder resolved on {resolved['platform']} "
+                        "(does this builder honour --platform?)", log)
+    new = from_report(backend.name, report, wanted, torch_roots, list(matrix.packages_for(backend)), resolved)
+    why = torch_problem(backend, new)
+    if why:
+        raise LockError(why, log)
+    return new
 
 
 def _conflict(backend: Backend, matrix: Matrix, requirements: list[str], said: str) -> str:
@@ -180,20 +228,42 @@ def _conflict(backend: Backend, matrix: Matrix, requirements: list[str], said: s
 # --- the commands -------------------------------------------------------------------------------------------
 
 
+def _platform_opts(opts: BuildOptions, platform: str) -> BuildOptions:
+    """The options of one platform's build: --platform for any but this host's own."""
+    from ..host.platform import host_platform
+
+    return opts if platform == (opts.platform or host_platform()) else dataclasses.replace(opts, platform=platform)
+
+
 def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, engine: Engine, *, locked: bool,
            echo: Callable[[str], None], verbose: bool = False) -> LockFile:
-    """The lock to build from: the current one, or (unless --locked) a fresh one, written and said so."""
-    file = path(opts, backend)
+    """The lock to build from (the platform's: --platform, else this host's): the current one, or (unless
+    --locked) a fresh one, written and said so. A GPU backend's lock whose torch is a CPU-only build is refused."""
+    from ..host.platform import host_platform
+
+    platform = opts.platform or host_platform()
+    file = path(opts, backend, platform)
     current = read(file)
-    why = stale(current, inputs(matrix, backend, plan))
+    try:
+        digest = base_digest(backend, plan.base_image, platform, opts)
+    except LockError as exc:
+        # Offline, with a lock current in everything else: build from it (BuildKit may have the base), said so.
+        if current is None or stale(current, inputs(matrix, backend, plan, platform, None)):
+            raise
+        echo(f"[{backend.name}] note: {exc}; building from {file}, current in every other input")
+        digest = None
+    why = stale(current, inputs(matrix, backend, plan, platform, digest))
     if not why:
+        problem = torch_problem(backend, current)
+        if problem:
+            raise LockError(f"{file}: {problem}")
         return current
     what = "missing" if current is None else f"stale ({'; '.join(why)})"
     if locked:
-        raise StaleLock(f"{file} is {what}: run `envbuild lock --backend {backend.name}` and commit the result "
-                        "(--locked builds only from a current lock)")
+        raise StaleLock(f"{file} is {what}: run `envbuild lock --backend {backend.name} --platform {platform}` and "
+                        "commit the result (--locked builds only from a current lock)")
     echo(f"[{backend.name}] {file} is {what}: resolving it")
-    new = resolve(matrix, backend, plan, opts, LockOptions(), current, echo, verbose, engine)
+    new = resolve(matrix, backend, plan, opts, LockOptions(), current, echo, verbose, engine, platform=platform, digest=digest)
     write_atomic(file, new.text())
     echo(f"[{backend.name}] wrote {file} ({len(new.packages)} distributions)")
     return new
@@ -201,48 +271,116 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
 
 def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts: LockOptions, engine: Engine, *,
          echo: Callable[[str], None] = lambda s: None, verbose: bool = False) -> list[LockResult]:
-    """Write each backend's lock when it is missing or stale, or when asked to upgrade."""
+    """Write each backend's lock for each of its platforms (or --platform's) when it is missing or stale, or when
+    asked to upgrade."""
     from ..build import records
     from ..build.plan import make_plan
 
     results = []
     texts: dict[Path, str] = {}  # every lock is written at the end, all or none: a failed resolve leaves all as they were
     for backend in backends:
-        file = path(opts, backend)
-        with records.locked(opts.context_dir, backend.name):
-            plan = make_plan(matrix, backend, opts, engine)
-            current = read(file)
-            why = stale(current, inputs(matrix, backend, plan))
-            asked = lock_opts.upgrade or bool(lock_opts.upgrade_packages)
-            if not why and not asked:
-                results.append(LockResult(backend.name, file, "up to date", count=len(current.packages)))
-                continue
-            new = resolve(matrix, backend, plan, opts, lock_opts, current, echo, verbose, engine)
-            texts[file] = new.text()
-            results.append(LockResult(backend.name, file, "written", why if not asked else ["asked to upgrade"], len(new.packages)))
+        for platform in _checked_platforms(backend, opts):
+            file = path(opts, backend, platform)
+            popts = _platform_opts(opts, platform)
+            with records.locked(opts.context_dir, backend.name):
+                plan = make_plan(matrix, backend, popts, engine)
+                current = read(file)
+                digest = base_digest(backend, plan.base_image, platform, opts)
+                why = stale(current, inputs(matrix, backend, plan, platform, digest))
+                asked = lock_opts.upgrade or bool(lock_opts.upgrade_packages)
+                if not why and not asked:
+                    results.append(LockResult(backend.name, file, "up to date", count=len(current.packages), platform=platform))
+                    continue
+                new = resolve(matrix, backend, plan, popts, lock_opts, current, echo, verbose, engine,
+                              platform=platform, digest=digest)
+                texts[file] = new.text()
+                results.append(LockResult(backend.name, file, "written", why if not asked else ["asked to upgrade"],
+                                          len(new.packages), platform))
     if texts:
         write_all(texts)
     return results
 
 
-def check(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: Engine, *,
-          require: bool) -> list[LockResult]:
-    """Which locks are stale (or missing, when `require`); writes nothing, resolves nothing. An engine that
-    does not answer leaves the base image's id unknown, which is then not compared."""
-    from ..build.plan import make_plan
+def _checked_platforms(backend: Backend, opts: BuildOptions) -> list[str]:
+    """--platform's platforms, refused unless the backend lists them; else every platform it lists."""
+    from ..errors import InvalidInput
 
+    chosen = platforms(backend, opts)
+    for p in chosen:
+        if p not in backend.platforms:
+            raise InvalidInput(f"--platform {p}: backend {backend.name} lists {', '.join(backend.platforms)} "
+                               "(matrix.yaml, its `platforms`)")
+    return chosen
+
+
+def check(matrix: Matrix, backends: list[Backend], opts: BuildOptions, *, require: bool) -> list[LockResult]:
+    """Which locks are stale, missing or hold a CPU-only torch for a GPU backend; writes nothing, resolves nothing,
+    and reads files only: no Docker client, engine or network. A backend with a lock for any of its platforms (or
+    named, with `require`) needs one for each; a base digest is compared where the matrix pins it by digest."""
     results = []
     for backend in backends:
-        file = path(opts, backend)
-        current = read(file)
-        if current is None:
-            if require:
-                results.append(LockResult(backend.name, file, "missing", ["there is no lock"]))
+        chosen = _checked_platforms(backend, opts)
+        files = {p: path(opts, backend, p) for p in chosen}
+        found = {p: read(f) for p, f in files.items()}
+        if not require and all(v is None for v in found.values()):
             continue
-        try:  # writes nothing: not even the wheel digest cache
-            plan = make_plan(matrix, backend, opts, engine, write_cache=False)
-        except DockerError:
-            plan = make_plan(matrix, backend, opts, None, write_cache=False)
-        why = stale(current, inputs(matrix, backend, plan))
-        results.append(LockResult(backend.name, file, "stale" if why else "up to date", why, len(current.packages)))
+        plan = _offline_plan(backend, opts)
+        for p, current in found.items():
+            if current is None:
+                results.append(LockResult(backend.name, files[p], "missing", [f"there is no lock for {p}"], platform=p))
+                continue
+            pinned = plan.base_image.rpartition("@")[2] if "@sha256:" in plan.base_image else None
+            why = stale(current, inputs(matrix, backend, plan, p, pinned))
+            problem = None if why else torch_problem(backend, current)
+            status = "stale" if why else ("wrong torch" if problem else "up to date")
+            results.append(LockResult(backend.name, files[p], status, why or ([problem] if problem else []),
+                                      len(current.packages), p))
     return results
+
+
+def _offline_plan(backend: Backend, opts: BuildOptions) -> Any:
+    """What inputs() reads of a plan, from files alone (no builder, no engine): the base after --mirror, the wheels."""
+    from types import SimpleNamespace
+
+    from ..build.plan import DIGESTS, wheels
+    from ..registry.refs import mirror_image
+
+    context = (opts.context_dir / backend.name).resolve()
+    return SimpleNamespace(base_image=mirror_image(backend.base_image or "", opts.mirrors),
+                           wheels=wheels(opts.wheelhouse, context / DIGESTS))
+
+
+# --- a GPU image never quietly lacks its GPU ----------------------------------------------------------------------
+
+# What marks a GPU build of torch in a lock: a local version label, or the runtime wheels it pulls in.
+_GPU_TORCH = {
+    "cuda": ("CUDA", ("+cu",), ("nvidia-", "cuda-")),
+    "rocm": ("ROCm", ("+rocm",), ("pytorch-triton-rocm",)),
+    "xpu": ("XPU", ("+xpu",), ("intel-", "pytorch-triton-xpu")),
+}
+
+
+def torch_problem(backend: Backend, lockfile: LockFile) -> str | None:
+    """Why a GPU backend's lock holds a CPU-only torch (None: it does not, or torch is not locked here). PyPI's
+    aarch64 torch has been a CPU build for some releases: pip takes it silently, and the image would run on CPU."""
+    if backend.torch.source != "pip":
+        return None
+    index = backend.torch.index_url or ""
+    kind = "rocm" if "rocm" in index else backend.device
+    if kind not in _GPU_TORCH:
+        return None
+    name, labels, companions = _GPU_TORCH[kind]
+    torch = next((p for p in lockfile.packages if p.name == "torch"), None)
+    if torch is None:
+        return None
+    if any(label in torch.version for label in labels) or any(p.name.startswith(companions) for p in lockfile.packages):
+        return None
+    platform = lockfile.inputs.get("platform") or lockfile.resolved.get("platform") or "?"
+    said = (f"{backend.name} ({name}) on {platform}: the locked torch=={torch.version} is a CPU-only build (no "
+            f"{name} version label, none of {', '.join(c.rstrip('-') + '*' for c in companions)})")
+    if "download.pytorch.org/whl/" in index:
+        return (f"{said}; the index {index} has the {name} build for {platform}, but another source (PyPI, a "
+                "wheelhouse) served this one: lock again with torch taken from that index")
+    return (f"{said}; PyTorch's {name} index (https://download.pytorch.org/whl/<{name.lower()} version>, e.g. "
+            f"https://download.pytorch.org/whl/cu132) has the {name} build for {platform}: set "
+            f"backends.{backend.name}.torch.index_url to it and lock again")

@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 
 from ..errors import LockError
 
-FORMAT = 1
+FORMAT = 2  # 2: one lock per platform, the base named by its registry digest
 LAYERS = ("torch", "deps", "extras", "top")
 TOP = ("transformers", "accelerate")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")

@@ -232,14 +232,16 @@ class Matrix:
         """The extras an image of this backend carries: everyone's, then its own."""
         return (*self.packages, *backend.packages)
 
-    def tags(self, backend: Backend) -> list[str]:
-        """Default image tags: a moving one and a fully pinned one."""
+    def tags(self, backend: Backend, arch: str | None = None) -> list[str]:
+        """Default image tags: a moving one and a fully pinned one. With `arch`, the local tags of an image of
+        another architecture than the engine's (REPO:cpu-arm64): an engine keeps one platform per tag."""
         pinned = f"{backend.name}-torch{backend.torch.version}"
         if backend.plugin:
             pinned += f"-{backend.plugin.package}{backend.plugin.version}"
         pinned += f"-transformers{self.pin('transformers', backend)}"
-        pinned = re.sub(r"[^A-Za-z0-9_.-]", "_", pinned)[:128]
-        return [f"{self.image.repository}:{backend.name}", f"{self.image.repository}:{pinned}"]
+        suffix = f"-{arch}" if arch else ""
+        pinned = re.sub(r"[^A-Za-z0-9_.-]", "_", pinned)[:128 - len(suffix)] + suffix
+        return [f"{self.image.repository}:{backend.name}{suffix}", f"{self.image.repository}:{pinned}"]
 
 
 def not_containerizable_message(backend: Backend) -> str:

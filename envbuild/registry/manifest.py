@@ -68,6 +68,8 @@ def load_smoke_results(path: Path) -> dict[str, dict[str, Any]]:
         if why:
             raise InvalidInput(f"--smoke-json {path}: not the output of `envbuild smoke --json`: {why}")
         out[d["backend"]] = d
+        if d.get("platform"):  # one result per platform of a backend: BACKEND@PLATFORM
+            out[f"{d['backend']}@{d['platform']}"] = d
     return out
 
 
@@ -87,6 +89,9 @@ def smoke_summary(result: dict[str, Any], source: Path | None = None) -> dict[st
         "image_id": result.get("image_id"),
         "seconds": result.get("seconds"),
         "date": date,
+        "platform": result.get("platform"),
+        "emulated": result.get("emulated"),
+        "skipped_checks": [str(c.get("name")) for c in checks if c.get("skipped")],
     }
 
 # --- provenance -----------------------------------------------------------------------------------------

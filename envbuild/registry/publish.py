@@ -2,6 +2,12 @@
 (REG:<backend>, REG:<pinned tag>); only when every tag landed and the registry confirmed one digest is the
 backend's manifest entry replaced. The entry says what the image is (versions from its labels), where it
 came from (git revision, date) and what tested it (the summary of a `smoke --json` result).
+
+With platforms (`--platform`, or `--index-from` the per-platform results of native runners), each platform's
+image is checked (architecture, labels, its own smoke result) and pushed by itself as REG:<pinned>-<arch>; then
+one image index naming every platform that passed is PUT under the backend's tags. A platform that failed is
+left out of the index, said, and the publish fails (exit 1). `Published.pushed` lists every digest pushed (each
+platform's manifest, then the index), for whoever signs them.
 """
 
 from __future__ import annotations
@@ -30,9 +36,12 @@ class Published:
     digest: str | None = None
     error: str | None = None
     entry: dict[str, Any] | None = None
+    pushed: list[str] = field(default_factory=list)  # REPO@DIGEST of every manifest pushed (platforms, then the index)
+    failed_platforms: dict[str, str] = field(default_factory=dict)  # platform -> why it is not in the index
 
     def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "ok": self.ok, "image": self.image, "tags": self.refs, "digest": self.digest, "error": self.error}
+        return {"backend": self.backend, "ok": self.ok, "image": self.image, "tags": self.refs, "digest": self.digest,
+                "error": self.error, "pushed": self.pushed, "failed_platforms": self.failed_platforms}
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,10 @@ class PublishOptions:
     smoke_json: Path | None = None
     force: bool = False
     sign_key: Any = None  # a trust.keys.SigningKey: sign every pushed digest, attest the image (cosign's format)
+    platforms: tuple[str, ...] = ()  # publish these as one image index (each its own image: REPO:BACKEND[-ARCH])
+    no_index: bool = False  # push the platforms' images and record them; the index comes later (--index-from)
+    index_from: tuple[Path, ...] = ()  # manifests of per-platform publishes (native runners): join them in an index
+    smoke_jsons: tuple[Path, ...] = ()  # more smoke results (one per platform)
 
 
 def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> list[str]:
@@ -65,7 +78,7 @@ def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> 
 
 
 def _write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOptions,
-                echo: Callable[[str], None]) -> dict[str, str] | None:
+                echo: Callable[[str], None], suffix: str = "") -> dict[str, str] | None:
     """The image's SBOM beside the manifest; what the manifest records of it (its file and sha256)."""
     import hashlib
 
@@ -77,7 +90,7 @@ def _write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOp
     except EnvbuildError as exc:
         echo(f"[{backend.name}] note: no SBOM: {exc}")
         return None
-    name = f"envbuild-sbom-{backend.name}.cdx.json"
+    name = f"envbuild-sbom-{backend.name}{suffix}.cdx.json"
     write_atomic(opts.manifest.parent / name, text)
     return {"file": name, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
@@ -91,11 +104,20 @@ def publish(m: Matrix, backends: list[Backend], opts: PublishOptions, engine: En
     registry = check_repository(opts.registry or m.image.repository, "--registry" if opts.registry else "image.repository")
     session = Session(engine, registry, environ)
     smoke_results = manifest.load_smoke_results(opts.smoke_json) if opts.smoke_json else {}
+    for extra in opts.smoke_jsons:
+        smoke_results.update(manifest.load_smoke_results(extra))
     manifest.load(opts.manifest, must_exist=False)  # refuse a broken manifest before pushing anything
+    joined = [manifest.load(f, must_exist=True) for f in opts.index_from]
     session.login(echo)
     results = []
     for backend in backends:
         try:
+            if opts.platforms or opts.index_from:
+                from .index import publish_platforms
+
+                results.append(publish_platforms(m, backend, registry, session, smoke_results, opts, echo, joined,
+                                                 environ))
+                continue
             results.append(_publish_one(m, backend, registry, session, smoke_results, opts, echo))
         except (RegistryAuthError, RegistryUnreachableError):
             raise
@@ -109,9 +131,10 @@ def publish(m: Matrix, backends: list[Backend], opts: PublishOptions, engine: En
 def _smoke(backend: Backend, image: Image, source: str, smoke_results: dict[str, dict[str, Any]],
            opts: PublishOptions, echo: Callable[[str], None]) -> dict[str, Any] | None:
     """The manifest's summary of this image's smoke result; refuses a failed one, or one of another image."""
-    if not opts.smoke_json:
+    if not opts.smoke_json and not opts.smoke_jsons:
         return None
-    result = smoke_results.get(backend.name)
+    platform = f"{image.os}/{image.architecture}"
+    result = smoke_results.get(f"{backend.name}@{platform}") or smoke_results.get(backend.name)
     if result is None:
         echo(f"[{backend.name}] note: {opts.smoke_json} has no result for {backend.name}; the manifest records no smoke test")
         return None
@@ -194,7 +217,7 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
     if opts.sign_key is not None:
         entry["signed"] = _sign(m, backend, image, registry, [digest], entry, smoke_results, session, opts, echo)
     manifest.record(opts.manifest, entry, echo)
-    return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry)
+    return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry, pushed=[f"{registry}@{digest}"])
 
 
 def _sign(m: Matrix, backend: Backend, image: Image, registry: str, digests: list[str], entry: dict[str, Any],

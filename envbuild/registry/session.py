@@ -166,11 +166,12 @@ class Session:
 
         return self._retrying(f"pushing {ref}", push, echo)
 
-    def pull(self, ref: str, echo: Callable[[str], None], missing: str) -> str | None:
+    def pull(self, ref: str, echo: Callable[[str], None], missing: str, platform: str | None = None) -> str | None:
         """Pull one reference; the digest the registry named. `missing`: the message for a tag it does not have."""
         self.check_reachable()
+        pull = (lambda: self.engine.pull(ref, self.auth, platform)) if platform else (lambda: self.engine.pull(ref, self.auth))
         try:
-            return self._retrying(f"pulling {ref}", lambda: self._transfer(lambda: self.engine.pull(ref, self.auth), ref,
+            return self._retrying(f"pulling {ref}", lambda: self._transfer(pull, ref,
                                                                             f"pulling {ref}", echo), echo)
         except PublishError as exc:
             if _NOT_FOUND.search(str(exc)):

@@ -42,12 +42,16 @@ class SmokeResult:
     stderr_tail: str = ""
     image_id: str | None = None  # what was tested, so `publish --smoke-json` can tell it is the same image
     date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    platform: str | None = None  # the image's own (os/architecture), which is what ran
+    emulated: bool = False  # it ran under QEMU on a host of another architecture
 
     def to_json(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
             "image": self.image,
             "image_id": self.image_id,
+            "platform": self.platform,
+            "emulated": self.emulated,
             "date": self.date,
             "ok": self.ok,
             "seconds": round(self.seconds, 2),
@@ -99,14 +103,26 @@ def _refusal(backend: Backend) -> Iterator[None]:
         raise SmokeError(f"backend '{backend.name}': {why}") from None
 
 
+# What a run under emulation cannot mean anything for, and why: reported as skipped, never dropped silently.
+EMULATED_SKIPS = {
+    "timings": "skipped: under QEMU emulation the seconds measure the emulator, not the image",
+    "compile": "skipped: under QEMU emulation Inductor's C++ build takes many minutes; a native runner checks it",
+}
+
+
 def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None = None, model: str = "synthetic",
           timeout: float = 600, extra_env: dict[str, str] | None = None,
           echo: Callable[[str], None] = lambda s: None, ignore_host: bool = False,
-          root: Path = Path("/"), cache: str | None = None) -> SmokeResult:
+          root: Path = Path("/"), cache: str | None = None, platform: str | None = None) -> SmokeResult:
+    """Run the probe once, in one container (default image: the backend's tag for `platform`, REPO:BACKEND-ARCH when
+    that is not this host's). An image of another architecture runs under QEMU: the result says so."""
     from ..clean import stopped_containers  # clean names containers by this module's label
+    from ..host.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
     from ..run import _is_folder
 
-    image = image or matrix.tags(backend)[0]
+    if platform and platform not in backend.platforms:
+        raise InvalidInput(f"--platform {platform}: backend {backend.name} lists {', '.join(backend.platforms)}")
+    image = image or matrix.tags(backend, foreign_arch(platform))[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
     mounted_cache = cache_source(cache) if cache is not None else None
     preflight.require(backend, engine, root)  # without the device, no image would help
@@ -125,7 +141,18 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
         )
     if not ignore_host:  # again with the architectures its build measured (read from the image, not started)
         preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image_id), echo=echo)
-    echo(f"[{backend.name}] smoke: {image} (model: {model}, timeout: {timeout:g}s)")
+    found = engine.image(image)
+    ran = f"{found.os}/{platform_arch(found.architecture)}" if found else (platform or host_platform())
+    if platform and ran != platform:
+        raise SmokeError(f"image {image} is {ran}, not {platform}: build it with `envbuild build --backend {backend.name} "
+                         f"--platform {platform}` (or pass --image)")
+    runs, emulated, how = can_run(ran, str(root))
+    if not runs:
+        raise SmokeError(f"image {image} is {ran}, which this host ({host_platform()}) cannot run: {how}. Set up "
+                         f"emulation: {emulation_fix(ran)}")
+    args = [*args, "--no-compile"] if emulated else args
+    echo(f"[{backend.name}] smoke: {image} on {ran}{' under QEMU emulation' if emulated else ''} "
+         f"(model: {model}, timeout: {timeout:g}s)")
     start = time.monotonic()
     tag = uuid.uuid4().hex[:8]
     user = probe_user(backend, mounted=bool(volumes) or (cache is not None and _is_folder(cache)))
@@ -167,6 +194,12 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     else:  # a cache of its own, gone with the smoke test
         with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", {OWNED_LABEL: "1"}) as volume:
             result = probe(volume)
+    result.platform, result.emulated = ran, emulated
+    if emulated and result.probe is not None:  # said, never silently dropped
+        for name, message in EMULATED_SKIPS.items():
+            if name == "timings" or (name == "compile" and backend.compile.check):
+                result.checks.append({"name": name, "ok": True, "skipped": True, "seconds": 0.0, "message": message})
+        result.probe["timings"] = {k: None for k in result.probe.get("timings") or {}}
     result.seconds = time.monotonic() - start
     result.ok = result.error is None
     return result

@@ -69,7 +69,7 @@ def locked(args, tmp_path_factory, docker_client):
 
 
 def test_the_lock_pins_and_hashes_every_distribution(locked, cpu_image):
-    lock = lockfile.parse((locked / "locks" / "cpu.txt").read_text(), "cpu.txt")
+    lock = lockfile.parse((locked / "locks" / "cpu" / "linux-amd64.txt").read_text(), "cpu.txt")
     pins = lock.pins()
     assert pins["envbuild-testdep"] == "1.0.0" and [p.name for p in lock.layer("extras")] == ["envbuild-testdep"]
     assert pins["torch"].startswith(TORCH) and pins["transformers"] and pins["huggingface-hub"]
@@ -78,12 +78,12 @@ def test_the_lock_pins_and_hashes_every_distribution(locked, cpu_image):
 
 
 def test_a_locked_image_keeps_its_versions_when_the_index_moves(locked, index, args, docker_client):
-    before = (locked / "locks" / "cpu.txt").read_text()
+    before = (locked / "locks" / "cpu" / "linux-amd64.txt").read_text()
     index.add("envbuild-testdep", "1.1.0")
     check = envbuild("lock", "--check", *args, cwd=locked)
-    assert check.returncode == 0 and "cpu.txt up to date" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and "linux-amd64.txt up to date" in check.stdout, check.stdout + check.stderr
     again = envbuild("lock", "--backend", "cpu", *args, cwd=locked)  # inputs unchanged: nothing resolved
-    assert "up to date" in again.stdout and (locked / "locks" / "cpu.txt").read_text() == before
+    assert "up to date" in again.stdout and (locked / "locks" / "cpu" / "linux-amd64.txt").read_text() == before
     built = envbuild("build", "--backend", "cpu", "--locked", "--tag", f"{TAG}:a", *args, cwd=locked)
     assert built.returncode == 0, built.stdout + built.stderr
     assert "resolving" not in built.stderr
@@ -91,7 +91,7 @@ def test_a_locked_image_keeps_its_versions_when_the_index_moves(locked, index, a
     # Asked to, the lock takes the new release of that one distribution, and keeps every other version.
     up = envbuild("lock", "--backend", "cpu", "--upgrade-package", "envbuild-testdep", *args, cwd=locked)
     assert up.returncode == 0, up.stdout + up.stderr
-    old, new = lockfile.parse(before, "old").pins(), lockfile.parse((locked / "locks" / "cpu.txt").read_text(), "new").pins()
+    old, new = lockfile.parse(before, "old").pins(), lockfile.parse((locked / "locks" / "cpu" / "linux-amd64.txt").read_text(), "new").pins()
     assert new.pop("envbuild-testdep") == "1.1.0" and old.pop("envbuild-testdep") == "1.0.0" and new == old
     built = envbuild("build", "--backend", "cpu", "--locked", "--tag", f"{TAG}:b", *args, cwd=locked)
     assert built.returncode == 0, built.stdout + built.stderr
@@ -100,9 +100,9 @@ def test_a_locked_image_keeps_its_versions_when_the_index_moves(locked, index, a
 
 def test_a_tampered_hash_fails_the_build_and_keeps_the_tag(locked, args, docker_client, tmp_path):
     shutil.copytree(locked / "locks", tmp_path / "locks")
-    lock = (tmp_path / "locks" / "cpu.txt").read_text()
+    lock = (tmp_path / "locks" / "cpu" / "linux-amd64.txt").read_text()
     digest = next(p.sha256[0] for p in lockfile.parse(lock, "cpu.txt").packages if p.name == "envbuild-testdep")
-    (tmp_path / "locks" / "cpu.txt").write_text(lock.replace(digest, "0" * 64))
+    (tmp_path / "locks" / "cpu" / "linux-amd64.txt").write_text(lock.replace(digest, "0" * 64))
     docker_client.images.get(f"{TAG}:b").tag(TAG, "tampered")
     before = docker_client.images.get(f"{TAG}:tampered").id
     proc = envbuild("build", "--backend", "cpu", "--locked", "--tag", f"{TAG}:tampered", *args, cwd=tmp_path)
@@ -119,18 +119,18 @@ def test_a_stale_lock_fails_locked_builds_and_the_check(locked, args, tmp_path):
     bumped = [*args, "--set", "transformers.version=5.22.0"]
     proc = envbuild("build", "--backend", "cpu", "--locked", *bumped, cwd=tmp_path)
     assert proc.returncode == 1
-    assert f"locks/cpu.txt is stale (requirements: transformers=={pinned} -> transformers==5.22.0)" in proc.stderr
+    assert f"locks/cpu/linux-amd64.txt is stale (requirements: transformers=={pinned} -> transformers==5.22.0)" in proc.stderr
     assert "run `envbuild lock --backend cpu`" in proc.stderr
     check = envbuild("lock", "--check", *bumped, cwd=tmp_path)
     assert check.returncode == 1
-    assert f"cpu: locks/cpu.txt stale (41 distributions): requirements: transformers=={pinned} -> transformers==5.22.0" in check.stdout
+    assert f"cpu (linux/amd64): locks/cpu/linux-amd64.txt stale (41 distributions): requirements: transformers=={pinned} -> transformers==5.22.0" in check.stdout
 
 
 def test_an_extra_that_wants_another_torch_fails_the_lock(args, tmp_path):
     proc = envbuild("lock", "--backend", "cpu", *args, "--set", 'backends.cpu.packages=["envbuild-wants-torch"]', cwd=tmp_path)
     assert proc.returncode == 1
     assert "cpu: cannot lock: the extra 'envbuild-wants-torch' (packages: in the matrix)" in proc.stderr
-    assert "torch==2.12.0" in proc.stderr and not (tmp_path / "locks" / "cpu.txt").exists()
+    assert "torch==2.12.0" in proc.stderr and not (tmp_path / "locks" / "cpu" / "linux-amd64.txt").exists()
 
 
 def test_an_extra_of_one_backend_is_in_that_image_only(base_image, index, wheelhouse, ca_bundle, tmp_path, docker_client):
@@ -144,7 +144,7 @@ def test_an_extra_of_one_backend_is_in_that_image_only(base_image, index, wheelh
         assert installed(docker_client, "envbuild-test/extras:cpu", "envbuild-testdep") in ("1.0.0", "1.1.0")
         with pytest.raises(Exception, match="PackageNotFoundError"):
             installed(docker_client, "envbuild-test/extras:plain", "envbuild-testdep")
-        assert "envbuild-testdep" not in (tmp_path / "locks" / "plain.txt").read_text()
+        assert "envbuild-testdep" not in (tmp_path / "locks" / "plain" / "linux-amd64.txt").read_text()
     finally:
         for image in docker_client.images.list(name="envbuild-test/extras"):
             for tag in image.tags:

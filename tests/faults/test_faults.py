@@ -287,10 +287,10 @@ def test_corrupt_state_is_named_or_rebuilt_never_trusted(project, cpu_image, whe
     bad_manifest.write_text('{"schema": 1, "images": ')
     proc = envbuild(*publish_args(cpu_image, "127.0.0.1:1", bad_manifest), cwd=tmp_path)
     assert proc.returncode == 2 and str(bad_manifest) in proc.stderr and bad_manifest.read_text() == '{"schema": 1, "images": '
-    lock = project / "locks" / "cpu.txt"
+    lock = project / "locks" / "cpu" / "linux-amd64.txt"
     lock.write_text(lock.read_text() + "this is not a requirement line\n")
     proc = envbuild(*args, cwd=project)
-    assert proc.returncode != 0 and "locks/cpu.txt" in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "locks/cpu/linux-amd64.txt" in proc.stderr, proc.stderr
 
 
 # --- a full disk ------------------------------------------------------------------------------------------------

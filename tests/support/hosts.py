@@ -9,6 +9,11 @@ def make_root(base: Path, nodes=(), pci=(), drm=None, with_pci_bus=True) -> Path
     """nodes: /dev paths; pci: (address, vendor, class); drm: render node name -> PCI vendor."""
     root = base / "root"
     root.mkdir(exist_ok=True)
+    binfmt = root / "proc/sys/fs/binfmt_misc"  # QEMU for the other architecture, as scripts/test sets up
+    binfmt.mkdir(parents=True, exist_ok=True)
+    (binfmt / "status").write_text("enabled\n")
+    for qemu in ("aarch64", "x86_64"):
+        (binfmt / f"qemu-{qemu}").write_text(f"enabled\ninterpreter /usr/libexec/qemu-binfmt/{qemu}-binfmt-P\nflags: PF\n")
     for node in nodes:
         p = root / node.lstrip("/")
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -26,9 +26,15 @@ from .constants import CPU_SET, TORCH
 
 CACHE = Path(os.environ.get("ENVBUILD_TEST_CACHE", Path.home() / ".cache" / "envbuild-tests"))
 BASE_TAR = CACHE / "debian-bookworm-python3.tar"
+# arm64, made under QEMU (binfmt): 2.5-6 minutes once. With python3-venv, so an arm64 build needs no apt step
+# (apt under emulation costs about 90 s).
+ARM64_BASE_TAR = CACHE / "debian-bookworm-python3-venv-arm64.tar"
 BASE_NAME = "envbuild-test/debian-python3:bookworm"
 CPU_REPOSITORY = "envbuild-test/envbuild"  # the session's cpu image is CPU_REPOSITORY:cpu
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
+
+
+_QEMU = {"arm64": "aarch64"}
 
 
 class Unavailable(RuntimeError):
@@ -110,17 +116,22 @@ def _wait_listening(port: int, proc: subprocess.Popen, workdir: Path) -> None:
     raise RuntimeError(f"registry did not listen on 127.0.0.1:{port} within 30s")
 
 
-def debootstrap_base(tar: Path = BASE_TAR) -> Path:
-    """A Debian bookworm rootfs with Debian's python3 and nothing else, as a tarball (cached)."""
+def debootstrap_base(tar: Path = BASE_TAR, arch: str | None = None, include: str = "python3") -> Path:
+    """A Debian bookworm rootfs with Debian's python3 and nothing else, as a tarball (cached). With `arch`
+    (arm64), a foreign one: debootstrap's second stage runs under QEMU (binfmt), no engine needed."""
     if tar.exists():
         return tar
     if not shutil.which("debootstrap"):
         raise Unavailable("debootstrap is not installed (Debian: apt-get install debootstrap; scripts/test installs it)")
+    if arch and not Path(f"/proc/sys/fs/binfmt_misc/qemu-{_QEMU.get(arch, arch)}").exists():
+        raise Unavailable(f"no binfmt entry for {arch}: apt-get install qemu-user-static binfmt-support; "
+                          f"update-binfmts --enable qemu-{_QEMU.get(arch, arch)} (scripts/test does it)")
     tar.parent.mkdir(parents=True, exist_ok=True)
-    rootfs = tar.parent / "rootfs.tmp"
+    rootfs = tar.parent / f"rootfs-{arch or 'native'}.tmp"
     shutil.rmtree(rootfs, ignore_errors=True)
     subprocess.run(
-        ["debootstrap", "--variant=minbase", "--include=python3", "bookworm", str(rootfs), "http://deb.debian.org/debian"],
+        ["debootstrap", "--variant=minbase", f"--include={include}", *([f"--arch={arch}"] if arch else []), "bookworm",
+         str(rootfs), "http://deb.debian.org/debian"],
         check=True, stdout=subprocess.DEVNULL,
     )
     tmp = tar.with_suffix(".part")
@@ -148,6 +159,85 @@ def _push(docker_client, local: str, ref: str) -> None:
     for line in docker_client.images.push(repo, tag=tag, stream=True, decode=True):
         if "error" in line:
             raise RuntimeError(f"push {ref}: {line['error']}")
+
+
+MULTI_NAME = "envbuild-test/debian-python3-multi"  # the two-platform base: an index of amd64 and arm64
+
+
+def push_rootfs(registry: Registry, tar: Path, ref_path: str, arch: str) -> str:
+    """Push a rootfs tarball as a one-layer image of `arch` through the registry's HTTP API (no engine: a
+    foreign architecture needs none); returns its manifest digest. The gzipped layer is cached beside the tar."""
+    import gzip
+    import hashlib
+    import json
+
+    import requests
+
+    gz = tar.with_suffix(".tar.gz")
+    if not gz.exists():
+        part = gz.with_suffix(".part")
+        with open(tar, "rb") as src, gzip.open(part, "wb", compresslevel=1) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        part.replace(gz)
+    layer = gz.read_bytes()
+    h = hashlib.sha256()
+    with open(tar, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    config = json.dumps({"architecture": arch, "os": "linux", "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:"
+                         "/usr/sbin:/usr/bin:/sbin:/bin"]}, "rootfs": {"type": "layers", "diff_ids": ["sha256:" + h.hexdigest()]},
+                         "history": [{"created_by": f"debootstrap --arch={arch} (tests/support/testbed.py)"}]}).encode()
+    base = f"http://{registry.host}/v2/{ref_path.rpartition(':')[0]}"
+
+    def blob(data: bytes) -> dict:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if requests.head(f"{base}/blobs/{digest}", timeout=30).status_code != 200:
+            start = requests.post(f"{base}/blobs/uploads/", timeout=30)
+            start.raise_for_status()
+            location = start.headers["Location"]
+            location = location if location.startswith("http") else f"http://{registry.host}{location}"
+            sep = "&" if "?" in location else "?"
+            requests.put(f"{location}{sep}digest={digest}", data=data, timeout=600,
+                         headers={"Content-Type": "application/octet-stream"}).raise_for_status()
+        return {"digest": digest, "size": len(data)}
+
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                           "config": {"mediaType": "application/vnd.docker.container.image.v1+json", **blob(config)},
+                           "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", **blob(layer)}]}).encode()
+    resp = requests.put(f"{base}/manifests/{ref_path.rpartition(':')[2]}", data=manifest, timeout=60,
+                        headers={"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"})
+    resp.raise_for_status()
+    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+
+
+def arm64_base() -> Path:
+    return debootstrap_base(ARM64_BASE_TAR, arch="arm64", include="python3,python3-venv")
+
+
+def multiplatform_base(registry: Registry, docker_client, amd64_ref: str) -> str:
+    """Debian bookworm with Python and venv for linux/amd64 and linux/arm64 as one tag naming an index (manifest
+    list), like python:3.11-slim-bookworm on Docker Hub: amd64 is `amd64_ref` (the session's stand-in base), arm64
+    the debootstrapped one (made once under QEMU, cached). Returns REGISTRY/envbuild-test/debian-python3-multi:bookworm."""
+    from envbuild.registry.api import Registry as Api
+
+    arm64_tar = arm64_base()
+    amd64 = f"{registry.host}/{MULTI_NAME}:bookworm-amd64"
+    _push(docker_client, amd64_ref, amd64)
+    push_rootfs(registry, arm64_tar, f"{MULTI_NAME}:bookworm-arm64", "arm64")
+    api = Api(registry.host)
+    children = [("linux/amd64", api.manifest(amd64)), ("linux/arm64", api.manifest(f"{registry.host}/{MULTI_NAME}:bookworm-arm64"))]
+    ref = f"{registry.host}/{MULTI_NAME}:bookworm"
+    api.put_index(ref, children)
+    return ref
+
+
+def aarch64_torch_wheelhouse(into: Path = CACHE / "wheels-arm64", torch: str = "2.9.1") -> Path:
+    """PyPI's aarch64 torch wheel (2.9.1's is a CPU build; 2.13.0's is a CUDA build pulling GBs), cached."""
+    if not list(into.glob(f"torch-{torch}-*aarch64.whl")):
+        into.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--platform",
+                        "manylinux_2_28_aarch64", "--python-version", "3.11", f"torch=={torch}", "-d", str(into)], check=True)
+    return into
 
 
 STANDIN_NAME = "envbuild-test/python3-venv:bookworm"
@@ -215,7 +305,9 @@ def host_ca_bundle() -> Path:
 
 def cpu_overrides(base_image: str, repository: str = CPU_REPOSITORY) -> list[str]:
     """The --set arguments that build the cpu image from the local base and the wheelhouse."""
-    return ["--set", f"backends.cpu.base_image={base_image}", *CPU_SET, "--set", f"image.repository={repository}"]
+    # The test bed's base exists for linux/amd64 alone (tests/engine/test_arm64.py adds arm64 with a base of both).
+    return ["--set", f"backends.cpu.base_image={base_image}", *CPU_SET, "--set", f"image.repository={repository}",
+            "--set", "backends.cpu.platforms=[linux/amd64]"]
 
 
 def cpu_matrix(base_image: str, repository: str, backends: dict[str, str], top: str = "") -> str:

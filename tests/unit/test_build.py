@@ -22,7 +22,7 @@ from envbuild.build.status import StatusBoard
 from envbuild.errors import BuildError, EnvbuildError
 from envbuild.matrix import load
 
-MATRIX = load(MATRIX_PATH)
+MATRIX = load(MATRIX_PATH, ["backends.cpu.base_image=debian:bookworm-slim@sha256:" + "a" * 64])  # the lock asks no registry
 CPU = MATRIX.backend("cpu")
 LEGACY = builder.Builder(argv=("docker", "build"), env=(("DOCKER_BUILDKIT", "1"),), buildx=False)
 BUILDX = builder.Builder(argv=("docker", "buildx", "build", "--load"), env=(), buildx=True)
@@ -362,15 +362,45 @@ def test_a_failed_build_leaves_no_record(tmp_path, engine, fake_builder, monkeyp
     assert not (tmp_path / "ctx" / "cpu" / records.RECORD).exists()
 
 
-def test_several_platforms_need_buildx_and_are_not_loaded(monkeypatch, tmp_path, engine, fake_builder):
-    with pytest.raises(EnvbuildError, match="several platforms in one build need the buildx plugin"):
-        build.build(MATRIX, CPU, opts(tmp_path, platform="linux/amd64,linux/arm64"), engine, echo=lambda s: None)
+def test_platforms_are_built_one_at_a_time_and_only_those_the_backend_lists(monkeypatch, tmp_path, engine, fake_builder):
     monkeypatch.setattr(plan, "find_builder", lambda: BUILDX)
     monkeypatch.setattr(builder, "find_builder", lambda: BUILDX)
-    result = build.build(MATRIX, CPU, opts(tmp_path, platform="linux/amd64,linux/arm64"), engine, echo=lambda s: None)
-    assert result.ok and result.tags == []
-    (argv,) = builds(fake_builder.calls)
-    assert "--load" not in argv and "-t" not in argv
+    with pytest.raises(EnvbuildError, match="build one platform at a time .each installs its own lock"):
+        build.build(MATRIX, CPU, opts(tmp_path, platform="linux/amd64,linux/arm64"), engine, echo=lambda s: None)
+    with pytest.raises(EnvbuildError, match=r"--platform linux/s390x: backend cpu lists linux/amd64, linux/arm64"):
+        build.build(MATRIX, CPU, opts(tmp_path, platform="linux/s390x"), engine, echo=lambda s: None)
+    assert builds(fake_builder.calls) == []
+
+
+def test_another_architecture_without_emulation_names_the_fix(monkeypatch, tmp_path, engine, fake_builder):
+    from envbuild.host import platform as platforms
+
+    monkeypatch.setattr(platforms, "host_platform", lambda *a: "linux/amd64")
+    monkeypatch.setattr(platforms, "BINFMT", str(tmp_path / "no-binfmt"))
+    with pytest.raises(EnvbuildError) as info:
+        build.build(MATRIX, CPU, opts(tmp_path, platform="linux/arm64"), engine, echo=lambda s: None)
+    said = str(info.value)
+    assert "building cpu for linux/arm64 needs linux/arm64, which this host (linux/amd64) cannot run" in said
+    assert "apt-get install qemu-user-static binfmt-support" in said and "update-binfmts --enable qemu-aarch64" in said
+    assert builds(fake_builder.calls) == []
+
+
+def test_emulation_is_read_from_binfmt_misc(tmp_path):
+    from envbuild.host import platform as platforms
+
+    folder = tmp_path / "proc/sys/fs/binfmt_misc"
+    folder.mkdir(parents=True)
+    assert platforms.can_run("linux/arm64", str(tmp_path), "linux/amd64") == (
+        False, False, "binfmt_misc is not mounted at /proc/sys/fs/binfmt_misc")
+    (folder / "status").write_text("enabled\n")
+    entry = "enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: {}\noffset 0\n"
+    (folder / "qemu-aarch64").write_text(entry.format("P"))
+    runs, emulated, how = platforms.can_run("linux/arm64", str(tmp_path), "linux/amd64")
+    assert not runs and "lacks flag F" in how
+    (folder / "qemu-aarch64").write_text(entry.format("PF"))
+    assert platforms.can_run("linux/arm64", str(tmp_path), "linux/amd64")[:2] == (True, True)
+    assert platforms.can_run("linux/amd64", str(tmp_path), "linux/amd64")[:2] == (True, False)
+    assert platforms.can_run("linux/amd64", str(tmp_path), "linux/arm64")[2] == "no binfmt entry qemu-x86_64 in /proc/sys/fs/binfmt_misc"
 
 
 def test_a_build_that_cannot_reach_the_daemon_says_what_to_do(monkeypatch, tmp_path, engine, fake_builder):

@@ -60,7 +60,7 @@ def test_cpu_passes_trivially_with_a_daemon(m, tmp_path, builder_ok):
     report = doctor.diagnose(m, m.backend("cpu"), connector=connector(client), root=make_root(tmp_path))
     assert report.ok, report_text(report)
     assert [c.name for c in report.checks] == ["docker daemon", "buildkit", "runtime", "device", "host driver", "disk",
-                                                "leftover containers"]
+                                                "platforms", "leftover containers"]
     assert all(c.ok for c in report.checks)
     assert client.closed
     assert report_text(report).splitlines()[-1] == "Ready for cpu."
@@ -378,3 +378,18 @@ def test_cli_mps_on_linux(invoke):
 def test_cli_unknown_backend(invoke):
     result = invoke("doctor", "--backend", "nope", "--matrix", MATRIX)
     assert result.exit_code == 2 and "unknown backend 'nope'" in result.stderr
+
+
+def test_platforms_say_what_this_host_builds_and_runs(m, tmp_path):
+    cpu = m.backend("cpu")
+    folder = tmp_path / "proc/sys/fs/binfmt_misc"
+    folder.mkdir(parents=True)
+    check = doctor.check_platforms(cpu, str(tmp_path), "linux/amd64")
+    assert not check.ok and not check.blocking
+    assert "linux/amd64: natively" in check.detail and "linux/arm64: NO (binfmt_misc is not mounted" in check.detail
+    assert "update-binfmts --enable qemu-aarch64" in check.fix
+    (folder / "status").write_text("enabled\n")
+    (folder / "qemu-aarch64").write_text("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: PF\n")
+    check = doctor.check_platforms(cpu, str(tmp_path), "linux/amd64")
+    assert check.ok and check.detail == ("this host (linux/amd64) builds and runs linux/amd64: natively; "
+                                         "linux/arm64: under QEMU emulation")

@@ -16,8 +16,10 @@ from envbuild.errors import LockError, MatrixError, StaleLock
 from envbuild.lock import lockfile
 from envbuild.matrix import load, loads
 
-MATRIX = load(MATRIX_PATH)
+PINNED = "debian:bookworm-slim@sha256:" + "a" * 64  # a digest-pinned base: nothing is asked of a registry
+MATRIX = load(MATRIX_PATH, [f"backends.cpu.base_image={PINNED}"])
 CPU = MATRIX.backend("cpu")
+AMD64 = "linux/amd64"
 INPUTS = {"backend": "cpu", "format": 1, "requirements": ["torch==2.15.0", "transformers==5.23.0", "accelerate==1.15.0"]}
 LEGACY = builder.Builder(argv=("docker", "build"), env=(("DOCKER_BUILDKIT", "1"),), buildx=False)
 
@@ -104,10 +106,14 @@ def test_staleness_is_decided_by_the_header_alone():
     bumped = {**INPUTS, "requirements": ["torch==2.15.0", "transformers==5.24.0", "accelerate==1.15.0"]}
     (why,) = locks.stale(current, bumped)
     assert why.startswith("requirements: ") and "transformers==5.24.0" in why
-    # a base image id that one side does not know is not compared; one that both know is
-    with_id = made(inputs={**INPUTS, "base_id": "sha256:" + "1" * 64})
-    assert locks.stale(with_id, {**INPUTS, "base_id": None}) == []
-    assert locks.stale(with_id, {**INPUTS, "base_id": "sha256:" + "2" * 64})[0].startswith("base_id: ")
+    # a base digest that was not asked (lock --check, files only) is not compared; one that was asked is
+    with_digest = made(inputs={**INPUTS, "platform": AMD64, "base_digest": "sha256:" + "1" * 64})
+    assert locks.stale(with_digest, {**INPUTS, "platform": AMD64, "base_digest": None}) == []
+    moved = locks.stale(with_digest, {**INPUTS, "platform": AMD64, "base_digest": "sha256:" + "2" * 64})
+    assert moved == [f"base_digest: sha256:{'1' * 64} -> sha256:{'2' * 64}"]
+    # the platform is an input: an amd64 lock is not the lock of arm64
+    assert locks.stale(with_digest, {**INPUTS, "platform": "linux/arm64", "base_digest": None}) == [
+        "platform: linux/amd64 -> linux/arm64"]
 
 
 def test_requirements_keep_what_the_base_carries():
@@ -164,32 +170,99 @@ def test_locked_refuses_a_missing_or_stale_lock_without_resolving(tmp_path, monk
     monkeypatch.setattr(builder.subprocess, "Popen", lambda *a, **kw: calls.append(a) or (_ for _ in ()).throw(AssertionError))
     engine = FakeEngine()
     opts = plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks")
-    with pytest.raises(StaleLock, match=rf"{tmp_path}/locks/cpu.txt is missing: run `envbuild lock --backend cpu`"):
+    monkeypatch.setattr("envbuild.host.platform.host_platform", lambda *a: AMD64)
+    file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
+    with pytest.raises(StaleLock, match=rf"{file} is missing: run `envbuild lock --backend cpu --platform linux/amd64`"):
         build.build(MATRIX, CPU, opts, engine, locked=True, echo=lambda s: None)
     p = plan.make_plan(MATRIX, CPU, opts, engine)
-    (tmp_path / "locks").mkdir()
-    (tmp_path / "locks" / "cpu.txt").write_text(made(inputs={**locks.inputs(MATRIX, CPU, p), "uv": "0.0.1"}).text())
-    with pytest.raises(StaleLock, match=r"cpu.txt is stale \(uv: 0.0.1 -> "):
+    file.parent.mkdir(parents=True)
+    file.write_text(made(inputs={**locks.inputs(MATRIX, CPU, p, AMD64, "sha256:" + "a" * 64), "uv": "0.0.1"}).text())
+    with pytest.raises(StaleLock, match=r"linux-amd64.txt is stale \(uv: 0.0.1 -> "):
         build.build(MATRIX, CPU, opts, engine, locked=True, echo=lambda s: None)
     assert calls == []
-    assert (tmp_path / "locks" / "cpu.txt").read_text().count('"uv": "0.0.1"') == 1  # --locked writes nothing
+    assert file.read_text().count('"uv": "0.0.1"') == 1  # --locked writes nothing
 
 
-def test_lock_check_through_the_cli(invoke, tmp_path, closed_socket, monkeypatch):
-    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+def test_lock_check_reads_files_only(invoke, tmp_path, closed_socket, monkeypatch):
+    """No docker client on PATH, DOCKER_HOST pointing nowhere, a base in no reachable registry: --check still answers,
+    per platform."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr("envbuild.host.platform.host_platform", lambda *a: AMD64)
     locks_dir = tmp_path / "locks"
-    args = ["--matrix", MATRIX_PATH, "--locks", locks_dir, "--no-ca-bundle"]
+    args = ["--matrix", MATRIX_PATH, "--locks", locks_dir, "--no-ca-bundle", "--set", f"backends.cpu.base_image={PINNED}"]
     assert invoke("lock", "--check", *args).stdout.strip() == f"no locks to check in {locks_dir}/"
     missing = invoke("lock", "--check", "--backend", "cpu", *args)
-    assert missing.exit_code == 1 and f"cpu: {locks_dir}/cpu.txt missing" in missing.stdout
+    assert missing.exit_code == 1 and f"cpu (linux/amd64): {locks_dir}/cpu/linux-amd64.txt missing" in missing.stdout
     opts = plan.BuildOptions(locks_dir=locks_dir, context_dir=tmp_path / "ctx")
-    current = made(inputs=locks.inputs(MATRIX, CPU, plan.make_plan(MATRIX, CPU, opts, None)))
-    locks_dir.mkdir()
-    (locks_dir / "cpu.txt").write_text(current.text())
-    ok = invoke("lock", "--check", *args)  # no engine here: the base id is unknown, the rest is compared
-    assert ok.exit_code == 0 and ok.stdout.strip() == f"cpu: {locks_dir}/cpu.txt up to date (10 distributions)"
-    stale = invoke("lock", "--check", *args, "--set", "transformers.version=5.22.0", "--json")
+    offline = locks._offline_plan(CPU, opts)
+    current = made(inputs=locks.inputs(MATRIX, CPU, offline, AMD64, "sha256:" + "a" * 64))
+    (locks_dir / "cpu").mkdir(parents=True)
+    (locks_dir / "cpu" / "linux-amd64.txt").write_text(current.text())
+    # a lock for amd64 alone: arm64, which the backend lists, has none
+    half = invoke("lock", "--check", *args)
+    assert half.exit_code == 1, half.stdout
+    assert f"cpu (linux/amd64): {locks_dir}/cpu/linux-amd64.txt up to date (10 distributions)" in half.stdout
+    assert f"cpu (linux/arm64): {locks_dir}/cpu/linux-arm64.txt missing: there is no lock for linux/arm64" in half.stdout
+    ok = invoke("lock", "--check", *args, "--platform", AMD64)
+    assert ok.exit_code == 0, ok.stdout
+    # the base moved to another digest: stale, read from the matrix alone
+    moved = invoke("lock", "--check", *args, "--platform", AMD64, "--set",
+                   f"backends.cpu.base_image=debian:bookworm-slim@sha256:{'b' * 64}", "--json")
+    (result,) = json.loads(moved.stdout)
+    assert moved.exit_code == 1 and result["status"] == "stale"
+    assert any(w.startswith("base_digest: sha256:aaa") for w in result["why"]), result["why"]
+    stale = invoke("lock", "--check", *args, "--platform", AMD64, "--set", "transformers.version=5.22.0", "--json")
     assert stale.exit_code == 1
     (result,) = json.loads(stale.stdout)
-    assert result["status"] == "stale" and "transformers==5.22.0" in result["why"][0]
-    assert (locks_dir / "cpu.txt").read_text() == current.text()
+    assert result["status"] == "stale" and any("transformers==5.22.0" in w for w in result["why"])
+    assert (locks_dir / "cpu" / "linux-amd64.txt").read_text() == current.text()
+    # a platform the backend does not list is refused with the list
+    other = invoke("lock", "--check", *args, "--platform", "linux/s390x")
+    assert other.exit_code == 2 and "backend cpu lists linux/amd64, linux/arm64" in other.stderr
+
+
+def test_a_gpu_lock_with_a_cpu_only_torch_is_refused(invoke, tmp_path, closed_socket, monkeypatch):
+    """The aarch64 trap: PyPI's torch for aarch64 (2.9.1) is a CPU build; a cuda lock that resolved it fails."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    m = load(MATRIX_PATH, [f"backends.cuda.base_image={PINNED}"])
+    cuda = m.backend("cuda")
+    report = copy.deepcopy(REPORT)
+    report["environment"]["platform_machine"] = "aarch64"
+    torch = next(i for i in report["install"] if i["metadata"]["name"] == "torch")
+    torch["metadata"]["version"] = "2.9.1"
+    offline = locks._offline_plan(cuda, plan.BuildOptions(locks_dir=tmp_path / "locks", context_dir=tmp_path / "ctx"))
+    wrong = lockfile.from_report("cuda", report, locks.inputs(m, cuda, offline, "linux/arm64", "sha256:" + "a" * 64),
+                                 ["torch==2.9.1"], [], {"platform": "linux/arm64"})
+    why = locks.torch_problem(cuda, wrong)
+    assert why and "locked torch==2.9.1 is a CPU-only build" in why and cuda.torch.index_url in why
+    assert locks.torch_problem(MATRIX.backend("cpu"), wrong) is None  # a CPU backend wants exactly that
+    # a CUDA build (local version label, or the nvidia-* wheels it pulls) passes
+    torch["metadata"]["version"] = "2.15.0+cu132"
+    assert locks.torch_problem(cuda, lockfile.from_report("cuda", report, {}, ["torch==2.15.0"], [], {})) is None
+    file = tmp_path / "locks" / "cuda" / "linux-arm64.txt"
+    file.parent.mkdir(parents=True)
+    file.write_text(wrong.text())
+    checked = invoke("lock", "--check", "--backend", "cuda", "--platform", "linux/arm64", "--matrix", MATRIX_PATH,
+                     "--locks", tmp_path / "locks", "--no-ca-bundle", "--set", f"backends.cuda.base_image={PINNED}")
+    assert checked.exit_code == 1 and "wrong torch" in checked.stdout and "CPU-only build" in checked.stdout
+
+
+def test_an_unreachable_registry_builds_from_a_lock_current_in_every_other_input(tmp_path, monkeypatch):
+    """Offline: the base's digest cannot be asked, a lock current in everything else is used (said so); without
+    one, the error names the registry and how to lock without asking it."""
+    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+    monkeypatch.setattr("envbuild.host.platform.host_platform", lambda *a: AMD64)
+    m = load(MATRIX_PATH, ["backends.cpu.base_image=127.0.0.1:1/envbuild-test/debian:bookworm"])  # nothing listens
+    cpu = m.backend("cpu")
+    opts = plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks")
+    p = plan.make_plan(m, cpu, opts, FakeEngine())
+    with pytest.raises(LockError, match=r"cannot resolve the base image 127.0.0.1:1/envbuild-test/debian:bookworm for "
+                                        r"linux/amd64 .*pin it by digest"):
+        locks.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=lambda s: None)
+    file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
+    file.parent.mkdir(parents=True)
+    file.write_text(made(inputs=locks.inputs(m, cpu, p, AMD64, "sha256:" + "c" * 64)).text())
+    said = []
+    got = locks.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=said.append)
+    assert got.inputs["base_digest"] == "sha256:" + "c" * 64
+    assert said and "note: " in said[0] and f"building from {file}" in said[0]

@@ -510,3 +510,31 @@ def test_a_stream_that_goes_silent_is_abandoned_after_the_stall_time_and_its_con
     with pytest.raises(PublishError, match=r"no data moved for 0.5s \(the daemon said: nothing\)"):
         session._transfer(stream, "ref", "pulling ref", lambda s: None)
     assert time.monotonic() - start < 5 and closed
+
+
+# --- image indexes: joining per-platform publishes ------------------------------------------------------------
+
+
+def test_index_from_joins_platform_records_and_refuses_disagreement(tmp_path):
+    from envbuild.registry.index import _joined, local_image, platform_ref
+
+    repo = "registry.test:5000/envbuild"
+    amd = {"schema": 1, "images": {"cpu": {"repository": repo, "digest": D1, "platforms": {"linux/amd64": {"digest": D1}}}}}
+    arm = {"schema": 1, "images": {"cpu": {"repository": repo, "digest": D2, "platforms": {"linux/arm64": {"digest": D2}}}}}
+    files = (tmp_path / "a.json", tmp_path / "b.json")
+    assert _joined(CPU, repo, [amd, arm], files) == {"linux/amd64": {"digest": D1}, "linux/arm64": {"digest": D2}}
+    clash = {"schema": 1, "images": {"cpu": {"repository": repo, "digest": D2, "platforms": {"linux/amd64": {"digest": D2}}}}}
+    with pytest.raises(PublishError, match="two different digests for cpu on linux/amd64"):
+        _joined(CPU, repo, [amd, clash], files)
+    with pytest.raises(PublishError, match="was pushed to registry.test:5000/envbuild, not elsewhere.test/x"):
+        _joined(CPU, "elsewhere.test/x", [amd], files[:1])
+    pinned = MATRIX.tags(CPU)[1].rsplit(":", 1)[1]
+    assert platform_ref(MATRIX, CPU, repo, "linux/arm64") == f"{repo}:{pinned}-arm64"
+    assert local_image(MATRIX, CPU, "linux/arm64" if ci_host_is_amd64() else "linux/amd64").endswith(
+        ":cpu-arm64" if ci_host_is_amd64() else ":cpu-amd64")
+
+
+def ci_host_is_amd64() -> bool:
+    from envbuild.host.platform import host_platform
+
+    return host_platform() == "linux/amd64"

@@ -155,8 +155,8 @@ def test_triggers_and_permissions() -> None:
         assert doc["permissions"] == {"contents": "read"} or doc["permissions"] == {"contents": "read", "packages": "read"}
         assert "concurrency" in doc
     writers = [(wf, j) for wf, d in docs for j, job in d["jobs"].items() if (job.get("permissions") or {}).get("packages") == "write"]
-    # publish pushes images; nightly's smoke job pushes only the signed smoke attestation beside the image
-    assert writers == [("publish", "publish"), ("nightly", "smoke")]
+    # publish pushes images and the index; nightly's smoke job pushes only the signed smoke attestation
+    assert sorted(writers) == [("nightly", "smoke"), ("publish", "index"), ("publish", "publish")]
     # Only the job that proposes the refreshed locks may push a branch and open a pull request.
     pushers = [(wf, j) for wf, d in docs for j, job in d["jobs"].items()
                if "write" in ((job.get("permissions") or {}).get("contents"), (job.get("permissions") or {}).get("pull-requests"))]
@@ -309,3 +309,27 @@ def test_the_bump_workflow_asks_bumps_builds_smokes_then_proposes_one_pull_reque
     assert all("steps.outdated.outputs.newer == 'true'" in s.get("if", "") for s in gated)
     propose = runs[at[-1]]
     assert "cat outdated.md" in propose and "envbuild summary results/" in propose and "gh pr edit" in propose
+
+
+def test_each_platform_builds_and_smokes_on_a_native_runner_then_one_job_pushes_the_index() -> None:
+    doc = ci.github_matrix(MATRIX, [MATRIX.backend("cpu"), MATRIX.backend("cuda")], per_platform=True)
+    runners = {(e["backend"], e["platform"]): e["runs-on"] for e in doc["include"]}
+    assert runners[("cpu", "linux/amd64")] == list(MATRIX.backend("cpu").runs_on)
+    assert runners[("cpu", "linux/arm64")] == ["ubuntu-24.04-arm"]  # GitHub's hosted arm64 runner
+    cuda = list(MATRIX.backend("cuda").runs_on)
+    assert "self-hosted" in cuda and "x64" in cuda
+    assert runners[("cuda", "linux/arm64")] == [("arm64" if label == "x64" else label) for label in cuda]
+    assert runners[("cuda", "linux/amd64")] == cuda
+    assert workflow_problems(read("publish.yml"), doc) == [] and workflow_problems(read("nightly.yml"), doc) == []
+    jobs = read("publish.yml")["jobs"]
+    plan = " ".join(str(s.get("run", "")) for s in jobs["plan"]["steps"])
+    assert "envbuild matrix --format github --per-platform" in plan
+    runs = [str(s.get("run", "")) for s in jobs["publish"]["steps"]]
+    assert any('envbuild build --backend "$BACKEND" --platform "$PLATFORM" --locked' in r for r in runs)
+    assert any('envbuild smoke --backend "$BACKEND" --platform "$PLATFORM"' in r for r in runs)
+    assert any("--no-index" in r and "--smoke-json" in r for r in runs)
+    index = " ".join(str(s.get("run", "")) for s in jobs["index"]["steps"])
+    assert jobs["index"]["needs"] == ["plan", "publish"] and "--index-from" in index and 'exit "$status"' in index
+    assert jobs["manifest"]["needs"] == "index"
+    nightly = " ".join(str(s.get("run", "")) for s in read("nightly.yml")["jobs"]["smoke"]["steps"])
+    assert 'envbuild pull --backend "$BACKEND" --platform "$PLATFORM"' in nightly

@@ -1,0 +1,213 @@
+"""The registry's own HTTP API (OCI distribution spec), for what the engine cannot do: read a manifest list
+without pulling, resolve a platform's digest in it, and PUT an image index.
+
+Docker's engine knows one platform per tag and pushes single manifests; an index is assembled here from the
+digests it pushed. Tokens follow the registry's WWW-Authenticate challenge (Bearer or Basic) with the same
+credentials publish and pull use (the environment, else a plain `auths` entry of the Docker config).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import PublishError, RegistryAuthError, RegistryUnreachableError
+from .credentials import Credentials, docker_config_path, from_env
+from .refs import api_host, normalize_ref, registry_host
+
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+INDEXES = (OCI_INDEX, DOCKER_LIST)
+ACCEPT = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Manifest:
+    media_type: str
+    digest: str  # sha256 of the bytes the registry served
+    raw: bytes
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        return json.loads(self.raw)
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEXES
+
+    def platforms(self) -> dict[str, str]:
+        """An index's 'os/arch[/variant]' -> manifest digest (attestation entries, 'unknown/unknown', left out)."""
+        out = {}
+        for m in self.doc.get("manifests") or []:
+            p = m.get("platform") or {}
+            if p.get("os") in (None, "unknown"):
+                continue
+            name = f"{p['os']}/{p.get('architecture')}" + (f"/{p['variant']}" if p.get("variant") else "")
+            out.setdefault(name, m["digest"])
+        return out
+
+
+def split(ref: str) -> tuple[str, str]:
+    """'host:5000/org/img:tag' or '...@sha256:..' -> ('org/img' on its host's API, 'tag' or the digest)."""
+    full = normalize_ref(ref)
+    name, at, digest = full.partition("@")
+    if at:
+        repo = name.rpartition(":")[0] if ":" in name.rpartition("/")[2] else name
+        return repo.split("/", 1)[1], digest
+    repo, sep, tag = name.rpartition(":")
+    if not sep or "/" in tag:
+        repo, tag = name, "latest"
+    return repo.split("/", 1)[1], tag
+
+
+def _loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return name in ("localhost", "::1", "[::1]") or name.startswith("127.")
+
+
+def _config_credentials(host: str, environ: Mapping[str, str] | None) -> Credentials | None:
+    """A plain `docker login` entry (auths[host].auth) of the Docker config; helpers are not run."""
+    try:
+        doc = json.loads(docker_config_path(environ).read_text(encoding="utf-8"))
+        auth = ((doc.get("auths") or {}).get(host) or {}).get("auth")
+        user, _, password = base64.b64decode(auth).decode("utf-8").partition(":")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return Credentials(user, password, "the Docker config") if user else None
+
+
+class Registry:
+    """One registry host, spoken to over HTTP(S): loopback hosts in plain HTTP (as Docker treats them), others TLS."""
+
+    def __init__(self, ref: str, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None):
+        self.host = registry_host(ref)
+        self.creds = from_env(self.host, environ) or _config_credentials(self.host, environ)
+        self.base = f"{'http' if _loopback(self.host) else 'https'}://{api_host(self.host)}"
+        self.verify: Any = str(ca_bundle) if ca_bundle else True
+        self._tokens: dict[str, str] = {}
+
+    def _request(self, method: str, repo: str, path: str, *, push: bool = False, **kw: Any):
+        import requests
+
+        url = f"{self.base}/v2/{repo}/{path}"
+        scope = f"repository:{repo}:{'pull,push' if push else 'pull'}"
+        headers = dict(kw.pop("headers", {}))
+        for attempt in range(2):
+            if scope in self._tokens:
+                headers["Authorization"] = self._tokens[scope]
+            try:
+                resp = requests.request(method, url, headers=headers, timeout=TIMEOUT, verify=self.verify, **kw)
+            except requests.exceptions.RequestException as exc:
+                raise RegistryUnreachableError(f"registry {self.host} unreachable ({type(exc).__name__}: "
+                                               f"{str(exc)[:200]}): is it running, and is the address right?") from None
+            if resp.status_code == 401 and attempt == 0:
+                self._tokens[scope] = self._authorize(resp.headers.get("WWW-Authenticate", ""), scope)
+                continue
+            if resp.status_code in (401, 403):
+                used = f"the credentials from {self.creds.source}" if self.creds else "no credentials"
+                raise RegistryAuthError(f"registry {self.host} refused {method} {repo} ({resp.status_code}); used {used}")
+            return resp
+        raise AssertionError("unreachable")
+
+    def _authorize(self, challenge: str, scope: str) -> str:
+        import requests
+
+        scheme, _, params = challenge.partition(" ")
+        if scheme.lower() == "basic":
+            if not self.creds:
+                raise RegistryAuthError(f"registry {self.host} asks for credentials: set ENVBUILD_REGISTRY_USER and "
+                                        f"ENVBUILD_REGISTRY_PASSWORD, or `docker login {self.host}`")
+            pair = f"{self.creds.username}:{self.creds.password}".encode()
+            return "Basic " + base64.b64encode(pair).decode()
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
+        if scheme.lower() != "bearer" or "realm" not in fields:
+            raise PublishError(f"registry {self.host} asks for an authentication envbuild does not speak: {challenge[:100]}")
+        auth = (self.creds.username, self.creds.password) if self.creds else None
+        try:
+            resp = requests.get(fields["realm"], params={"service": fields.get("service", ""), "scope": scope},
+                                auth=auth, timeout=TIMEOUT, verify=self.verify)
+        except requests.exceptions.RequestException as exc:
+            raise RegistryUnreachableError(f"the token service of {self.host} is unreachable ({exc})") from None
+        if resp.status_code != 200:
+            raise RegistryAuthError(f"the token service of {self.host} refused ({resp.status_code})")
+        body = resp.json()
+        return "Bearer " + str(body.get("token") or body.get("access_token"))
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def manifest(self, ref: str) -> Manifest | None:
+        """What the registry serves for a tag or digest; None when it has no such manifest."""
+        repo, reference = split(ref)
+        resp = self._request("GET", repo, f"manifests/{reference}", headers={"Accept": ACCEPT})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise PublishError(f"registry {self.host}: GET manifest {repo}:{reference} answered {resp.status_code}: "
+                               f"{resp.text[:200]}")
+        raw = resp.content
+        media = (resp.headers.get("Content-Type") or "").split(";")[0].strip() or json.loads(raw).get("mediaType", "")
+        return Manifest(media, "sha256:" + hashlib.sha256(raw).hexdigest(), raw)
+
+    def blob(self, repo_ref: str, digest: str) -> bytes:
+        repo, _ = split(repo_ref)
+        resp = self._request("GET", repo, f"blobs/{digest}")
+        if resp.status_code != 200:
+            raise PublishError(f"registry {self.host}: blob {digest} of {repo} answered {resp.status_code}")
+        return resp.content
+
+    def platform_digest(self, ref: str, platform: str) -> tuple[str, Manifest]:
+        """The digest of `platform`'s manifest under `ref` (a tag or digest naming an index or one manifest), and
+        what `ref` itself names. A single manifest of another platform is refused."""
+        top = self.manifest(ref)
+        if top is None:
+            raise PublishError(f"{ref} is not in the registry {self.host}")
+        if top.is_index:
+            found = top.platforms()
+            digest = found.get(platform) or (found.get("linux/arm64/v8") if platform == "linux/arm64" else None)
+            if digest is None:
+                raise PublishError(f"{ref} has no image for {platform}: its index lists {', '.join(sorted(found)) or 'none'}")
+            return digest, top
+        config = json.loads(self.blob(ref, top.doc["config"]["digest"]))
+        has = f"{config.get('os')}/{config.get('architecture')}"
+        if has != platform and not (platform == "linux/arm64" and has == "linux/arm64/v8"):
+            raise PublishError(f"{ref} is a single image for {has}, not {platform}: publish an index (manifest list) "
+                               f"with both, or pin each platform's base by digest")
+        return top.digest, top
+
+    # -- writing ------------------------------------------------------------------------------------------------
+    @staticmethod
+    def index_media_type(children: list[tuple[str, Manifest]]) -> str:
+        return DOCKER_LIST if all(m.media_type == DOCKER_MANIFEST for _, m in children) else OCI_INDEX
+
+    def put_index(self, ref: str, children: list[tuple[str, Manifest]]) -> str:
+        """PUT an image index naming each (platform, manifest) at `ref` (a tag); the digest the registry confirmed.
+        The index is a Docker manifest list when every child is a Docker manifest, else an OCI index: clients
+        read both, and a mix of the two families is what some of them refuse."""
+        media = self.index_media_type(children)
+        entries = []
+        for platform, m in children:
+            os_name, _, rest = platform.partition("/")
+            arch, _, variant = rest.partition("/")
+            entry: dict[str, Any] = {"mediaType": m.media_type, "digest": m.digest, "size": len(m.raw),
+                                     "platform": {"architecture": arch, "os": os_name}}
+            if variant:
+                entry["platform"]["variant"] = variant
+            entries.append(entry)
+        body = json.dumps({"schemaVersion": 2, "mediaType": media, "manifests": entries}, indent=3).encode()
+        repo, reference = split(ref)
+        resp = self._request("PUT", repo, f"manifests/{reference}", push=True, data=body,
+                             headers={"Content-Type": media})
+        if resp.status_code not in (200, 201):
+            raise PublishError(f"registry {self.host} refused the index for {ref} ({resp.status_code}): {resp.text[:300]}")
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        said = resp.headers.get("Docker-Content-Digest")
+        if said and said != digest:
+            raise PublishError(f"registry {self.host} stored the index of {ref} as {said}, not {digest}")
+        return digest

@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 from support import testbed
-from test_faults import REPO, Running, build_args, envbuild, image_id, own_dockerd, project  # noqa: F401, F811
+from test_faults import REPO, Running, build_args, envbuild, image_id, own_dockerd, project  # noqa: F401
 
 pytestmark = pytest.mark.docker
 
@@ -41,7 +41,7 @@ NEW_EMPTY = re.compile(r"\d envbuild: uv cache g\d+-\d+: a new, empty one")
 MOMENTS = (("early", 0.5, "--no-cache"), ("downloads", 3.0, "--no-cache"), ("unpacking", 10.0, "kept"))
 
 
-def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project, cpu_image, wheelhouse, ca_bundle,
+def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project, cpu_image, wheelhouse, ca_bundle,  # noqa: F811
                                                                             docker_client):
     args = build_args(cpu_image, wheelhouse, ca_bundle)
     kept = ["--build-arg", f"ENVBUILD_CACHE_ID=fault-{uuid.uuid4().hex[:8]}"]
@@ -78,7 +78,7 @@ def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project
     assert len(NEW_EMPTY.findall(fresh.stderr)) == 1, fresh.stderr[-3000:]
 
 
-def test_clean_build_cache_removes_envbuild_s_cache_mounts_and_nobody_else_s(project, cpu_image, base_image, tmp_path,
+def test_clean_build_cache_removes_envbuild_s_cache_mounts_and_nobody_else_s(project, cpu_image, base_image, tmp_path,  # noqa: F811
                                                                            docker_client):
     from envbuild.clean import own_build_caches
     from envbuild.engine import Engine

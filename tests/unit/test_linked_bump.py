@@ -279,9 +279,9 @@ def test_a_base_whose_python_differs_fails_the_build_and_the_lock():
 
 def test_bump_names_the_locks_it_leaves_stale(world, invoke):
     project = world["project"]
-    (project / "locks").mkdir()
-    (project / "locks" / "old.txt").write_text("# a lock of the old image\n")
+    (project / "locks" / "old").mkdir(parents=True)  # one lock per platform: locks/BACKEND/OS-ARCH.txt
+    (project / "locks" / "old" / "linux-amd64.txt").write_text("# a lock of the old image\n")
     result = invoke("bump", "--matrix", world["path"], "--no-lock", "--locks", project / "locks", "-o", project / "dockerfiles")
     assert result.exit_code == 0, result.output
-    assert f"not refreshed: {project / 'locks' / 'old.txt'} (--no-lock)" in result.output, result.output
+    assert f"not refreshed: {project / 'locks' / 'old' / 'linux-amd64.txt'} (--no-lock)" in result.output, result.output
     assert load(world["path"]).transformers == "5.20.2"

@@ -161,7 +161,36 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
     if failed:
         entry["failed_platforms"] = failed
     entry = {k: v for k, v in entry.items() if v is not None or k == "git_revision"}
+    if opts.sign_key is not None:
+        entry["signed"] = _sign(m, backend, registry, session, done, pushed, smoke_results, entry, opts, echo)
     manifest.record(opts.manifest, entry, echo)
     error = ("platforms left out of the index: " + "; ".join(f"{p}: {why}" for p, why in failed.items())) if failed else None
     return Published(backend.name, not failed, image=None, refs=entry["tags"], digest=entry["digest"], error=error,
                      entry=entry, pushed=pushed, failed_platforms=failed)
+
+
+def _sign(m: Matrix, backend: Backend, registry: str, session: Session, done: dict[str, dict[str, Any]],
+          pushed: list[str], smoke_results: dict[str, dict[str, Any]], entry: dict[str, Any], opts: PublishOptions,
+          echo: Callable[[str], None]) -> dict[str, Any]:
+    """Sign every digest pushed (each platform's manifest, then the index) and attest each platform's image that
+    is on this engine (SBOM, its own smoke result, provenance); a platform joined from another runner's publish
+    was signed and attested there. A failure records nothing."""
+    from ..trust.attest import predicates
+    from ..trust.sign import sign_published
+
+    environ = session.environ
+    attest = {}
+    for p, rec in done.items():
+        image = session.engine.image(rec["image_id"]) if rec.get("image_id") else None
+        if image is None:
+            continue
+        result = smoke_results.get(f"{backend.name}@{p}") or (smoke_results.get(backend.name) if len(done) == 1 else None)
+        attest[rec["digest"]] = predicates(m, backend, session.engine, image, {**entry, **rec, "platform": p}, result,
+                                           opts.manifest.parent, environ)
+    digests = [ref.rpartition("@")[2] for ref in pushed]
+    try:
+        return sign_published(registry, digests, opts.sign_key, attest=attest, environ=environ,
+                              echo=lambda s: echo(f"[{backend.name}] {s}")).to_json()
+    except EnvbuildError as exc:
+        raise PublishError(f"{backend.name}: pushed {', '.join(digests)} but could not sign them: {exc}; nothing was "
+                           "recorded (publish again to sign them)") from None

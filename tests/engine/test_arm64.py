@@ -12,6 +12,7 @@ is skipped under emulation anyway). The amd64 half is the session's cpu image, b
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -33,8 +34,9 @@ TIMES: dict[str, float] = {}  # what the arm64 part costs, printed at the end (R
 STEPS: list[str] = []  # the arm64 build's steps with their seconds
 
 
-def run(args: list[str], cwd: Path, timeout: int = 1200) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["envbuild", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+def run(args: list[str], cwd: Path, timeout: int = 1200, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["envbuild", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+                          env={**os.environ, **(env or {})})
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     return proc
 
@@ -132,12 +134,30 @@ def index(arm64, arm64_smoke, cpu_image, registry, tmp_path_factory, docker_clie
                *arm64["overrides"], "--registry", repo, "--smoke-json", str(arm64_smoke[1]),
                "--manifest", str(work / "arm64.json")], work)
     assert arm.returncode == 0, arm.stdout + arm.stderr
+    # The index job signs what it pushes: each platform's manifest and the index (issue 22 on issue 21's publish).
+    secret = {"ENVBUILD_KEY_PASSWORD": "pass-" + uuid.uuid4().hex}
+    assert run(["keygen", "--output-key-prefix", str(work / "cosign")], work, env=secret).returncode == 0
     joined = run(["publish", "--backend", "cpu", "--platform", "linux/amd64,linux/arm64", "--matrix", MATRIX,
                   *cpu_image.overrides, *BOTH, "--registry", repo, "--index-from", str(work / "amd64.json"),
-                  "--index-from", str(work / "arm64.json"), "--manifest", str(work / "envbuild-manifest.json"), "--json"],
-                 work)
+                  "--index-from", str(work / "arm64.json"), "--manifest", str(work / "envbuild-manifest.json"), "--json",
+                  "--sign-key", str(work / "cosign.key")], work, env=secret)
     TIMES["publish (two platforms + index)"] = time.monotonic() - start
-    return {"repo": repo, "work": work, "proc": joined, "manifest": work / "envbuild-manifest.json"}
+    return {"repo": repo, "work": work, "proc": joined, "manifest": work / "envbuild-manifest.json",
+            "public": (work / "cosign.pub").read_bytes()}
+
+
+def test_every_digest_of_the_index_is_signed_and_each_platform_attested(index, registry):
+    from test_signing import Registry as HeldOut
+    from test_signing import held_out_attestations, held_out_verify
+
+    assert index["proc"].returncode == 0, index["proc"].stdout + index["proc"].stderr
+    entry = json.loads(index["manifest"].read_text())["images"]["cpu"]
+    reg, repo = HeldOut(registry.host), entry["repository"].split("/", 1)[1]
+    assert held_out_verify(reg, repo, entry["tags"][0], index["public"]) == entry["digest"]  # the index
+    for platform, rec in entry["platforms"].items():
+        assert held_out_verify(reg, repo, rec["digest"], index["public"]) == rec["digest"], platform
+        kinds = {a["predicateType"] for a in held_out_attestations(reg, repo, rec["digest"], index["public"])}
+        assert any("slsa.dev/provenance" in k for k in kinds), (platform, kinds)
 
 
 def test_the_index_names_both_platforms_and_skopeo_agrees(index, cpu_image):

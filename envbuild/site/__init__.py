@@ -213,6 +213,11 @@ def state(m: Matrix, name: str, run: Run | None) -> dict[str, Any]:
 
 def signature(entry: dict[str, Any]) -> str | None:
     """The signature state a manifest entry records (a word, or an object with verified/state), else None."""
+    signed = entry.get("signed")  # what publish records when it signs (trust.sign.Signed.to_json)
+    if isinstance(signed, dict) and signed.get("signatures"):
+        key = _text(str(signed.get("key") or ""))[:16]
+        n = len(signed.get("attestations") or [])
+        return f"signed (key {key}…, {len(signed['signatures'])} digests, {n} attested)" if key else "signed"
     sig = entry.get("signature")
     if sig is None:
         return None

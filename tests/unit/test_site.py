@@ -556,3 +556,12 @@ def test_a_plugin_version_the_probe_saw_is_named_by_its_package(tmp_path: Path) 
     row = next(r for r in data["rows"] if r["backend"] == b.name)
     assert row["now"]["versions"]["plugin"] == f"{b.plugin.package} 9.9.9" and row["now"]["versions_from"] == "the probe"
     assert [c["result"] for c in row["cells"]][0] == "pass" and row["size"] is None
+
+
+def test_the_signature_state_is_what_publish_records_when_it_signs():
+    from envbuild.site import signature
+
+    signed = {"key": "3f2a9c0d11e2b4c5d6e7f8", "signatures": [{"digest": "sha256:a"}, {"digest": "sha256:b"}],
+              "attestations": [{"digest": "sha256:a"}]}
+    assert signature({"signed": signed}) == "signed (key 3f2a9c0d11e2b4c5…, 2 digests, 1 attested)"
+    assert signature({}) is None and signature({"signed": {"signatures": []}}) is None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .errors import DockerError
+from .imageref import Reference
 
 if TYPE_CHECKING:
     from .matrix import RunSpec
@@ -141,12 +142,10 @@ def _timestamp(text: str | None) -> datetime | None:
     return datetime.fromisoformat(m.group(1) + (m.group(2) or "")[:7] + zone)
 
 
-def split_ref(ref: str) -> tuple[str, str]:
-    """'host:5000/repo:tag' -> ('host:5000/repo', 'tag'); no tag means 'latest'."""
-    name, sep, tag = ref.rpartition(":")
-    if not sep or "/" in tag:
-        return ref, "latest"
-    return name, tag
+def _repo_tag(ref: str) -> tuple[str, str]:
+    """What the API takes apart: the full repository name and the tag (or digest); no tag means 'latest'."""
+    r = Reference.parse(ref).tagged()
+    return r.name, r.digest or r.tag or "latest"
 
 
 def run_options(run: RunSpec) -> dict[str, Any]:
@@ -271,7 +270,10 @@ class Engine:
 
     def tag(self, image: str, refs: list[str]) -> None:
         for ref in refs:
-            repo, tag = split_ref(ref)
+            r = Reference.parse(ref).tagged()
+            if r.digest:
+                raise DockerError(f"cannot tag {image} as {ref}: a tag cannot carry a digest")
+            repo, tag = r.name, r.tag
             if not self._call(f"could not tag {image} as {ref}", lambda: self.client.api.tag(image, repo, tag)):
                 raise DockerError(f"could not tag {image} as {ref}")
 
@@ -403,12 +405,12 @@ class Engine:
         self._call(f"logging in to {host}", lambda: self.client.login(username, password, registry=registry, reauth=True))
 
     def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
-        repo, tag = split_ref(ref)
+        repo, tag = _repo_tag(ref)
         lines = self._call(f"pushing {ref}", lambda: self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth))
         return self._stream(lines, f"pushing {ref}")
 
     def pull(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
-        repo, tag = split_ref(ref)
+        repo, tag = _repo_tag(ref)
         lines = self._call(f"pulling {ref}", lambda: self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth))
         return self._stream(lines, f"pulling {ref}")
 

@@ -182,9 +182,12 @@ def base_failure(error: str, base: str, backend: str) -> str | None:
         return None
     low = error.lower()
     why = next((w for key, w in _BASE_WHY if key in low), "its registry did not serve it")
-    from ..registry.refs import registry_host
+    from ..imageref import InvalidReference, Reference
 
-    host = registry_host(base)
+    try:
+        host = Reference.parse(base).registry
+    except InvalidReference:
+        host = "REGISTRY"
     return (f"cannot pull the base image {base} ({why}). Ways out: a mirror you can reach "
             f"(`--mirror {host}=MIRROR`), an image you have (`--set backends.{backend}.base_image=IMAGE`), or push it to a "
             f"local registry and point --set there. BuildKit said: {error[-300:]}")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..errors import BuildError, InvalidInput
 from ..files import write_atomic
 from ..paths import PROBE
-from ..registry.refs import REPOSITORY, TAG, mirror_image
+from ..imageref import InvalidReference, Reference, mirror, parse_mirror
 from ..text import unsafe_char, unsafe_message
 from .builder import Builder, find_builder
 
@@ -90,14 +90,14 @@ class BuildOptions:
                     raise InvalidInput(f"{option} {value!r}: expected KEY=VALUE{' or NAME' if option == '--build-arg' else ''}, "
                                        f"e.g. {option} {example}")
         for rule in self.mirrors:  # FROM=TO, both registry[/path]: the result lands in a FROM line
-            src, sep, dst = rule.partition("=")
-            if not sep or not all(re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9._-]+)*/?", x) for x in (src, dst)):
-                raise InvalidInput(f"--mirror {rule!r}: expected FROM=TO with registry hosts (and paths), e.g. "
-                                   "docker.io=mirror.example.com:5000")
+            parse_mirror(rule)
         for tag in self.tags:
-            repo, _, name = tag.rpartition(":") if "/" not in tag.rpartition(":")[2] else (tag, "", "latest")
-            if not REPOSITORY.match(repo or "") or not TAG.match(name):
-                raise InvalidInput(f"--tag {tag!r} is not an image reference such as 'myorg/envbuild:cpu'")
+            try:
+                ref = Reference.parse(tag, "--tag")
+            except InvalidReference as exc:
+                raise InvalidInput(f"{exc} (e.g. 'myorg/envbuild:cpu')") from None
+            if ref.digest:
+                raise InvalidInput(f"--tag {tag!r}: a tag cannot carry a digest (e.g. 'myorg/envbuild:cpu')")
         for platform in (self.platform or "").split(",") if self.platform else ():
             if not re.fullmatch(r"linux/(?:amd64|arm64(?:/v8)?|arm/v[67]|ppc64le|s390x|riscv64|386)", platform):
                 raise InvalidInput(f"--platform {platform!r} is not a Linux platform such as linux/amd64 or linux/arm64")
@@ -163,7 +163,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     from ..render import render_backend
 
     env = os.environ if environ is None else environ
-    base = mirror_image(backend.base_image or "", opts.mirrors)
+    base = mirror(backend.base_image, opts.mirrors) if backend.base_image else ""
     if base != backend.base_image:
         backend = dataclasses.replace(backend, base_image=base)
     for what, path in (("--ca-bundle", opts.ca_bundle), ("--netrc", opts.netrc)):

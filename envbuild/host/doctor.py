@@ -21,7 +21,7 @@ from .. import engine as engines
 from ..errors import DockerError, RegistryAuthError
 from ..matrix import Backend, Matrix, not_containerizable_message
 from ..registry import credentials
-from ..registry.refs import registry_host
+from ..imageref import Reference
 from ..smoke import preflight
 from ..smoke.preflight import Check, skip as _skip
 from . import compat
@@ -210,7 +210,7 @@ def check_leftovers(engine: Engine | None) -> Check | None:
 
 def check_credentials(registry: str, environ: dict[str, str] | None = None) -> Check:
     """Credentials for pushing to `registry`; says where they were found, never what they are."""
-    host = registry_host(registry)
+    host = Reference.repository(registry).registry
     try:
         found, where = credentials.where(host, environ)
     except RegistryAuthError as exc:

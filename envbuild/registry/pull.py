@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import DigestMismatchError, EnvbuildError, InvalidInput, ManifestError
 from . import manifest as manifests
-from .refs import TAG, check_repository, same_repository, split_ref
+from ..imageref import TAG, Reference, check_repository
 from .session import Session
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
         preflight.require_host(backend, host_driver(backend, root), matrix=m, echo=echo)
 
     registry = check_repository(registry or m.image.repository, "--registry" if registry else "image.repository")
-    tag = tag or split_ref(m.tags(backend)[1])[1]
+    tag = tag or Reference.parse(m.tags(backend)[1]).tag
     if not TAG.match(tag):
         raise InvalidInput(f"--tag {tag!r} is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)")
     ref = f"{registry}:{tag}"
@@ -73,7 +73,8 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     image = engine.image(ref)
     if image is None:
         raise EnvbuildError(f"the pull of {ref} ended, but the engine has no such image")
-    digests = [d.split("@", 1)[1] for d in image.repo_digests if "@" in d and same_repository(d.split("@", 1)[0], registry)]
+    wanted = Reference.parse(registry)
+    digests = [d.split("@", 1)[1] for d in image.repo_digests if "@" in d and wanted.same_repository(d.split("@", 1)[0])]
     digest = streamed if streamed in digests or not digests else digests[0]
     if expected and expected not in digests:
         _undo_pull(engine, ref, before)

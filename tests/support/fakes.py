@@ -7,7 +7,14 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from envbuild.engine import EngineError, Image, split_ref
+from envbuild.engine import EngineError, Image
+from envbuild.imageref import Reference
+
+
+def _split(ref: str) -> tuple[str, str]:
+    """A reference as the engine takes it apart (the repository as written, the tag or 'latest')."""
+    r = Reference.parse(ref).tagged()
+    return ref.rsplit(":", 1)[0] if r.tag and ref.endswith(":" + r.tag) else ref, r.tag or r.digest
 
 
 def _item(name: str, version: str, requires: list[str] = (), digest: str = "") -> dict[str, Any]:
@@ -128,12 +135,12 @@ class FakeEngine:
             raise EngineError(f"logging in to {host}", self.login_error)
 
     def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
-        repo, tag = split_ref(ref)
+        repo, tag = _split(ref)
         self.pushed.append((ref, auth))
         return iter(self.push_lines(repo, tag))
 
     def pull(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
-        repo, tag = split_ref(ref)
+        repo, tag = _split(ref)
         return iter(self.pull_lines(repo, tag))
 
     def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str:

@@ -74,7 +74,7 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     if image is None:
         raise EnvbuildError(f"the pull of {ref} ended, but the engine has no such image")
     wanted = Reference.parse(registry)
-    digests = [d.split("@", 1)[1] for d in image.repo_digests if "@" in d and wanted.same_repository(d.split("@", 1)[0])]
+    digests = [r.digest for r in map(Reference.parse, image.repo_digests) if r.digest and wanted.same_repository(r)]
     digest = streamed if streamed in digests or not digests else digests[0]
     if expected and expected not in digests:
         _undo_pull(engine, ref, before)

@@ -1,8 +1,9 @@
 """`envbuild clean`: what envbuild left on the engine after a crash, removed and listed.
 
-Every container envbuild starts carries the dev.envbuild.owned label, and every image it builds the
-dev.envbuild.backend label: containers that are no longer running (a daemon killed mid-smoke leaves them
-stopped) and untagged images (build results that a newer build replaced) can be told apart from the user's.
+Every container envbuild starts carries the dev.envbuild.owned label and its owner (envbuild/owner.py), and every
+image it builds the dev.envbuild.backend label: containers that no longer run and whose run is gone (a daemon or
+process killed mid-smoke leaves them) and untagged images (build results that a newer build replaced) can be told
+apart from the user's and from another run's at work.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .smoke.runner import OWNED_LABEL
+from .owner import remove_left_behind
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -28,16 +29,8 @@ class Cleaned:
         return {"containers": self.containers, "images": self.images, "kept": self.kept}
 
 
-def stopped_containers(engine: Engine) -> list[str]:
-    """envbuild's containers that no longer run: removed; a running one is another envbuild's, at work."""
-    names = engine.containers(OWNED_LABEL, stopped=True)
-    for name in names:
-        engine.remove_container(name)
-    return names
-
-
 def clean(engine: Engine, images: bool = True) -> Cleaned:
-    done = Cleaned(containers=stopped_containers(engine))
+    done = Cleaned(containers=remove_left_behind(engine))
     if images:
         for image in engine.dangling_images(IMAGE_LABEL):
             why = engine.remove_image(image)

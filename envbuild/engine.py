@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .errors import DockerError
 from .imageref import Reference
+from .owner import Container
 
 if TYPE_CHECKING:
     from .matrix import RunSpec
@@ -148,39 +149,43 @@ def _repo_tag(ref: str) -> tuple[str, str]:
     return r.name, r.digest or r.tag or "latest"
 
 
-def run_options(run: RunSpec) -> dict[str, Any]:
-    """The matrix's `docker run` needs, as the SDK's container options."""
+def _gpus(value: str) -> Any:
+    """As docker run --gpus reads it: all, a count, or device=ID."""
     import docker
 
+    if value.startswith("device="):
+        return docker.types.DeviceRequest(device_ids=[value.split("=", 1)[1]], capabilities=[["gpu"]])
+    return docker.types.DeviceRequest(count=-1 if value == "all" else int(value), capabilities=[["gpu"]])
+
+
+# Each kind of run flag (matrix.model.RUN_KINDS) as the SDK's container option: (option, value, is a list).
+SDK_OPTIONS: dict[str, tuple[str, Any, bool]] = {
+    "gpus": ("device_requests", _gpus, True),
+    "runtime": ("runtime", str, False),
+    "device": ("devices", lambda d: d if ":" in d else f"{d}:{d}:rwm", True),
+    "volume": ("volumes", str, True),
+    "group_add": ("group_add", str, True),
+    "env": ("environment", lambda kv: tuple(kv.split("=", 1)), True),
+    "cap_add": ("cap_add", str, True),
+    "security_opt": ("security_opt", str, True),
+    "ipc": ("ipc_mode", str, False),
+    "network": ("network_mode", str, False),
+    "shm_size": ("shm_size", str, False),
+    "privileged": ("privileged", lambda _: True, False),
+}
+
+
+def run_options(run: RunSpec) -> dict[str, Any]:
+    """The matrix's `docker run` needs, as the SDK's container options: the same flags the CLI is given."""
     kw: dict[str, Any] = {}
-    if run.gpus:  # as docker run --gpus reads it: all, a count, or device=ID
-        if run.gpus.startswith("device="):
-            request = docker.types.DeviceRequest(device_ids=[run.gpus.split("=", 1)[1]], capabilities=[["gpu"]])
+    for flag in run.flags():
+        option, convert, many = SDK_OPTIONS[flag.kind]
+        if many:
+            kw.setdefault(option, []).append(convert(flag.value))
         else:
-            request = docker.types.DeviceRequest(count=-1 if run.gpus == "all" else int(run.gpus), capabilities=[["gpu"]])
-        kw["device_requests"] = [request]
-    if run.runtime:
-        kw["runtime"] = run.runtime
-    if run.devices:
-        kw["devices"] = [d if ":" in d else f"{d}:{d}:rwm" for d in run.devices]
-    if run.volumes:
-        kw["volumes"] = list(run.volumes)
-    if run.group_add:
-        kw["group_add"] = list(run.group_add)
-    if run.env:
-        kw["environment"] = dict(run.env)
-    if run.cap_add:
-        kw["cap_add"] = list(run.cap_add)
-    if run.security_opt:
-        kw["security_opt"] = list(run.security_opt)
-    if run.ipc:
-        kw["ipc_mode"] = run.ipc
-    if run.network:
-        kw["network_mode"] = run.network
-    if run.shm_size:
-        kw["shm_size"] = run.shm_size
-    if run.privileged:
-        kw["privileged"] = True
+            kw[option] = convert(flag.value)
+    if "environment" in kw:
+        kw["environment"] = dict(kw["environment"])
     return kw
 
 
@@ -374,11 +379,14 @@ class Engine:
                 signal.signal(sig, handler)
         return (128 - status if status < 0 else status), tail.decode("utf-8", "replace")
 
+    def container_list(self, label: str) -> list[Container]:
+        """The containers (running or not) that carry this label: name, state and labels."""
+        found = self._call("cannot list containers", lambda: self.client.api.containers(all=True, filters={"label": label}))
+        return [Container(c["Names"][0].lstrip("/"), str(c.get("State") or ""), dict(c.get("Labels") or {})) for c in found]
+
     def containers(self, label: str, stopped: bool = False) -> list[str]:
         """Names of the containers (running or not; with `stopped`, only those not running) that carry this label."""
-        found = self._call("cannot list containers", lambda: self.client.api.containers(all=True, filters={"label": label}))
-        return [c["Names"][0].lstrip("/") for c in found
-                if not stopped or c.get("State") in ("created", "exited", "dead")]
+        return [c.name for c in self.container_list(label) if not stopped or c.state in ("created", "exited", "dead")]
 
     def dangling_images(self, label: str) -> list[str]:
         """Ids of untagged images that carry this label (build results a newer build replaced)."""

@@ -191,16 +191,16 @@ def check_disk(backend: Backend, engine: Engine | None) -> Check:
 def check_leftovers(engine: Engine | None) -> Check | None:
     if engine is None:
         return None
-    from ..smoke import leftover_containers
+    from ..owner import left_behind
 
     try:
-        names = leftover_containers(engine)
+        names = left_behind(engine)
     except DockerError:  # informational only
         return None
     if not names:
         return Check("leftover containers", True, "no smoke container left behind")
     return Check("leftover containers", False, f"{len(names)} smoke container(s) left: {', '.join(names[:5])}",
-                 "they may belong to a smoke test still running; otherwise `docker rm -f " + " ".join(names[:5]) + "`",
+                 "their runs are gone: `envbuild clean`, or `docker rm -f " + " ".join(names[:5]) + "`",
                  blocking=False)
 
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .. import owner
 from ..errors import DockerError, InvalidInput, SmokeError
+from ..owner import OWNED_LABEL
 from ..text import shown, unsafe_char
 from . import preflight
 
@@ -24,7 +26,6 @@ if TYPE_CHECKING:
     from ..matrix import Backend, Matrix
 
 SMOKE_LABEL = "dev.envbuild.smoke"
-OWNED_LABEL = "dev.envbuild.owned"  # on every container envbuild starts (smoke, run): what leftovers are
 MODEL_MOUNT = "/models"
 
 
@@ -102,8 +103,6 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
           timeout: float = 600, extra_env: dict[str, str] | None = None,
           echo: Callable[[str], None] = lambda s: None, ignore_host: bool = False,
           root: Path = Path("/")) -> SmokeResult:
-    from ..clean import stopped_containers  # clean names containers by this module's label
-
     image = image or matrix.tags(backend)[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
     preflight.require(backend, engine, root)  # without the device, no image would help
@@ -112,7 +111,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
 
         host = host_driver(backend, root)
         preflight.require_host(backend, host, matrix=matrix)
-    for name in stopped_containers(engine):  # what a crash (a daemon killed mid-smoke) left behind
+    for name in owner.remove_left_behind(engine):  # what a crashed run left; never a live run's container
         echo(f"[{backend.name}] removed a stopped envbuild container left behind: {name}")
     image_id = engine.image_id(image)
     if image_id is None:
@@ -134,7 +133,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
             done = engine.run(
                 image, ["envbuild-probe", "--backend", backend.name, *args],
                 name=f"envbuild-smoke-{backend.name}-{tag}{'-uid' if user and user != own_user else ''}",
-                labels={SMOKE_LABEL: "1", OWNED_LABEL: "1", "dev.envbuild.backend": backend.name},
+                labels={SMOKE_LABEL: "1", **owner.labels(), "dev.envbuild.backend": backend.name},
                 run=backend.run, volumes=[*volumes, f"{cache}:/cache"], environment={**env, **(extra_env or {})},
                 timeout=max(timeout - (time.monotonic() - start), 1), user=user,
             )
@@ -148,7 +147,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
         return done, doc, failed or (None if done.status == 0 else f"exit code {done.status}")
 
     # One cache for both runs (the second finds the first's compiled kernels), gone with the smoke test.
-    with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", {OWNED_LABEL: "1"}) as cache:
+    with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", owner.labels()) as cache:
         done, doc, why = probe(own_user, cache)
         result = SmokeResult(backend.name, image, False, 0.0, done.status, stderr_tail=_tail(done.stderr), image_id=image_id)
         result.checks, result.probe, result.error = list((doc or {}).get("checks", [])), doc, why

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator
 
 from envbuild.engine import EngineError, Image
 from envbuild.imageref import Reference
+from envbuild.owner import OWNED_LABEL, Container
 
 
 def _split(ref: str) -> tuple[str, str]:
@@ -121,13 +122,17 @@ class FakeEngine:
         return img.files.get(path) if img else None
 
     def containers(self, label: str, stopped: bool = False) -> list[str]:
-        return list(self.leftovers)
+        return [c.name for c in self.container_list(label) if not stopped or c.state != "running"]
+
+    def container_list(self, label: str) -> list[Container]:
+        """`containers` given as names are stopped ones of an envbuild that wrote no owner; Container objects as they are."""
+        return [c if isinstance(c, Container) else Container(c, "exited", {OWNED_LABEL: "1"}) for c in self.leftovers]
 
     def dangling_images(self, label: str) -> list[str]:
         return []
 
     def remove_container(self, ref: str) -> None:
-        self.leftovers = [c for c in self.leftovers if c != ref]
+        self.leftovers = [c for c in self.leftovers if getattr(c, "name", c) != ref]
 
     def login(self, host: str, username: str, password: str) -> None:
         self.logins.append((username, host))

@@ -197,7 +197,7 @@ def base_failure(error: str, base: str, backend: str) -> str | None:
 def environment(keep: tuple[str, ...] = ()) -> dict[str, str]:
     """The builder's environment: this process's without envbuild's registry credentials (unless a --build-arg
     names one, in `keep`), with what the client needs to build with BuildKit."""
-    from ..registry.credentials import CREDENTIAL_ENV
+    from ..credential_env import CREDENTIAL_ENV
 
     env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_ENV or k in keep}
     return {**env, **dict(find_builder().env)}

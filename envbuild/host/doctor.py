@@ -23,7 +23,7 @@ from ..matrix import Backend, Matrix, not_containerizable_message
 from ..registry import credentials
 from ..imageref import Reference
 from ..smoke import preflight
-from ..smoke.preflight import Check, skip as _skip
+from ..checks import Check, skip as _skip
 from . import compat
 from .platform import host_platform
 

@@ -69,6 +69,10 @@ class RunSpec:
         """The flags of one kind as the user would type them (None: the backend asks for none)."""
         return " ".join(str(f) for f in self.flags() if f.kind == kind) or None
 
+    def command_line(self, image: str, command: list[str]) -> list[str]:
+        """`docker run` of `image` with these flags, as a user would type it."""
+        return ["docker", "run", "--rm", *self.docker_args(), image, *command]
+
     @property
     def runtime_needed(self) -> str | None:
         """The Docker runtime these flags need: nvidia for --gpus, else the runtime asked for."""

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from ..credential_env import CREDENTIAL_ENV, PASSWORD_ENV, USER_ENV  # noqa: F401 (names of this module too)
 from ..errors import EnvbuildError, RegistryAuthError
 from ..files import read_user
 
-USER_ENV = "ENVBUILD_REGISTRY_USER"
-PASSWORD_ENV = "ENVBUILD_REGISTRY_PASSWORD"
 _DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
 
@@ -86,10 +85,6 @@ def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, st
     if entry is not None and store:
         return True, f"a login kept by docker-credential-{store} ({path}; not read)"
     return False, f"no login for it in {path}"
-
-
-# What carries registry credentials in envbuild's environment: never handed to the builder or a container.
-CREDENTIAL_ENV = (USER_ENV, PASSWORD_ENV, "GITHUB_TOKEN")
 
 
 def _forms(user: str, password: str) -> list[str]:

@@ -4,6 +4,7 @@ default tag so that `envbuild smoke --backend B` finds it without flags."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -40,7 +41,6 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
          environ: Mapping[str, str] | None = None, ignore_host: bool = False, root: Path = Path("/")) -> Pulled:
     """Pull REG:TAG (default: the matrix's repository and pinned tag), verify its digest, tag it for smoke.
     An image this host's driver is known not to run is refused before anything is downloaded."""
-    from ..report import run_command
     from ..smoke import preflight
 
     if not ignore_host:
@@ -84,7 +84,7 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     if local != ref:
         engine.tag(image.id, [local])
         tagged.append(local)
-    return Pulled(backend.name, ref, digest or "", image.id, tagged, bool(expected), run_command(m, backend, image=ref))
+    return Pulled(backend.name, ref, digest or "", image.id, tagged, bool(expected), shlex.join(backend.run.command_line(ref, ["envbuild-probe"])))
 
 
 def _mismatch(ref: str, got: str | None, expected: str, manifest: Path | None) -> DigestMismatchError:

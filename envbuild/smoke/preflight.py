@@ -4,10 +4,10 @@ for `doctor` (which lists them all) and `smoke` (which refuses at the first bloc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checks import Check, skip
 from ..errors import DockerError, HostMismatch, SmokeError
 from ..files import read_host
 
@@ -32,32 +32,6 @@ RUNTIME_FIXES = {
         "/etc/docker/daemon.json, then `sudo systemctl restart docker`"
     ),
 }
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str | None = None
-    blocking: bool = True
-    skipped: bool = False
-
-    @property
-    def status(self) -> str:
-        if self.ok:
-            return "ok"
-        if self.skipped:
-            return "skip"
-        return "FAIL" if self.blocking else "warn"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "ok": self.ok, "blocking": self.blocking,
-                "detail": self.detail, "fix": self.fix}
-
-
-def skip(name: str, why: str) -> Check:
-    return Check(name, False, f"not checked: {why}", blocking=False, skipped=True)
 
 
 def wanted_runtime(backend: Backend) -> str | None:

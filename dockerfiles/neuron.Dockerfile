@@ -3,10 +3,11 @@
 # AWS Trainium: device "neuron", torch 2.14.0, torch-neuronx 2.14.3.0, transformers 5.24.0, accelerate 1.15.0.
 # Build with `envbuild build --backend neuron`: it supplies the context (probe, lock, wheelhouse) and the secrets.
 
-# Names the BuildKit cache mounts (uv, pip, apt); another value starts from empty caches.
+# Names the uv and pip caches (folders in BuildKit cache mounts); another value starts from empty ones.
+# ENVBUILD_FRESH_CACHE (set by `envbuild build --no-cache`) starts every uv cache afresh.
 ARG ENVBUILD_CACHE_ID=envbuild
+ARG ENVBUILD_FRESH_CACHE=
 FROM public.ecr.aws/neuron/pytorch-training-neuronx:2.14.3-neuronx-py314-sdk2.33.0-ubuntu26.04 AS base
-ARG ENVBUILD_CACHE_ID
 
 ENV PATH=/opt/envbuild/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -34,13 +35,15 @@ RUN if getent passwd 1000 >/dev/null; then \
 # The installer: uv, fetched with the environment's own pip into a stage of its own, so that install steps
 # bind-mount it and no layer of the image carries it.
 FROM base AS uv
-RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,sharing=locked \
+ARG ENVBUILD_CACHE_ID
+RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export PIP_BREAK_SYSTEM_PACKAGES=1 \
+    && export PIP_CACHE_DIR="/root/.cache/pip/${ENVBUILD_CACHE_ID:-envbuild}" \
     && python3 -m pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
 
 # The lock: what installing torch, torch-neuronx, transformers, accelerate adds to this base, resolved
@@ -49,7 +52,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,shari
 FROM base AS lock-resolve
 ARG ENVBUILD_CACHE_ID
 ARG ENVBUILD_LOCK_RUN
-RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,sharing=locked \
+RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
     --mount=type=bind,source=lock,target=/run/lock \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
@@ -57,6 +60,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,shari
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export PIP_BREAK_SYSTEM_PACKAGES=1 \
+    && export PIP_CACHE_DIR="/root/.cache/pip/${ENVBUILD_CACHE_ID:-envbuild}" \
     && echo "resolution ${ENVBUILD_LOCK_RUN}" \
     && python3 /run/lock/resolve.py --out /out --requirements /run/lock/requirements.in \
         --previous /run/lock/previous.txt --upgrade /run/lock/upgrade.txt --keep-base \
@@ -67,12 +71,13 @@ COPY --from=lock-resolve /out/ /
 
 FROM base
 ARG ENVBUILD_CACHE_ID
+ARG ENVBUILD_FRESH_CACHE
 # The dependencies of transformers and accelerate, exactly as locked (layer deps); they change less often
 # than either. Then torch must still import: the build fails, not the user, when a dependency broke it
 # (without the device plugins torch would load by itself: their drivers come with the device, at run time).
 # The same import records the device architectures torch was compiled for (no device needed), which
 # smoke and run compare with the host's; a list the matrix declares (the image's label) must be exactly it.
-RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-neuron,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=lock/deps.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
@@ -81,9 +86,18 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
+    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
+        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache): starting an empty one"; fi; \
+        find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
+        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh"; \
+    fi \
+    && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
     && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python python3 --break-system-packages --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://pip.repos.neuron.amazonaws.com" --find-links /run/wheelhouse --compile-bytecode \
         -r /run/layer.txt; fi \
-    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 python3 -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
+    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 python3 -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt \
+    && rm -f "$c/$g.inflight"
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
@@ -104,7 +118,7 @@ ENV ENVBUILD_BACKEND="neuron" \
 # for about half a second saved when a container first imports them. The build fails, not the user, when
 # a locked version did not land (e.g. a vendor torch replaced by the installer).
 COPY lock/lock.txt /opt/envbuild/lock.txt
-RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-neuron,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=lock/top.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
@@ -113,12 +127,21 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
+    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
+        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache): starting an empty one"; fi; \
+        find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
+        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh"; \
+    fi \
+    && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
     && /run/uv/uv pip install --python python3 --break-system-packages --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://pip.repos.neuron.amazonaws.com" --find-links /run/wheelhouse -r /run/layer.txt \
     && /run/uv/uv pip list --python python3 --format json > /opt/envbuild/installed.json \
     && mkdir -p /opt/envbuild/bin \
     && printf '#!/bin/sh\nexec %s /opt/envbuild/probe.py "$@"\n' python3 > /opt/envbuild/bin/envbuild-probe \
     && chmod 755 /opt/envbuild/bin/envbuild-probe \
-    && envbuild-probe --pins-only
+    && envbuild-probe --pins-only \
+    && rm -f "$c/$g.inflight"
 
 # One cache root for people: Hugging Face downloads, Inductor's and Triton's compiled kernels and other
 # per-user caches; one volume there keeps them between runs (`envbuild run --cache`). Set after the build's

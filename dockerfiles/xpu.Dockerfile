@@ -3,10 +3,11 @@
 # Intel GPU: device "xpu", torch 2.15.0, transformers 5.24.0, accelerate 1.15.0.
 # Build with `envbuild build --backend xpu`: it supplies the context (probe, lock, wheelhouse) and the secrets.
 
-# Names the BuildKit cache mounts (uv, pip, apt); another value starts from empty caches.
+# Names the uv and pip caches (folders in BuildKit cache mounts); another value starts from empty ones.
+# ENVBUILD_FRESH_CACHE (set by `envbuild build --no-cache`) starts every uv cache afresh.
 ARG ENVBUILD_CACHE_ID=envbuild
+ARG ENVBUILD_FRESH_CACHE=
 FROM ubuntu:24.04 AS base
-ARG ENVBUILD_CACHE_ID
 
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/opt/envbuild/bin:$PATH \
@@ -16,8 +17,8 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 # The base carries no Python of its own: take it from the distribution. Lists and debs stay in cache mounts.
 # hadolint ignore=DL3008
-RUN --mount=type=cache,target=/var/cache/apt,id=${ENVBUILD_CACHE_ID}-apt-cache,sharing=locked \
-    --mount=type=cache,target=/var/lib/apt/lists,id=${ENVBUILD_CACHE_ID}-apt-lists,sharing=locked \
+RUN --mount=type=cache,target=/var/cache/apt,id=envbuild-apt-cache,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,id=envbuild-apt-lists,sharing=locked \
     apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv libze1 intel-level-zero-gpu intel-opencl-icd
 
@@ -41,19 +42,22 @@ RUN if getent passwd 1000 >/dev/null; then \
 # The installer: uv, fetched with the environment's own pip into a stage of its own, so that install steps
 # bind-mount it and no layer of the image carries it.
 FROM base AS uv
-RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,sharing=locked \
+ARG ENVBUILD_CACHE_ID
+RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+    && export PIP_CACHE_DIR="/root/.cache/pip/${ENVBUILD_CACHE_ID:-envbuild}" \
     && /opt/venv/bin/pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
 
 # torch and what they need, exactly as locked (locks/xpu.txt, layer torch): the largest
 # layer and the one that changes least. Bytecode is compiled here, once, rather than in every container.
 FROM base AS torch
 ARG ENVBUILD_CACHE_ID
-RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+ARG ENVBUILD_FRESH_CACHE
+RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-xpu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=lock/torch.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
@@ -62,7 +66,16 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
-    && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/xpu" --find-links /run/wheelhouse --compile-bytecode -r /run/layer.txt
+    && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
+    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
+        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache): starting an empty one"; fi; \
+        find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
+        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh"; \
+    fi \
+    && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
+    && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/xpu" --find-links /run/wheelhouse --compile-bytecode -r /run/layer.txt \
+    && rm -f "$c/$g.inflight"
 
 # The lock: what installing torch, transformers, accelerate adds to this base, resolved
 # here by pip. `envbuild lock` builds this target alone (its result is locks/xpu.txt); an image build
@@ -70,13 +83,14 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
 FROM base AS lock-resolve
 ARG ENVBUILD_CACHE_ID
 ARG ENVBUILD_LOCK_RUN
-RUN --mount=type=cache,target=/root/.cache/pip,id=${ENVBUILD_CACHE_ID}-pip,sharing=locked \
+RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
     --mount=type=bind,source=lock,target=/run/lock \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
+    && export PIP_CACHE_DIR="/root/.cache/pip/${ENVBUILD_CACHE_ID:-envbuild}" \
     && echo "resolution ${ENVBUILD_LOCK_RUN}" \
     && /opt/venv/bin/python /run/lock/resolve.py --out /out --requirements /run/lock/requirements.in \
         --previous /run/lock/previous.txt --upgrade /run/lock/upgrade.txt \
@@ -87,12 +101,13 @@ COPY --from=lock-resolve /out/ /
 
 FROM torch
 ARG ENVBUILD_CACHE_ID
+ARG ENVBUILD_FRESH_CACHE
 # The dependencies of transformers and accelerate, exactly as locked (layer deps); they change less often
 # than either. Then torch must still import: the build fails, not the user, when a dependency broke it
 # (without the device plugins torch would load by itself: their drivers come with the device, at run time).
 # The same import records the device architectures torch was compiled for (no device needed), which
 # smoke and run compare with the host's; a list the matrix declares (the image's label) must be exactly it.
-RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-xpu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=lock/deps.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
@@ -101,9 +116,18 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
+    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
+        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache): starting an empty one"; fi; \
+        find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
+        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh"; \
+    fi \
+    && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
     && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/xpu" --find-links /run/wheelhouse --compile-bytecode \
         -r /run/layer.txt; fi \
-    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
+    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt \
+    && rm -f "$c/$g.inflight"
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
@@ -124,7 +148,7 @@ ENV ENVBUILD_BACKEND="xpu" \
 # for about half a second saved when a container first imports them. The build fails, not the user, when
 # a locked version did not land (e.g. a vendor torch replaced by the installer).
 COPY lock/lock.txt /opt/envbuild/lock.txt
-RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
+RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-xpu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=lock/top.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
@@ -133,13 +157,22 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=${ENVBUILD_CACHE_ID}-uv \
     if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+    && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
+    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
+        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache): starting an empty one"; fi; \
+        find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
+        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh"; \
+    fi \
+    && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
     && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/xpu" --find-links /run/wheelhouse -r /run/layer.txt \
     && /run/uv/uv pip check --python /opt/venv/bin/python \
     && /run/uv/uv pip list --python /opt/venv/bin/python --format json > /opt/envbuild/installed.json \
     && mkdir -p /opt/envbuild/bin \
     && printf '#!/bin/sh\nexec %s /opt/envbuild/probe.py "$@"\n' /opt/venv/bin/python > /opt/envbuild/bin/envbuild-probe \
     && chmod 755 /opt/envbuild/bin/envbuild-probe \
-    && envbuild-probe --pins-only
+    && envbuild-probe --pins-only \
+    && rm -f "$c/$g.inflight"
 
 # One cache root for people: Hugging Face downloads, Inductor's and Triton's compiled kernels and other
 # per-user caches; one volume there keeps them between runs (`envbuild run --cache`). Set after the build's

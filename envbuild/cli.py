@@ -636,14 +636,18 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, m
 
 @cli.command()
 @click.option("--containers-only", is_flag=True, help="Keep the images: remove only stopped envbuild containers.")
+@click.option("--build-cache", is_flag=True,
+              help="Also remove envbuild's BuildKit cache mounts (its uv and pip caches), nobody else's.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def clean(containers_only: bool, as_json: bool) -> None:
+def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
     """Remove what envbuild left on the engine: its stopped containers (a daemon killed during a smoke test
     leaves them) and its untagged images (build results a newer build replaced). Running containers, tagged
-    images and anything envbuild did not make are never touched; an image a container still uses stays."""
+    images and anything envbuild did not make are never touched; an image a container still uses stays.
+    With --build-cache, the cache mounts of envbuild's install steps go too (the next build downloads again):
+    the way out when a build fails in a way a broken cache can cause."""
     from . import clean as c
 
-    done = c.clean(_engine(), images=not containers_only)
+    done = c.clean(_engine(), images=not containers_only, build_cache=build_cache)
     if as_json:
         click.echo(json.dumps(done.to_json(), indent=2))
         return
@@ -651,9 +655,11 @@ def clean(containers_only: bool, as_json: bool) -> None:
         click.echo(f"removed container {name}")
     for image in done.images:
         click.echo(f"removed image {image[:19]}")
+    for record in done.build_caches:
+        click.echo(f"removed build cache {record}")
     for kept in done.kept:
-        click.echo(f"kept image {kept}")
-    if not (done.containers or done.images):
+        click.echo(f"kept {kept}" if kept.startswith("build cache") else f"kept image {kept}")
+    if not (done.containers or done.images or done.build_caches):
         click.echo("nothing to clean")
 
 

@@ -401,6 +401,16 @@ class Engine:
             return exc.explanation
         return None
 
+    def build_cache_mounts(self) -> list[dict[str, Any]]:
+        """BuildKit's cache-mount records (`RUN --mount=type=cache`): ID, Description, Size, InUse."""
+        found = self._call("cannot list the build cache", lambda: self.client.api.df())
+        return [r for r in (found.get("BuildCache") or []) if r.get("Type") == "exec.cachemount"]
+
+    def prune_build_cache(self, record: str) -> int:
+        """Remove one build-cache record by id (the engine takes one id per call); the bytes freed."""
+        done = self._call(f"cannot remove build cache {record}", lambda: self.client.api.prune_builds(filters={"id": record}))
+        return int((done or {}).get("SpaceReclaimed") or 0)
+
     def remove_container(self, ref: str) -> None:
         # v: with the anonymous volumes the image's VOLUMEs made for it
         self._call(f"cannot remove container {ref}", lambda: self.client.api.remove_container(ref, force=True, v=True),

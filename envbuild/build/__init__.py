@@ -91,7 +91,8 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
         result = BuildResult(backend.name, False, list(plan.tags), seconds=time.monotonic() - start, log=log)
         if image_id is None:
             error = error or "the builder wrote no image id"
-            result.error = builder.base_failure(error, plan.base_image, backend.name) or error
+            result.error = (builder.base_failure(error, plan.base_image, backend.name) or builder.cache_failure(error)
+                            or error)
             return result
         records.remember(plan, image_id)
     result.ok, result.image_id = True, image_id

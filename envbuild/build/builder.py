@@ -193,6 +193,21 @@ def base_failure(error: str, base: str, backend: str) -> str | None:
             f"local registry and point --set there. BuildKit said: {error[-300:]}")
 
 
+# What an installer says when a cache entry it trusted is broken (uv: "The wheel is invalid: Missing .dist-info
+# directory"; pip: a bad zip or hash from its HTTP cache).
+_CACHE_FAULT = re.compile(r"wheel is invalid|dist-info|RECORD|distribution cache|cache entry|BadZipFile|"
+                          r"not a zip file|corrupt|stale|failed to (?:read|unzip|extract|persist)", re.IGNORECASE)
+_INSTALL_STEP = re.compile(r"uv pip install|pip install|resolve\.py")
+
+
+def cache_failure(error: str) -> str | None:
+    """A failed install step whose error a broken build cache can explain, with the way out; None otherwise."""
+    if not (_INSTALL_STEP.search(error) and _CACHE_FAULT.search(error)):
+        return None
+    return (f"{error}. A broken build cache can cause this (an earlier build cut off, e.g. by a killed daemon, "
+            "although envbuild's install steps set such a cache aside by themselves): `envbuild clean --build-cache` "
+            "removes envbuild's own build caches (nobody else's); then build again")
+
 
 def environment(keep: tuple[str, ...] = ()) -> dict[str, str]:
     """The builder's environment: this process's without envbuild's registry credentials (unless a --build-arg

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -228,7 +229,9 @@ def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str
     for label in opts.labels:
         argv += ["--label", label]
     if opts.no_cache:
-        argv.append("--no-cache")
+        # BuildKit's --no-cache leaves cache mounts as they are: a new value makes the Dockerfile's uv steps
+        # start an empty uv cache too (see uv_run in Dockerfile.j2), so the build really starts from nothing.
+        argv += ["--no-cache", "--build-arg", f"ENVBUILD_FRESH_CACHE={uuid.uuid4().hex}"]
     if opts.platform:
         argv += ["--platform", opts.platform]
     if opts.network:

@@ -67,6 +67,7 @@ class FakeEngine:
         self.login_error: str | None = None
         self.leftovers = list(containers)
         self.volumes: list[str] = []
+        self.cache_mounts: list[dict[str, Any]] = []  # BuildKit's exec.cachemount records
         self.start_error: str | None = None  # what the daemon says when it will not start a container
         self._info = {"Runtimes": {r: {} for r in runtimes}, "DockerRootDir": str(root)}
         self._version = version or {"Version": "28.2.2", "ApiVersion": "1.50", "Os": "linux", "Arch": "amd64"}
@@ -130,6 +131,14 @@ class FakeEngine:
 
     def dangling_images(self, label: str) -> list[str]:
         return []
+
+    def build_cache_mounts(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.cache_mounts]
+
+    def prune_build_cache(self, record: str) -> int:
+        gone = [r for r in self.cache_mounts if r["ID"] == record]
+        self.cache_mounts = [r for r in self.cache_mounts if r["ID"] != record]
+        return sum(int(r.get("Size") or 0) for r in gone)
 
     def remove_container(self, ref: str) -> None:
         self.leftovers = [c for c in self.leftovers if getattr(c, "name", c) != ref]

@@ -317,9 +317,19 @@ def test_no_pip_or_apt_cache_in_the_image(name: str) -> None:
         if "apt-get" in run:
             assert "--mount=type=cache,target=/var/cache/apt" in run, run
             assert "--mount=type=cache,target=/var/lib/apt/lists" in run, run
-    # Cache mounts are named by a build argument, so a build can start from empty caches (the benchmark's
-    # cold build) without deleting anyone's.
-    assert all("id=${ENVBUILD_CACHE_ID}-" in run for run in runs(text) if "--mount=type=cache" in run)
+    # Mount ids are literal: Docker 20.10's frontend shows ${VAR} in an id expanded but mounts the literal text,
+    # so every value shared one cache (issue 26). The cache id picks a folder inside the mount instead.
+    for run in runs(text):
+        if "--mount=type=cache" in run:
+            assert "id=${" not in run and "id=$" not in run, run
+        if "--mount=type=cache,target=/root/.cache/uv" in run:
+            assert f"id=envbuild-uv-{name},sharing=locked" in run, run
+            assert 'c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}"' in run and 'UV_CACHE_DIR="$c/$g"' in run, run
+            # marked in use before uv runs, unmarked only as the step's last command
+            assert run.index('touch "$c/$g.inflight"') < run.index("uv pip install"), run
+            assert run.rstrip().endswith('rm -f "$c/$g.inflight"'), run
+        if "--mount=type=cache,target=/root/.cache/pip" in run:
+            assert 'PIP_CACHE_DIR="/root/.cache/pip/${ENVBUILD_CACHE_ID:-envbuild}"' in run, run
     # The installer itself never lands in a layer: it is fetched into a stage of its own.
     (uv_stage,) = [i.args for i in stages(text)["uv"] if i.keyword == "RUN"]
     assert "--target /opt/uv" in uv_stage and f'"uv=={TEST_MATRIX.uv}"' in uv_stage

@@ -1,9 +1,10 @@
 """The one Docker boundary: every question to the engine, and every container, push and pull, goes through
-an Engine. The rest of envbuild never imports the docker SDK.
+an Engine; every `docker` client process is found and started here; the Docker config is read here. The rest of
+envbuild never imports the docker SDK nor starts a docker client itself.
 
-Builds are the one exception: the SDK cannot drive BuildKit (no secrets, no cache mounts), so
-build/builder.py runs the docker client as a process; it still takes where the engine is and how an
-unreachable one reads from here.
+The SDK cannot drive BuildKit (no secrets, no cache mounts), so builds run the docker client as a process
+(start_client; build/builder.py reads its output); `envbuild run` hands the terminal to one (Engine.client_run).
+Installing and starting a daemon is not the engine's: host/engine_setup.py.
 """
 
 from __future__ import annotations
@@ -52,13 +53,29 @@ _REASONS = (
 )
 
 
+def config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The docker client's configuration folder: $DOCKER_CONFIG, else ~/.docker (config.json, contexts, buildx)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+
+
+def config_file(environ: Mapping[str, str] | None = None) -> Path:
+    return config_dir(environ) / "config.json"
+
+
+def buildx_selection(environ: Mapping[str, str] | None = None) -> str | None:
+    """The builder `docker buildx use` selected (<config>/buildx/current), or None."""
+    doc = _read_json(config_dir(environ) / "buildx" / "current")
+    return str(doc.get("Name") or "default") if doc else None
+
+
 def host(environ: Mapping[str, str] | None = None) -> str:
     """Where the engine is, as the docker client finds it: $DOCKER_HOST, else the endpoint of the Docker
     context ($DOCKER_CONTEXT, else the config's currentContext), else Docker's default socket."""
     env = os.environ if environ is None else environ
     if env.get("DOCKER_HOST"):
         return env["DOCKER_HOST"]
-    config = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    config = config_dir(env)
     name = env.get("DOCKER_CONTEXT") or _read_json(config / "config.json").get("currentContext")
     if name and name != "default":
         meta = _read_json(config / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest() / "meta.json")
@@ -74,6 +91,41 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def client_executables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every `docker` client on PATH (the first may lack buildx while a later one builds fine), or
+    $ENVBUILD_DOCKER alone."""
+    import shutil
+
+    env = os.environ if environ is None else environ
+    if env.get("ENVBUILD_DOCKER"):
+        return [env["ENVBUILD_DOCKER"]]
+    seen: list[str] = []
+    for d in env.get("PATH", "").split(os.pathsep):
+        exe = shutil.which("docker", path=d) if d else None
+        if exe and os.path.realpath(exe) not in map(os.path.realpath, seen):
+            seen.append(exe)
+    return seen
+
+
+def ask_client(argv: list[str], timeout: float = 30) -> tuple[int, str]:
+    """A short question to a docker client (`docker --version`): exit status and what it printed."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 1, str(exc)
+    return proc.returncode, proc.stdout.strip()
+
+
+def start_client(argv: list[str], env: dict[str, str]) -> Any:
+    """A docker client process (a build) with its output (stdout and stderr together) to read line by line."""
+    import subprocess
+
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            errors="replace", stdin=subprocess.DEVNULL)
 
 
 def unreachable(text: str) -> bool:
@@ -354,12 +406,11 @@ class Engine:
         """Run the docker client with `args` (for `envbuild run`) on this terminal: its stdin and stdout are ours,
         its stderr is copied through to ours and its tail kept, so that a refusal by the host can be explained.
         SIGTERM and SIGHUP are passed on; Ctrl-C reaches it from the terminal. Returns (exit status, stderr tail)."""
-        import shutil
         import signal
         import subprocess
         import sys
 
-        exe = os.environ.get("ENVBUILD_DOCKER") or shutil.which("docker")
+        exe = next(iter(client_executables()), None)
         if not exe:
             raise DockerError("no `docker` client on PATH: install Docker's CLI (Debian/Ubuntu: `apt-get install docker.io`)")
         sys.stdout.flush()

@@ -1,15 +1,14 @@
 """The builder process: `docker buildx build`, or `DOCKER_BUILDKIT=1 docker build` with a client older than 23.0.
 
-Only this module runs it. It streams BuildKit's plain output into one line per step (or everything
-with -v), keeps the full log, and tells a failed build from an engine that did not answer.
+Only this module builds; the client process is found and started by the engine (envbuild/engine.py). It streams
+BuildKit's plain output into one line per step (or everything with -v), keeps the full log, and tells a failed
+build from an engine that did not answer.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,33 +32,12 @@ class Builder:
         return f"{prefix} {' '.join(self.argv)}".strip()
 
 
-def _candidates() -> list[str]:
-    """Every `docker` on PATH (the first may lack buildx while a later one builds fine), or $ENVBUILD_DOCKER."""
-    forced = os.environ.get("ENVBUILD_DOCKER")
-    if forced:
-        return [forced]
-    seen: list[str] = []
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        exe = shutil.which("docker", path=d) if d else None
-        if exe and os.path.realpath(exe) not in map(os.path.realpath, seen):
-            seen.append(exe)
-    return seen
-
-
-def _ask(argv: list[str]) -> tuple[int, str]:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 1, str(exc)
-    return proc.returncode, proc.stdout.strip()
-
-
 @lru_cache(maxsize=1)
 def find_builder() -> Builder:
     """Prefer `docker buildx build`; else a client older than 23.0, which runs BuildKit itself."""
     from packaging.version import InvalidVersion, Version
 
-    candidates = _candidates()
+    candidates = engine.client_executables()
     if not candidates:
         raise DockerError(
             "no `docker` client on PATH: install Docker's CLI with the buildx plugin "
@@ -69,7 +47,7 @@ def find_builder() -> Builder:
     # answers from the client alone (`docker version` would also ask the daemon).
     questions = [[exe, "buildx", "version"] for exe in candidates] + [[exe, "--version"] for exe in candidates]
     with ThreadPoolExecutor(max_workers=len(questions)) as pool:
-        answers = list(pool.map(_ask, questions))
+        answers = list(pool.map(engine.ask_client, questions))
     buildx, versions = answers[: len(candidates)], answers[len(candidates):]
     for exe, (rc, _) in zip(candidates, buildx):
         if rc == 0:
@@ -260,8 +238,7 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
     with open(log, "w", encoding="utf-8") as fh:
         fh.write("$ " + " ".join(masked(argv)) + "\n")
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    errors="replace", stdin=subprocess.DEVNULL)
+            proc = engine.start_client(argv, env)
         except OSError as exc:
             raise BuildError(f"cannot run {argv[0]}: {exc.strerror}") from None
         tail: list[str] = []

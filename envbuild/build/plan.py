@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..engine import buildx_selection
 from ..errors import BuildError, InvalidInput
 from ..files import write_atomic
 from ..paths import PROBE
@@ -185,8 +186,8 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     environment = [("engine", engine.host if engine else None)] + [(name, env.get(name)) for name in STEERING]
     environment += [(f"builder {k}", v) for k, v in builder.env]
     environment += [(f"--build-arg {a}", env.get(a)) for a in opts.build_args if "=" not in a]
-    environment.append(("buildx current builder", _buildx_selection(env)))
-    engine_builds = not builder.buildx or (not env.get("BUILDX_BUILDER") and _buildx_selection(env) in (None, "default"))
+    environment.append(("buildx current builder", buildx_selection(env)))
+    engine_builds = not builder.buildx or (not env.get("BUILDX_BUILDER") and buildx_selection(env) in (None, "default"))
     plan = BuildPlan(
         backend=backend.name,
         base_image=base,
@@ -203,16 +204,6 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     answerable = (bool(tags) and plan.base_id is not None and engine_builds
                   and not (opts.no_cache or opts.platform or opts.builder or opts.cache_to or env.get("DOCKER_DEFAULT_PLATFORM")))
     return dataclasses.replace(plan, answerable=answerable)
-
-
-def _buildx_selection(env: Mapping[str, str]) -> str | None:
-    """The builder `docker buildx use` selected ($DOCKER_CONFIG/buildx/current), or None."""
-    config = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
-    try:
-        doc = json.loads((config / "buildx" / "current").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return str(doc.get("Name") or "default") if isinstance(doc, dict) else None
 
 
 def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str, ...]) -> list[str]:

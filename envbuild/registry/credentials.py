@@ -47,9 +47,9 @@ def from_env(host: str, environ: Mapping[str, str] | None = None) -> Credentials
 
 
 def docker_config_path(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    base = env.get("DOCKER_CONFIG")
-    return Path(base) / "config.json" if base else Path.home() / ".docker" / "config.json"
+    from ..engine import config_file
+
+    return config_file(environ)
 
 
 def login_fix(host: str) -> str:

@@ -433,7 +433,7 @@ class FakeBuilderProcess:
 @pytest.fixture
 def fake_builder(monkeypatch, legacy):
     monkeypatch.setattr(FakeBuilderProcess, "calls", [])
-    monkeypatch.setattr(builder.subprocess, "Popen", FakeBuilderProcess)
+    monkeypatch.setattr(builder.engine, "start_client", lambda argv, env: FakeBuilderProcess(argv, env=env))
     return FakeBuilderProcess
 
 

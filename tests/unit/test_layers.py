@@ -147,3 +147,36 @@ def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
     assert any(p.startswith("import cycle") and "smoke" in p and "host" in p for p in problems(cycle))
     compat = {**edges, "envbuild.host.compat": edges["envbuild.host.compat"] | {"envbuild.smoke.preflight"}}
     assert problems(compat)
+
+
+# --- one door to Docker ------------------------------------------------------------------------------------------
+
+# Who may start processes, and why: none of them a docker client (the engine starts those).
+PROCESSES = {
+    "envbuild.engine": "the docker client: builds, `envbuild run`, its version",
+    "envbuild.host.engine_setup": "installing and starting a daemon: apt-get, systemctl, dockerd",
+    "envbuild.host.drivers": "the vendors' tools (nvidia-smi, ...) where no file says the driver version",
+    "envbuild.host.venv": "python -m venv and pip for `envbuild env`",
+    "envbuild.registry.manifest": "git, for the revision the manifest records",
+    "envbuild.lock.resolve": "pip inside the image being locked (runs there, not here)",
+}
+
+
+def _top_level_imports(name: str) -> set[str]:
+    path = ROOT.joinpath(*name.split(".")[1:]).with_suffix(".py")
+    if not path.exists():
+        path = ROOT.joinpath(*name.split(".")[1:], "__init__.py")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_only_the_engine_talks_to_docker():
+    modules = imports()
+    assert [m for m in modules if "docker" in _top_level_imports(m)] == ["envbuild.engine"]
+    starters = sorted(m for m in modules if "subprocess" in _top_level_imports(m))
+    assert starters == sorted(PROCESSES), "a new module starts processes: a docker client goes through envbuild.engine"

@@ -33,6 +33,14 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")  # what envbuild itself pins and c
 _ANY_DIGEST = re.compile(rf"^{_DIGEST}$")
 _ANCHORED = re.compile(rf"^(?P<name>(?:{_DOMAIN}/)?{_PATH})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?$")
 _IMAGE_ID = re.compile(r"^[a-f0-9]{64}$")
+# What go-digest accepts after the grammar: a registered algorithm, its length, lower-case hex.
+_DIGEST_SIZES = {"sha256": 64, "sha384": 96, "sha512": 128}
+
+
+def _digest_ok(digest: str) -> bool:
+    algorithm, _, encoded = digest.partition(":")
+    size = _DIGEST_SIZES.get(algorithm)
+    return size is not None and re.fullmatch(rf"[a-f0-9]{{{size}}}", encoded) is not None
 NAME_TOTAL_LENGTH_MAX = 255
 
 __all__ = ["DIGEST", "DOCKER_HUB", "TAG", "Reference", "api_host", "check_repository", "is_host", "mirror", "parse_mirror",
@@ -92,6 +100,9 @@ class Reference:
             path = "library/" + path
         if path.lower() != path:
             raise InvalidReference(f"{what} {text!r}: the repository name must be lowercase")
+        if m.group("digest") and not _digest_ok(m.group("digest")):
+            raise InvalidReference(f"{what} {text!r}: the digest is not sha256:, sha384: or sha512: with its length "
+                                   "of lower-case hex")
         return cls(domain, path, m.group("tag"), m.group("digest"))
 
     @classmethod
@@ -153,7 +164,7 @@ class Reference:
         return replace(self, tag=tag, digest=None)
 
     def with_digest(self, digest: str) -> "Reference":
-        if not _ANY_DIGEST.match(digest):
+        if not _ANY_DIGEST.match(digest) or not _digest_ok(digest):
             raise InvalidReference(f"digest {digest!r} is not a digest such as 'sha256:<64 hex>'")
         return replace(self, digest=digest)
 

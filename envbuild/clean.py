@@ -1,8 +1,9 @@
 """`envbuild clean`: what envbuild left on the engine after a crash, removed and listed.
 
-Every container envbuild starts carries the dev.envbuild.owned label, and every image it builds the
-dev.envbuild.backend label: containers that are no longer running (a daemon killed mid-smoke leaves them
-stopped) and untagged images (build results that a newer build replaced) can be told apart from the user's.
+Every container envbuild starts carries the dev.envbuild.owned label and its owner (envbuild/owner.py), and every
+image it builds the dev.envbuild.backend label: containers that no longer run and whose run is gone (a daemon or
+process killed mid-smoke leaves them) and untagged images (build results that a newer build replaced) can be told
+apart from the user's and from another run's at work.
 With --build-cache, the BuildKit cache mounts of envbuild's own install steps go too (told apart by the
 step's command): the way out when a cache is suspected after an interrupted build.
 """
@@ -13,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .smoke.runner import OWNED_LABEL
+from .owner import remove_left_behind
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -56,16 +57,8 @@ def build_caches(engine: Engine, done: Cleaned) -> None:
         done.build_caches.append(f"{record['ID'][:12]} ({what}, {int(record.get('Size') or 0)} bytes)")
 
 
-def stopped_containers(engine: Engine) -> list[str]:
-    """envbuild's containers that no longer run: removed; a running one is another envbuild's, at work."""
-    names = engine.containers(OWNED_LABEL, stopped=True)
-    for name in names:
-        engine.remove_container(name)
-    return names
-
-
 def clean(engine: Engine, images: bool = True, build_cache: bool = False) -> Cleaned:
-    done = Cleaned(containers=stopped_containers(engine))
+    done = Cleaned(containers=remove_left_behind(engine))
     if build_cache:
         build_caches(engine, done)
     if images:

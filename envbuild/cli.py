@@ -510,14 +510,14 @@ def _source_options(f):
 
 def _sources(mirrors, ca_bundle, netrc):
     from .build import default_ca_bundle
-    from .registry.refs import mirror_image
+    from .imageref import parse_mirror
     from .sources import Sources
 
     for given, option in ((ca_bundle, "--ca-bundle"), (netrc, "--netrc")):
         if given is not None and not given.is_file():
             raise InvalidInput(f"{option} {given}: not a regular file")
     for rule in mirrors:
-        mirror_image("debian", [rule])  # a malformed FROM=TO is an exit-2 error before anything is asked
+        parse_mirror(rule)  # a malformed FROM=TO is an exit-2 error before anything is asked
     return Sources(ca_bundle=ca_bundle or default_ca_bundle(), netrc=netrc, mirrors=tuple(mirrors))
 
 
@@ -959,7 +959,7 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     if publish and not registry:
         registry = m.image.repository
     if registry:
-        from .registry.refs import check_repository
+        from .imageref import check_repository
 
         registry = check_repository(registry)
     report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")

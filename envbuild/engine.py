@@ -1,9 +1,10 @@
 """The one Docker boundary: every question to the engine, and every container, push and pull, goes through
-an Engine. The rest of envbuild never imports the docker SDK.
+an Engine; every `docker` client process is found and started here; the Docker config is read here. The rest of
+envbuild never imports the docker SDK nor starts a docker client itself.
 
-Builds are the one exception: the SDK cannot drive BuildKit (no secrets, no cache mounts), so
-build/builder.py runs the docker client as a process; it still takes where the engine is and how an
-unreachable one reads from here.
+The SDK cannot drive BuildKit (no secrets, no cache mounts), so builds run the docker client as a process
+(start_client; build/builder.py reads its output); `envbuild run` hands the terminal to one (Engine.client_run).
+Installing and starting a daemon is not the engine's: host/engine_setup.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .errors import DockerError
+from .imageref import Reference
+from .owner import Container
 
 if TYPE_CHECKING:
     from .matrix import RunSpec
@@ -50,13 +53,29 @@ _REASONS = (
 )
 
 
+def config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The docker client's configuration folder: $DOCKER_CONFIG, else ~/.docker (config.json, contexts, buildx)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+
+
+def config_file(environ: Mapping[str, str] | None = None) -> Path:
+    return config_dir(environ) / "config.json"
+
+
+def buildx_selection(environ: Mapping[str, str] | None = None) -> str | None:
+    """The builder `docker buildx use` selected (<config>/buildx/current), or None."""
+    doc = _read_json(config_dir(environ) / "buildx" / "current")
+    return str(doc.get("Name") or "default") if doc else None
+
+
 def host(environ: Mapping[str, str] | None = None) -> str:
     """Where the engine is, as the docker client finds it: $DOCKER_HOST, else the endpoint of the Docker
     context ($DOCKER_CONTEXT, else the config's currentContext), else Docker's default socket."""
     env = os.environ if environ is None else environ
     if env.get("DOCKER_HOST"):
         return env["DOCKER_HOST"]
-    config = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    config = config_dir(env)
     name = env.get("DOCKER_CONTEXT") or _read_json(config / "config.json").get("currentContext")
     if name and name != "default":
         meta = _read_json(config / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest() / "meta.json")
@@ -72,6 +91,41 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def client_executables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every `docker` client on PATH (the first may lack buildx while a later one builds fine), or
+    $ENVBUILD_DOCKER alone."""
+    import shutil
+
+    env = os.environ if environ is None else environ
+    if env.get("ENVBUILD_DOCKER"):
+        return [env["ENVBUILD_DOCKER"]]
+    seen: list[str] = []
+    for d in env.get("PATH", "").split(os.pathsep):
+        exe = shutil.which("docker", path=d) if d else None
+        if exe and os.path.realpath(exe) not in map(os.path.realpath, seen):
+            seen.append(exe)
+    return seen
+
+
+def ask_client(argv: list[str], timeout: float = 30) -> tuple[int, str]:
+    """A short question to a docker client (`docker --version`): exit status and what it printed."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 1, str(exc)
+    return proc.returncode, proc.stdout.strip()
+
+
+def start_client(argv: list[str], env: dict[str, str]) -> Any:
+    """A docker client process (a build) with its output (stdout and stderr together) to read line by line."""
+    import subprocess
+
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            errors="replace", stdin=subprocess.DEVNULL)
 
 
 def unreachable(text: str) -> bool:
@@ -141,47 +195,49 @@ def _timestamp(text: str | None) -> datetime | None:
     return datetime.fromisoformat(m.group(1) + (m.group(2) or "")[:7] + zone)
 
 
-def split_ref(ref: str) -> tuple[str, str]:
-    """'host:5000/repo:tag' -> ('host:5000/repo', 'tag'); no tag means 'latest'."""
-    name, sep, tag = ref.rpartition(":")
-    if not sep or "/" in tag:
-        return ref, "latest"
-    return name, tag
+def _repo_tag(ref: str) -> tuple[str, str]:
+    """What the API takes apart: the full repository name and the tag (or digest); no tag means 'latest'."""
+    r = Reference.parse(ref).tagged()
+    return r.name, r.digest or r.tag or "latest"
+
+
+def _gpus(value: str) -> Any:
+    """As docker run --gpus reads it: all, a count, or device=ID."""
+    import docker
+
+    if value.startswith("device="):
+        return docker.types.DeviceRequest(device_ids=[value.split("=", 1)[1]], capabilities=[["gpu"]])
+    return docker.types.DeviceRequest(count=-1 if value == "all" else int(value), capabilities=[["gpu"]])
+
+
+# Each kind of run flag (matrix.model.RUN_KINDS) as the SDK's container option: (option, value, is a list).
+SDK_OPTIONS: dict[str, tuple[str, Any, bool]] = {
+    "gpus": ("device_requests", _gpus, True),
+    "runtime": ("runtime", str, False),
+    "device": ("devices", lambda d: d if ":" in d else f"{d}:{d}:rwm", True),
+    "volume": ("volumes", str, True),
+    "group_add": ("group_add", str, True),
+    "env": ("environment", lambda kv: tuple(kv.split("=", 1)), True),
+    "cap_add": ("cap_add", str, True),
+    "security_opt": ("security_opt", str, True),
+    "ipc": ("ipc_mode", str, False),
+    "network": ("network_mode", str, False),
+    "shm_size": ("shm_size", str, False),
+    "privileged": ("privileged", lambda _: True, False),
+}
 
 
 def run_options(run: RunSpec) -> dict[str, Any]:
-    """The matrix's `docker run` needs, as the SDK's container options."""
-    import docker
-
+    """The matrix's `docker run` needs, as the SDK's container options: the same flags the CLI is given."""
     kw: dict[str, Any] = {}
-    if run.gpus:  # as docker run --gpus reads it: all, a count, or device=ID
-        if run.gpus.startswith("device="):
-            request = docker.types.DeviceRequest(device_ids=[run.gpus.split("=", 1)[1]], capabilities=[["gpu"]])
+    for flag in run.flags():
+        option, convert, many = SDK_OPTIONS[flag.kind]
+        if many:
+            kw.setdefault(option, []).append(convert(flag.value))
         else:
-            request = docker.types.DeviceRequest(count=-1 if run.gpus == "all" else int(run.gpus), capabilities=[["gpu"]])
-        kw["device_requests"] = [request]
-    if run.runtime:
-        kw["runtime"] = run.runtime
-    if run.devices:
-        kw["devices"] = [d if ":" in d else f"{d}:{d}:rwm" for d in run.devices]
-    if run.volumes:
-        kw["volumes"] = list(run.volumes)
-    if run.group_add:
-        kw["group_add"] = list(run.group_add)
-    if run.env:
-        kw["environment"] = dict(run.env)
-    if run.cap_add:
-        kw["cap_add"] = list(run.cap_add)
-    if run.security_opt:
-        kw["security_opt"] = list(run.security_opt)
-    if run.ipc:
-        kw["ipc_mode"] = run.ipc
-    if run.network:
-        kw["network_mode"] = run.network
-    if run.shm_size:
-        kw["shm_size"] = run.shm_size
-    if run.privileged:
-        kw["privileged"] = True
+            kw[option] = convert(flag.value)
+    if "environment" in kw:
+        kw["environment"] = dict(kw["environment"])
     return kw
 
 
@@ -313,7 +369,10 @@ class Engine:
 
     def tag(self, image: str, refs: list[str]) -> None:
         for ref in refs:
-            repo, tag = split_ref(ref)
+            r = Reference.parse(ref).tagged()
+            if r.digest:
+                raise DockerError(f"cannot tag {image} as {ref}: a tag cannot carry a digest")
+            repo, tag = r.name, r.tag
             if not self._call(f"could not tag {image} as {ref}", lambda: self.client.api.tag(image, repo, tag)):
                 raise DockerError(f"could not tag {image} as {ref}")
 
@@ -389,12 +448,11 @@ class Engine:
         """Run the docker client with `args` (for `envbuild run`) on this terminal: its stdin and stdout are ours,
         its stderr is copied through to ours and its tail kept, so that a refusal by the host can be explained.
         SIGTERM and SIGHUP are passed on; Ctrl-C reaches it from the terminal. Returns (exit status, stderr tail)."""
-        import shutil
         import signal
         import subprocess
         import sys
 
-        exe = os.environ.get("ENVBUILD_DOCKER") or shutil.which("docker")
+        exe = next(iter(client_executables()), None)
         if not exe:
             raise DockerError("no `docker` client on PATH: install Docker's CLI (Debian/Ubuntu: `apt-get install docker.io`)")
         sys.stdout.flush()
@@ -414,11 +472,14 @@ class Engine:
                 signal.signal(sig, handler)
         return (128 - status if status < 0 else status), tail.decode("utf-8", "replace")
 
+    def container_list(self, label: str) -> list[Container]:
+        """The containers (running or not) that carry this label: name, state and labels."""
+        found = self._call("cannot list containers", lambda: self.client.api.containers(all=True, filters={"label": label}))
+        return [Container(c["Names"][0].lstrip("/"), str(c.get("State") or ""), dict(c.get("Labels") or {})) for c in found]
+
     def containers(self, label: str, stopped: bool = False) -> list[str]:
         """Names of the containers (running or not; with `stopped`, only those not running) that carry this label."""
-        found = self._call("cannot list containers", lambda: self.client.api.containers(all=True, filters={"label": label}))
-        return [c["Names"][0].lstrip("/") for c in found
-                if not stopped or c.get("State") in ("created", "exited", "dead")]
+        return [c.name for c in self.container_list(label) if not stopped or c.state in ("created", "exited", "dead")]
 
     def dangling_images(self, label: str) -> list[str]:
         """Ids of untagged images that carry this label (build results a newer build replaced)."""
@@ -455,13 +516,12 @@ class Engine:
         self._call(f"logging in to {host}", lambda: self.client.login(username, password, registry=registry, reauth=True))
 
     def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
-        repo, tag = split_ref(ref)
+        repo, tag = _repo_tag(ref)
         lines = self._call(f"pushing {ref}", lambda: self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth))
         return self._stream(lines, f"pushing {ref}")
 
     def pull(self, ref: str, auth: dict[str, str] | None, platform: str | None = None) -> Iterator[dict[str, Any]]:
-        repo, sep, digest = ref.partition("@")
-        repo, tag = (repo, digest) if sep else split_ref(ref)  # the engine takes a digest where a tag goes
+        repo, tag = _repo_tag(ref)  # the engine takes a digest where a tag goes
         kw = {"platform": platform} if platform else {}
         lines = self._call(f"pulling {ref}", lambda: self.client.api.pull(repo, tag=tag, stream=True, decode=True,
                                                                           auth_config=auth, **kw))

@@ -10,6 +10,7 @@ import jinja2
 
 from .errors import EnvbuildError
 from .files import read_user, write_all
+from .imageref import Reference
 from .host import compat
 from .matrix import Backend, Matrix
 from .paths import cache_dir
@@ -101,7 +102,7 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         constraints=CONSTRAINTS,
         # The probe's advice when the device is not visible: the flags the matrix says expose it.
         run_flags=" ".join(backend.run.docker_args()),
-        version_tag=matrix.tags(backend)[1].rsplit(":", 1)[1],
+        version_tag=Reference.parse(matrix.tags(backend)[1]).tag,
         requires=compat.needs(backend),
         arch_want=" ".join(backend.host.arch if backend.host else ()),
         arch_file=compat.ARCH_FILE,

@@ -28,7 +28,7 @@ def backend_summary(b: Backend) -> dict[str, Any]:
 
 def run_command(m: Matrix, b: Backend, image: str | None = None, command: str = "envbuild-probe") -> str:
     image = image or m.tags(b)[0]
-    return shlex.join(["docker", "run", "--rm", *b.run.docker_args(), image, *shlex.split(command)])
+    return shlex.join(b.run.command_line(image, shlex.split(command)))
 
 
 def backend_detail(m: Matrix, b: Backend) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from .errors import EnvbuildError, InvalidInput
 from . import text
 from .output import scrub, secret_name
 from .text import unsafe_char
-from .smoke.runner import OWNED_LABEL
+from . import owner
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -98,7 +98,9 @@ def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactiv
     """The `docker run` arguments for `opts` (pure: the tests read them, --dry-run prints them)."""
     image = opts.image or matrix.tags(backend)[0]
     args = ["run", "--rm", "--init", "--name", f"envbuild-run-{backend.name}-{uuid.uuid4().hex[:8]}",
-            "--label", f"{RUN_LABEL}=1", "--label", f"{OWNED_LABEL}=1", "--label", f"dev.envbuild.backend={backend.name}"]
+            "--label", f"{RUN_LABEL}=1", "--label", f"dev.envbuild.backend={backend.name}"]
+    for key, value in owner.labels().items():  # whose: a clean never takes a live run's container
+        args += ["--label", f"{key}={value}"]
     if opts.tty if opts.tty is not None else interactive:
         args.append("-it")
     elif interactive or not opts.command:

@@ -1,15 +1,14 @@
 """The builder process: `docker buildx build`, or `DOCKER_BUILDKIT=1 docker build` with a client older than 23.0.
 
-Only this module runs it. It streams BuildKit's plain output into one line per step (or everything
-with -v), keeps the full log, and tells a failed build from an engine that did not answer.
+Only this module builds; the client process is found and started by the engine (envbuild/engine.py). It streams
+BuildKit's plain output into one line per step (or everything with -v), keeps the full log, and tells a failed
+build from an engine that did not answer.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,27 +30,6 @@ class Builder:
     def describe(self) -> str:
         prefix = " ".join(f"{k}={v}" for k, v in self.env)
         return f"{prefix} {' '.join(self.argv)}".strip()
-
-
-def _candidates() -> list[str]:
-    """Every `docker` on PATH (the first may lack buildx while a later one builds fine), or $ENVBUILD_DOCKER."""
-    forced = os.environ.get("ENVBUILD_DOCKER")
-    if forced:
-        return [forced]
-    seen: list[str] = []
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        exe = shutil.which("docker", path=d) if d else None
-        if exe and os.path.realpath(exe) not in map(os.path.realpath, seen):
-            seen.append(exe)
-    return seen
-
-
-def _ask(argv: list[str]) -> tuple[int, str]:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 1, str(exc)
-    return proc.returncode, proc.stdout.strip()
 
 
 # Where Docker's CLI looks for the buildx plugin besides $DOCKER_CONFIG/cli-plugins.
@@ -108,7 +86,7 @@ def find_builder() -> Builder:
 
     Asking costs a start of every client (about 0.1 s of every build, a no-op included): the answer is kept in
     envbuild's cache for as long as the clients and the buildx plugin files stay the same."""
-    candidates = _candidates()
+    candidates = engine.client_executables()
     key = _builder_key(candidates)
     found = _remembered(key) if candidates else None
     if found is None:
@@ -129,7 +107,7 @@ def _ask_builder(candidates: list[str]) -> Builder:
     # answers from the client alone (`docker version` would also ask the daemon).
     questions = [[exe, "buildx", "version"] for exe in candidates] + [[exe, "--version"] for exe in candidates]
     with ThreadPoolExecutor(max_workers=len(questions)) as pool:
-        answers = list(pool.map(_ask, questions))
+        answers = list(pool.map(engine.ask_client, questions))
     buildx, versions = answers[: len(candidates)], answers[len(candidates):]
     for exe, (rc, _) in zip(candidates, buildx):
         if rc == 0:
@@ -242,9 +220,12 @@ def base_failure(error: str, base: str, backend: str) -> str | None:
         return None
     low = error.lower()
     why = next((w for key, w in _BASE_WHY if key in low), "its registry did not serve it")
-    from ..registry.refs import registry_host
+    from ..imageref import InvalidReference, Reference
 
-    host = registry_host(base)
+    try:
+        host = Reference.parse(base).registry
+    except InvalidReference:
+        host = "REGISTRY"
     return (f"cannot pull the base image {base} ({why}). Ways out: a mirror you can reach "
             f"(`--mirror {host}=MIRROR`), an image you have (`--set backends.{backend}.base_image=IMAGE`), or push it to a "
             f"local registry and point --set there. BuildKit said: {error[-300:]}")
@@ -269,7 +250,7 @@ def cache_failure(error: str) -> str | None:
 def environment(keep: tuple[str, ...] = ()) -> dict[str, str]:
     """The builder's environment: this process's without envbuild's registry credentials (unless a --build-arg
     names one, in `keep`), with what the client needs to build with BuildKit."""
-    from ..registry.credentials import CREDENTIAL_ENV
+    from ..credential_env import CREDENTIAL_ENV
 
     env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_ENV or k in keep}
     return {**env, **dict(find_builder().env)}
@@ -316,8 +297,7 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
     with open(log, "w", encoding="utf-8") as fh:
         fh.write("$ " + scrub(" ".join(masked(argv))) + "\n")
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    errors="replace", stdin=subprocess.DEVNULL)
+            proc = engine.start_client(argv, env)
         except OSError as exc:
             raise BuildError(f"cannot run {argv[0]}: {exc.strerror}") from None
         tail: list[str] = []

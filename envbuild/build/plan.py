@@ -19,10 +19,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..engine import buildx_selection
 from ..errors import BuildError, InvalidInput
 from ..files import write_atomic
 from ..paths import PROBE
-from ..registry.refs import REPOSITORY, TAG, mirror_image
+from ..imageref import InvalidReference, Reference, mirror, parse_mirror
 from ..text import unsafe_char, unsafe_message
 from .builder import Builder, find_builder
 
@@ -102,14 +103,14 @@ class BuildOptions:
                     raise InvalidInput(f"{option} {value!r}: expected KEY=VALUE{' or NAME' if option == '--build-arg' else ''}, "
                                        f"e.g. {option} {example}")
         for rule in self.mirrors:  # FROM=TO, both registry[/path]: the result lands in a FROM line
-            src, sep, dst = rule.partition("=")
-            if not sep or not all(re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9._-]+)*/?", x) for x in (src, dst)):
-                raise InvalidInput(f"--mirror {rule!r}: expected FROM=TO with registry hosts (and paths), e.g. "
-                                   "docker.io=mirror.example.com:5000")
+            parse_mirror(rule)
         for tag in self.tags:
-            repo, _, name = tag.rpartition(":") if "/" not in tag.rpartition(":")[2] else (tag, "", "latest")
-            if not REPOSITORY.match(repo or "") or not TAG.match(name):
-                raise InvalidInput(f"--tag {tag!r} is not an image reference such as 'myorg/envbuild:cpu'")
+            try:
+                ref = Reference.parse(tag, "--tag")
+            except InvalidReference as exc:
+                raise InvalidInput(f"{exc} (e.g. 'myorg/envbuild:cpu')") from None
+            if ref.digest:
+                raise InvalidInput(f"--tag {tag!r}: a tag cannot carry a digest (e.g. 'myorg/envbuild:cpu')")
         for platform in (self.platform or "").split(",") if self.platform else ():
             if not re.fullmatch(r"linux/(?:amd64|arm64(?:/v8)?|arm/v[67]|ppc64le|s390x|riscv64|386)", platform):
                 raise InvalidInput(f"--platform {platform!r} is not a Linux platform such as linux/amd64 or linux/arm64")
@@ -176,7 +177,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     from ..render import render_backend
 
     env = os.environ if environ is None else environ
-    base = mirror_image(backend.base_image or "", opts.mirrors)
+    base = mirror(backend.base_image, opts.mirrors) if backend.base_image else ""
     if base != backend.base_image:
         backend = dataclasses.replace(backend, base_image=base)
     for what, path in (("--ca-bundle", opts.ca_bundle), ("--netrc", opts.netrc)):
@@ -201,8 +202,8 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     # --build-arg values (given or from the environment) reach the builder through its environment: keyed here
     environment += [(f"--build-arg {a.partition('=')[0]}", a.partition("=")[2] if "=" in a else env.get(a))
                     for a in opts.build_args]
-    environment.append(("buildx current builder", _buildx_selection(env)))
-    engine_builds = not builder.buildx or (not env.get("BUILDX_BUILDER") and _buildx_selection(env) in (None, "default"))
+    environment.append(("buildx current builder", buildx_selection(env)))
+    engine_builds = not builder.buildx or (not env.get("BUILDX_BUILDER") and buildx_selection(env) in (None, "default"))
     plan = BuildPlan(
         backend=backend.name,
         base_image=base,
@@ -219,16 +220,6 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     answerable = (bool(tags) and plan.base_id is not None and engine_builds
                   and not (opts.no_cache or opts.platform or opts.builder or opts.cache_to or env.get("DOCKER_DEFAULT_PLATFORM")))
     return dataclasses.replace(plan, answerable=answerable)
-
-
-def _buildx_selection(env: Mapping[str, str]) -> str | None:
-    """The builder `docker buildx use` selected ($DOCKER_CONFIG/buildx/current), or None."""
-    config = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
-    try:
-        doc = json.loads((config / "buildx" / "current").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return str(doc.get("Name") or "default") if isinstance(doc, dict) else None
 
 
 def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str, ...]) -> list[str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checks import Check
 from . import drivers
 
 if TYPE_CHECKING:

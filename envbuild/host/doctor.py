@@ -21,9 +21,9 @@ from .. import engine as engines
 from ..errors import DockerError, RegistryAuthError
 from ..matrix import Backend, Matrix, not_containerizable_message
 from ..registry import credentials
-from ..registry.refs import registry_host
+from ..imageref import Reference
 from ..smoke import preflight
-from ..smoke.preflight import Check, skip as _skip
+from ..checks import Check, skip as _skip
 from . import compat
 from .platform import host_platform
 
@@ -191,16 +191,16 @@ def check_disk(backend: Backend, engine: Engine | None) -> Check:
 def check_leftovers(engine: Engine | None) -> Check | None:
     if engine is None:
         return None
-    from ..smoke import leftover_containers
+    from ..owner import left_behind
 
     try:
-        names = leftover_containers(engine)
+        names = left_behind(engine)
     except DockerError:  # informational only
         return None
     if not names:
         return Check("leftover containers", True, "no smoke container left behind")
     return Check("leftover containers", False, f"{len(names)} smoke container(s) left: {', '.join(names[:5])}",
-                 "they may belong to a smoke test still running; otherwise `docker rm -f " + " ".join(names[:5]) + "`",
+                 "their runs are gone: `envbuild clean`, or `docker rm -f " + " ".join(names[:5]) + "`",
                  blocking=False)
 
 
@@ -210,7 +210,7 @@ def check_leftovers(engine: Engine | None) -> Check | None:
 
 def check_credentials(registry: str, environ: dict[str, str] | None = None) -> Check:
     """Credentials for pushing to `registry`; says where they were found, never what they are."""
-    host = registry_host(registry)
+    host = Reference.repository(registry).registry
     try:
         found, where = credentials.where(host, environ)
     except RegistryAuthError as exc:

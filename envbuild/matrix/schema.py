@@ -13,6 +13,8 @@ from typing import Any, Callable
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from ..errors import InvalidInput
+from ..imageref import Reference
 from ..text import unsafe_char, unsafe_message
 from .rules import RULES
 
@@ -20,19 +22,26 @@ from .rules import RULES
 # Value checkers. Each returns (value, None) or (None, "why").
 
 _TEXT = re.compile(r'^[^"\\$`]*$')
+
+
+class _Reads:
+    """A pattern whose match is that `read` accepts the value: image references have one grammar (imageref)."""
+
+    def __init__(self, read: Callable[[str], Any]):
+        self.read = read
+
+    def match(self, value: str) -> bool:
+        try:
+            self.read(value)
+        except InvalidInput:
+            return False
+        return True
+
+
 _PATTERNS = {
     "name": (re.compile(r"^[a-z][a-z0-9_-]*$"), "a lower-case name (letters, digits, '-', '_')"),
-    "image": (
-        re.compile(
-            r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-            r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
-        ),
-        "an image reference such as 'debian:bookworm-slim' or 'host:5000/repo/name:tag'",
-    ),
-    "repository": (
-        re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"),
-        "an image repository without a tag, such as 'ghcr.io/org/envbuild'",
-    ),
+    "image": (_Reads(Reference.parse), "an image reference such as 'debian:bookworm-slim' or 'host:5000/repo/name:tag'"),
+    "repository": (_Reads(lambda v: Reference.repository(v) if v == v.strip().rstrip("/") else Reference.parse("")), "an image repository without a tag, such as 'ghcr.io/org/envbuild'"),
     "url": (re.compile(r"^(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!+,=%-]+$"), "an http(s):// or file:// URL without shell metacharacters"),
     "module": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$"), "a dotted module name"),
     "api": (re.compile(r"^torch(?:\.[A-Za-z_][A-Za-z0-9_]*)+$"), "a dotted torch API such as 'torch.cuda.is_available'"),

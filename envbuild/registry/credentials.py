@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from ..credential_env import CREDENTIAL_ENV, PASSWORD_ENV, USER_ENV  # noqa: F401 (names of this module too)
 from ..errors import EnvbuildError, RegistryAuthError
 from ..files import read_user
 
-USER_ENV = "ENVBUILD_REGISTRY_USER"
-PASSWORD_ENV = "ENVBUILD_REGISTRY_PASSWORD"
 _DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
 
@@ -47,9 +46,9 @@ def from_env(host: str, environ: Mapping[str, str] | None = None) -> Credentials
 
 
 def docker_config_path(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    base = env.get("DOCKER_CONFIG")
-    return Path(base) / "config.json" if base else Path.home() / ".docker" / "config.json"
+    from ..engine import config_file
+
+    return config_file(environ)
 
 
 def login_fix(host: str) -> str:
@@ -87,11 +86,6 @@ def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, st
     if entry is not None and store:
         return True, f"a login kept by docker-credential-{store} ({path}; not read)"
     return False, f"no login for it in {path}"
-
-
-# What carries registry credentials in envbuild's environment: never handed to the builder or a container.
-CREDENTIAL_ENV = (USER_ENV, PASSWORD_ENV, "GITHUB_TOKEN",
-                  "ENVBUILD_SIGNING_KEY", "ENVBUILD_KEY_PASSWORD", "COSIGN_PASSWORD")  # envbuild/trust/keys.py
 
 
 def _forms(user: str, password: str) -> list[str]:

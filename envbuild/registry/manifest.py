@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import InvalidInput, ManifestError
 from ..files import exclusive, read_json, write_atomic
-from .refs import DIGEST
+from ..imageref import DIGEST
 
 SCHEMA = 1
 DEFAULT = "envbuild-manifest.json"

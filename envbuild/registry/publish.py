@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from ..errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
 from ..host.compat import image_arch
 from . import manifest
-from .refs import check_repository, with_tags
+from ..imageref import check_repository, with_tags
 from .session import Session
 
 if TYPE_CHECKING:

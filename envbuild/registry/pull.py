@@ -4,13 +4,14 @@ default tag so that `envbuild smoke --backend B` finds it without flags."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import DigestMismatchError, EnvbuildError, InvalidInput, ManifestError
 from . import manifest as manifests
-from .refs import TAG, check_repository, same_repository, split_ref
+from ..imageref import TAG, Reference, check_repository
 from .session import Session
 
 if TYPE_CHECKING:
@@ -50,7 +51,6 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     the digest verified is the one that must arrive. A tag naming an image index gives this host's platform (or
     `platform`: another architecture only where QEMU runs it), pulled by that platform's digest, which must be the
     one the manifest records (an index's platforms are verified with it)."""
-    from ..report import run_command
     from ..smoke import preflight
 
     if not ignore_host:
@@ -59,7 +59,7 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
         preflight.require_host(backend, host_driver(backend, root), matrix=m, echo=echo)
 
     registry = check_repository(registry or m.image.repository, "--registry" if registry else "image.repository")
-    tag = tag or split_ref(m.tags(backend)[1])[1]
+    tag = tag or Reference.parse(m.tags(backend)[1]).tag
     if not TAG.match(tag):
         raise InvalidInput(f"--tag {tag!r} is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)")
     ref = f"{registry}:{tag}"
@@ -96,7 +96,8 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     image = engine.image(ref)
     if image is None:
         raise EnvbuildError(f"the pull of {ref} ended, but the engine has no such image")
-    digests = [d.split("@", 1)[1] for d in image.repo_digests if "@" in d and same_repository(d.split("@", 1)[0], registry)]
+    wanted = Reference.parse(registry)
+    digests = [r.digest for r in map(Reference.parse, image.repo_digests) if r.digest and wanted.same_repository(r)]
     digest = streamed if streamed in digests or not digests else digests[0]
     if expected and expected not in digests:
         _undo_pull(engine, ref, before)
@@ -106,8 +107,8 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     if local != ref:
         engine.tag(image.id, [local])
         tagged.append(local)
-    return Pulled(backend.name, ref, digest or "", image.id, tagged, against_manifest, run_command(m, backend, image=ref),
-                  signature)
+    return Pulled(backend.name, ref, digest or "", image.id, tagged, against_manifest,
+                  shlex.join(backend.run.command_line(ref, ["envbuild-probe"])), signature)
 
 
 def _mismatch(ref: str, got: str | None, expected: str, manifest: Path | None) -> DigestMismatchError:
@@ -179,7 +180,6 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None
 def _pull_platform(m: Matrix, backend: Backend, engine: Engine, session: Session, ref: str, manifest: Path | None,
                    echo: Callable[[str], None], missing: str, platform: str, digest: str, emulated: bool) -> Pulled:
     from ..host.platform import foreign_arch
-    from ..report import run_command
 
     repo = ref.rpartition(":")[0]
     by_digest = f"{repo}@{digest}"
@@ -193,5 +193,5 @@ def _pull_platform(m: Matrix, backend: Backend, engine: Engine, session: Session
     arch = foreign_arch(platform)
     tagged = [f"{ref}-{arch}" if arch else ref, m.tags(backend, arch)[0]]
     engine.tag(image.id, tagged)
-    return Pulled(backend.name, ref, digest, image.id, tagged, manifest is not None, run_command(m, backend, image=tagged[0]),
-                  platform, emulated)
+    return Pulled(backend.name, ref, digest, image.id, tagged, manifest is not None,
+                  shlex.join(backend.run.command_line(tagged[0], ["envbuild-probe"])), platform=platform, emulated=emulated)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from ..engine import EngineError, StreamBroken
 from ..errors import PublishError, RegistryAuthError, RegistryUnreachableError
 from .credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
-from .refs import DIGEST, api_host, registry_host
+from ..imageref import DIGEST, Reference, api_host
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -97,7 +97,8 @@ class Session:
 
     def __init__(self, engine: Engine, repository: str, environ: Mapping[str, str] | None = None):
         self.engine = engine
-        self.host = registry_host(repository)
+        # The registry Docker pushes `repository` to, and so the only one its credentials may go to.
+        self.host = Reference.parse(repository).registry
         self.creds = from_env(self.host, environ)
         self.scrub = Scrubber(self.creds)
         self.environ = os.environ if environ is None else environ
@@ -132,6 +133,12 @@ class Session:
                 delay *= 2
         raise AssertionError("unreachable")
 
+    def _own(self, ref: str) -> None:
+        """This session's credentials go with `ref` only when Docker sends `ref` to this session's registry."""
+        host = Reference.parse(ref).registry
+        if host != self.host:
+            raise PublishError(f"{ref} goes to {host}, not to {self.host}: its credentials are not offered there")
+
     @property
     def auth(self) -> dict[str, str] | None:
         return self.creds.auth_config() if self.creds else None
@@ -156,6 +163,7 @@ class Session:
 
     def push(self, ref: str, echo: Callable[[str], None]) -> str:
         """Push one reference; the digest the registry confirmed, or an error (nothing confirmed)."""
+        self._own(ref)
         self.check_reachable()
 
         def push() -> str:
@@ -168,6 +176,7 @@ class Session:
 
     def pull(self, ref: str, echo: Callable[[str], None], missing: str, platform: str | None = None) -> str | None:
         """Pull one reference; the digest the registry named. `missing`: the message for a tag it does not have."""
+        self._own(ref)
         self.check_reachable()
         pull = (lambda: self.engine.pull(ref, self.auth, platform)) if platform else (lambda: self.engine.pull(ref, self.auth))
         try:
@@ -180,6 +189,7 @@ class Session:
 
     def remote_digest(self, ref: str, missing: str) -> str:
         """What the registry serves for `ref` now, without pulling it."""
+        self._own(ref)
         self.check_reachable()
 
         def ask() -> str:

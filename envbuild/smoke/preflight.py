@@ -4,10 +4,10 @@ for `doctor` (which lists them all) and `smoke` (which refuses at the first bloc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checks import Check, skip
 from ..errors import DockerError, HostMismatch, SmokeError
 from ..files import read_host
 
@@ -34,35 +34,9 @@ RUNTIME_FIXES = {
 }
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str | None = None
-    blocking: bool = True
-    skipped: bool = False
-
-    @property
-    def status(self) -> str:
-        if self.ok:
-            return "ok"
-        if self.skipped:
-            return "skip"
-        return "FAIL" if self.blocking else "warn"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "ok": self.ok, "blocking": self.blocking,
-                "detail": self.detail, "fix": self.fix}
-
-
-def skip(name: str, why: str) -> Check:
-    return Check(name, False, f"not checked: {why}", blocking=False, skipped=True)
-
-
 def wanted_runtime(backend: Backend) -> str | None:
     """The Docker runtime the backend's `docker run` needs: nvidia for --gpus, else run.runtime."""
-    return "nvidia" if backend.run.gpus else backend.run.runtime
+    return backend.run.runtime_needed
 
 
 def runtime(backend: Backend, runtimes: set[str] | None, root: Path) -> Check:
@@ -80,14 +54,14 @@ def runtime(backend: Backend, runtimes: set[str] | None, root: Path) -> Check:
         f"install the {backend.description} container runtime, register it as \"{wanted}\" under \"runtimes\" "
         "in /etc/docker/daemon.json, then `sudo systemctl restart docker`"
     )
-    flag = f"--gpus={run.gpus}" if run.gpus else f"--runtime={wanted}"
+    flag = run.shown("gpus") or run.shown("runtime")
     return Check("runtime", False, f"`{flag}` needs the Docker runtime '{wanted}'; the daemon has: "
                  f"{', '.join(sorted(runtimes)) or 'none'}", fix)
 
 
 def device_nodes(backend: Backend, root: Path) -> Check | None:
     """Every node `docker run --device` passes exists on the host."""
-    nodes = [d.split(":")[0] for d in backend.run.devices]
+    nodes = list(backend.run.device_nodes)
     if not nodes:
         return None
     missing = [n for n in nodes if not (root / n.lstrip("/")).exists()]
@@ -172,15 +146,14 @@ def require_host(backend: Backend, host: Any, *, matrix: Any = None, measured_ar
 
 def _refusals(run: Any) -> list[tuple[tuple[str, ...], str | None]]:
     """(what the runtime says, lower case) -> the flag of this backend it refused; None: not asked for."""
-    caps = " ".join(f"--cap-add={c}" for c in run.cap_add) or None
     return [
-        (("unable to apply caps", "operation not permitted"), "--privileged" if run.privileged else caps),
-        (("could not select device driver",), f"--gpus={run.gpus}" if run.gpus else None),
-        (("unknown or invalid runtime name",), f"--runtime={run.runtime}" if run.runtime else None),
-        (("error gathering device information", "no such file or directory"), " ".join(f"--device {d}" for d in run.devices) or None),
-        (("bind source path does not exist",), " ".join(f"-v {v}" for v in run.volumes) or None),
-        (("seccomp",), " ".join(f"--security-opt {o}" for o in run.security_opt) or None),
-        (("unable to find group",), " ".join(f"--group-add {g}" for g in run.group_add) or None),
+        (("unable to apply caps", "operation not permitted"), run.shown("privileged") or run.shown("cap_add")),
+        (("could not select device driver",), run.shown("gpus")),
+        (("unknown or invalid runtime name",), run.shown("runtime")),
+        (("error gathering device information", "no such file or directory"), run.shown("device")),
+        (("bind source path does not exist",), run.shown("volume")),
+        (("seccomp",), run.shown("security_opt")),
+        (("unable to find group",), run.shown("group_add")),
     ]
 
 

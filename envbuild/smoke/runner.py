@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .. import owner
 from ..errors import DockerError, InvalidInput, SmokeError
+from ..owner import OWNED_LABEL
 from ..text import shown, unsafe_char
 from . import preflight
 
@@ -24,7 +26,6 @@ if TYPE_CHECKING:
     from ..matrix import Backend, Matrix
 
 SMOKE_LABEL = "dev.envbuild.smoke"
-OWNED_LABEL = "dev.envbuild.owned"  # on every container envbuild starts (smoke, run): what leftovers are
 MODEL_MOUNT = "/models"
 CACHE = "/cache"  # the image's one cache root (HF_HOME, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR under it)
 
@@ -116,7 +117,6 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
           root: Path = Path("/"), cache: str | None = None, platform: str | None = None) -> SmokeResult:
     """Run the probe once, in one container (default image: the backend's tag for `platform`, REPO:BACKEND-ARCH when
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
-    from ..clean import stopped_containers  # clean names containers by this module's label
     from ..host.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
     from ..run import _is_folder
 
@@ -131,7 +131,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
 
         host = host_driver(backend, root)
         preflight.require_host(backend, host, matrix=matrix)
-    for name in stopped_containers(engine):  # what a crash (a daemon killed mid-smoke) left behind
+    for name in owner.remove_left_behind(engine):  # what a crashed run left; never a live run's container
         echo(f"[{backend.name}] removed a stopped envbuild container left behind: {name}")
     image_id = engine.image_id(image)
     if image_id is None:
@@ -166,7 +166,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
             done = engine.run(
                 image, ["envbuild-probe", "--backend", backend.name, *args],
                 name=f"envbuild-smoke-{backend.name}-{tag}",
-                labels={SMOKE_LABEL: "1", OWNED_LABEL: "1", "dev.envbuild.backend": backend.name},
+                labels={SMOKE_LABEL: "1", **owner.labels(), "dev.envbuild.backend": backend.name},
                 run=backend.run, volumes=[*volumes, f"{cache}:{CACHE}"], environment={**env, **(extra_env or {})},
                 timeout=timeout, user=user,
             )
@@ -192,7 +192,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     if mounted_cache is not None:  # the user's: what the probe downloads and compiles stays for the next run
         result = probe(mounted_cache)
     else:  # a cache of its own, gone with the smoke test
-        with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", {OWNED_LABEL: "1"}) as volume:
+        with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", owner.labels()) as volume:
             result = probe(volume)
     result.platform, result.emulated = ran, emulated
     if emulated and result.probe is not None:  # said, never silently dropped

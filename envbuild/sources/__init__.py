@@ -16,9 +16,9 @@ from ..host import drivers
 from ..matrix import rules
 from ..matrix.facts import Facts
 from ..matrix.model import Backend, Matrix
-from ..registry.refs import mirror_image, registry_host
+from ..imageref import Reference, mirror
 from .index import IndexClient, SourceError
-from .tags import ImageRef, RegistryClient, follow, newer_tags
+from .tags import RegistryClient, follow, newer_tags
 
 __all__ = ["Finding", "Sources", "SourceError", "outdated"]
 
@@ -82,7 +82,8 @@ class Sources:
 
     def registry_for(self, matrix: Matrix) -> RegistryClient:
         if self.registry is None:
-            self.registry = RegistryClient(self.ca_bundle, self.environ, registry_host(matrix.image.repository))
+            self.registry = RegistryClient(self.ca_bundle, self.environ,
+                                           Reference.parse(matrix.image.repository).registry)
         return self.registry
 
 
@@ -322,17 +323,17 @@ def _plugin(sources: Sources, matrix: Matrix, b: Backend, torch_version: str) ->
 
 
 def _base(sources: Sources, matrix: Matrix, b: Backend, torch_version: str | None = None) -> Finding:
-    ref = ImageRef.parse(b.base_image)
-    asked = ImageRef.parse(mirror_image(b.base_image, sources.mirrors)) if sources.mirrors else ref
-    f = Finding(f"backends.{b.name}.base_image", b.name, asked.host, b.base_image)
+    ref = Reference.parse(b.base_image)
+    asked = Reference.parse(mirror(b.base_image, sources.mirrors)) if sources.mirrors else ref
+    f = Finding(f"backends.{b.name}.base_image", b.name, asked.registry, b.base_image)
 
     def ask() -> None:
         client = sources.registry_for(matrix)
         if not ref.tag:
             f.newest = f.fits = b.base_image
             return
-        candidates = newer_tags(ref.tag, client.tags(asked), ref.repository)
-        f.newest = ref.with_tag(candidates[0]) if candidates else ref.with_tag(ref.tag, ref.digest)
+        candidates = newer_tags(ref.tag, client.tags(asked), ref.path)
+        f.newest = str(ref.with_tag(candidates[0]) if candidates else ref)
         chosen = ref.tag
         for tag in candidates:
             reasons, moved = _base_moves(matrix, b, ref.tag, tag)
@@ -346,7 +347,7 @@ def _base(sources: Sources, matrix: Matrix, b: Backend, torch_version: str | Non
         digest = client.digest(asked, chosen) if ref.digest else None
         if ref.digest and chosen == ref.tag and digest != ref.digest:
             f.why.append(f"the tag {ref.tag} moved: {ref.digest[:19]}... -> {digest[:19]}...")
-        f.fits = ref.with_tag(chosen, digest)
+        f.fits = str(ref.with_tag(chosen).with_digest(digest) if digest else ref.with_tag(chosen))
 
     return _asked(f, ask)
 

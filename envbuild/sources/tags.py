@@ -6,12 +6,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..registry.credentials import from_env
-from ..registry.refs import api_host, normalize_ref, registry_host
+from ..imageref import Reference, api_host
 from ..registry.session import unreachable_reason
 from .index import SourceError
 
@@ -21,35 +20,6 @@ _MANIFESTS = ", ".join([
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 ])
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    host: str  # as Docker names it (docker.io)
-    repository: str  # without the host: library/debian
-    tag: str | None
-    digest: str | None
-
-    @classmethod
-    def parse(cls, ref: str) -> "ImageRef":
-        full = normalize_ref(ref)
-        rest, _, digest = full.partition("@")
-        host = registry_host(full)
-        path = rest[len(host) + 1:]
-        name, sep, tag = path.rpartition(":")
-        if not sep or "/" in tag:
-            name, tag = path, None
-        return cls(host, name, tag or None, digest or None)
-
-    def with_tag(self, tag: str, digest: str | None = None) -> str:
-        """The reference as the matrix writes it (Docker's short form kept)."""
-        return f"{short(self.host, self.repository)}:{tag}" + (f"@{digest}" if digest else "")
-
-
-def short(host: str, repository: str) -> str:
-    if host == "docker.io":
-        return repository.removeprefix("library/")
-    return f"{host}/{repository}"
 
 
 def _loopback(host: str) -> bool:
@@ -90,30 +60,30 @@ class RegistryClient:
         self._clients[host] = client
         return client
 
-    def _request(self, ref: ImageRef, url: str, method: str = "GET", headers: dict | None = None):
-        client = self._client(ref.host)
+    def _request(self, ref: Reference, url: str, method: str = "GET", headers: dict | None = None):
+        client = self._client(ref.registry)
         import oras.container
 
         try:
-            client.auth.load_configs(oras.container.Container(f"{ref.host}/{ref.repository}"))
+            client.auth.load_configs(oras.container.Container(ref.name))
         except Exception:  # no Docker config: anonymous
             pass
         try:
             response = client.do_request(f"{client.prefix}://{url}", method, headers=headers or {}, stream=True)
         except Exception as exc:  # requests' and oras' errors alike: the registry did not answer usably
-            raise SourceError(f"registry {ref.host}: {str(exc).splitlines()[0][:200] or type(exc).__name__}") from None
+            raise SourceError(f"registry {ref.registry}: {str(exc).splitlines()[0][:200] or type(exc).__name__}") from None
         if response.status_code in (401, 403):
-            raise SourceError(f"registry {ref.host} refused {ref.repository} ({response.status_code}): log in with "
-                              f"`docker login {ref.host}`")
+            raise SourceError(f"registry {ref.registry} refused {ref.path} ({response.status_code}): log in with "
+                              f"`docker login {ref.registry}`")
         if response.status_code == 404:
-            raise SourceError(f"{short(ref.host, ref.repository)}: not found on {ref.host}")
+            raise SourceError(f"{ref.familiar_name}: not found on {ref.registry}")
         if response.status_code >= 400:
-            raise SourceError(f"registry {ref.host} answered {response.status_code} for {ref.repository}")
+            raise SourceError(f"registry {ref.registry} answered {response.status_code} for {ref.path}")
         return response
 
-    def tags(self, ref: ImageRef) -> list[str]:
-        api = api_host(ref.host)
-        url = f"{api}/v2/{ref.repository}/tags/list"
+    def tags(self, ref: Reference) -> list[str]:
+        api = api_host(ref.registry)
+        url = f"{api}/v2/{ref.path}/tags/list"
         tags: list[str] = []
         for _ in range(100):  # pages (Link: <...>; rel="next")
             response = self._request(ref, url)
@@ -124,15 +94,15 @@ class RegistryClient:
             url = f"{api}{link.group(1)}" if link.group(1).startswith("/") else link.group(1).split("://", 1)[-1]
         return tags
 
-    def digest(self, ref: ImageRef, tag: str) -> str:
-        api = api_host(ref.host)
-        response = self._request(ref, f"{api}/v2/{ref.repository}/manifests/{tag}", "HEAD", {"Accept": _MANIFESTS})
+    def digest(self, ref: Reference, tag: str) -> str:
+        api = api_host(ref.registry)
+        response = self._request(ref, f"{api}/v2/{ref.path}/manifests/{tag}", "HEAD", {"Accept": _MANIFESTS})
         response.close()
         digest = response.headers.get("Docker-Content-Digest")
         if not digest:
-            raise SourceError(f"registry {ref.host} gave no digest for {ref.repository}:{tag}")
+            raise SourceError(f"registry {ref.registry} gave no digest for {ref.path}:{tag}")
         if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-            raise SourceError(f"registry {ref.host} gave no valid digest for {ref.repository}:{tag}")
+            raise SourceError(f"registry {ref.registry} gave no valid digest for {ref.path}:{tag}")
         return digest
 
 

@@ -107,9 +107,10 @@ def _push(registry: testbed.Registry, ref: str, content: str, workdir: Path) -> 
 
 
 def _digest(registry: testbed.Registry, ref: str) -> str:
-    from envbuild.sources.tags import ImageRef, RegistryClient
+    from envbuild.imageref import Reference
+    from envbuild.sources.tags import RegistryClient
 
-    parsed = ImageRef.parse(f"{registry.host}/{ref}")
+    parsed = Reference.parse(f"{registry.host}/{ref}")
     return RegistryClient().digest(parsed, parsed.tag)
 
 

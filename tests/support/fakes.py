@@ -7,7 +7,15 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from envbuild.engine import EngineError, Image, split_ref
+from envbuild.engine import EngineError, Image
+from envbuild.imageref import Reference
+from envbuild.owner import OWNED_LABEL, Container
+
+
+def _split(ref: str) -> tuple[str, str]:
+    """A reference as the engine takes it apart (the repository as written, the tag or 'latest')."""
+    r = Reference.parse(ref).tagged()
+    return ref.rsplit(":", 1)[0] if r.tag and ref.endswith(":" + r.tag) else ref, r.tag or r.digest
 
 
 def _item(name: str, version: str, requires: list[str] = (), digest: str = "") -> dict[str, Any]:
@@ -118,7 +126,11 @@ class FakeEngine:
         return img.files.get(path) if img else None
 
     def containers(self, label: str, stopped: bool = False) -> list[str]:
-        return list(self.leftovers)
+        return [c.name for c in self.container_list(label) if not stopped or c.state != "running"]
+
+    def container_list(self, label: str) -> list[Container]:
+        """`containers` given as names are stopped ones of an envbuild that wrote no owner; Container objects as they are."""
+        return [c if isinstance(c, Container) else Container(c, "exited", {OWNED_LABEL: "1"}) for c in self.leftovers]
 
     def dangling_images(self, label: str) -> list[str]:
         return []
@@ -132,7 +144,7 @@ class FakeEngine:
         return sum(int(r.get("Size") or 0) for r in gone)
 
     def remove_container(self, ref: str) -> None:
-        self.leftovers = [c for c in self.leftovers if c != ref]
+        self.leftovers = [c for c in self.leftovers if getattr(c, "name", c) != ref]
 
     def login(self, host: str, username: str, password: str) -> None:
         self.logins.append((username, host))
@@ -140,12 +152,12 @@ class FakeEngine:
             raise EngineError(f"logging in to {host}", self.login_error)
 
     def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
-        repo, tag = split_ref(ref)
+        repo, tag = _split(ref)
         self.pushed.append((ref, auth))
         return iter(self.push_lines(repo, tag))
 
     def pull(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
-        repo, tag = split_ref(ref)
+        repo, tag = _split(ref)
         return iter(self.pull_lines(repo, tag))
 
     def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str:

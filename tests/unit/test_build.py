@@ -102,9 +102,122 @@ def test_a_given_build_arg_value_is_in_the_key_but_not_on_the_argv(tmp_path, eng
     assert "value-one" not in " ".join(one.argv) and "TOKEN_ARG" in one.argv
 
 
-@pytest.mark.parametrize("name", plan.STEERING)
+# Written out here, not read from plan.STEERING: a name dropped there must fail this test.
+STEERING_ENV = (
+    "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_API_VERSION",
+    "DOCKER_BUILDKIT", "DOCKER_DEFAULT_PLATFORM", "BUILDX_BUILDER", "BUILDX_CONFIG", "BUILDKIT_HOST",
+    "SOURCE_DATE_EPOCH", "ENVBUILD_DOCKER",
+)
+
+
+@pytest.mark.parametrize("name", STEERING_ENV)
 def test_the_environment_that_steers_the_build_is_in_the_key(tmp_path, engine, legacy, name):
-    assert make(tmp_path, engine, {name: "1"}).key() != make(tmp_path, engine, {}).key()
+    base = {"DOCKER_CONFIG": str(tmp_path / "docker-config")}
+    assert make(tmp_path, engine, {**base, name: "1"}).key() != make(tmp_path, engine, base).key()
+    assert make(tmp_path, engine, {**base, name: "1"}).key() != make(tmp_path, engine, {**base, name: "2"}).key()
+
+
+def _wheelhouse(tmp_path: Path, content: bytes = b"x" * 10, name: str = "torch-2.13.0-cp311-none-any.whl") -> Path:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir(exist_ok=True)
+    for old in wheels.iterdir():
+        old.unlink()
+    (wheels / name).write_bytes(content)
+    os.utime(wheels / name, ns=(10**18, 10**18))
+    return wheels
+
+
+def _input_changes(tmp_path: Path, engine: FakeEngine, monkeypatch) -> dict[str, Any]:
+    """Each input of a build, changed in the world one at a time (not the plan's fields rewritten): what the test
+    below requires the key to notice. Each entry returns the plan made after its change."""
+    env = {"HOME": str(tmp_path), "DOCKER_CONFIG": str(tmp_path / "docker-config")}
+
+    def again(environ: dict[str, str] | None = None, lock: bytes = b"", **kw: Any) -> plan.BuildPlan:
+        return plan.make_plan(MATRIX, CPU, opts(tmp_path, **kw), engine, env if environ is None else environ, lock)
+
+    def other_engine_host() -> plan.BuildPlan:
+        other = FakeEngine()
+        other.add_image(BASE_ID, [CPU.base_image])
+        other.host = "tcp://elsewhere:2376"
+        return plan.make_plan(MATRIX, CPU, opts(tmp_path), other, env)
+
+    def newer_base() -> plan.BuildPlan:
+        engine.add_image("sha256:" + "d" * 64, [CPU.base_image])
+        return again()
+
+    def buildx_selected() -> plan.BuildPlan:
+        (tmp_path / "docker-config" / "buildx").mkdir(parents=True)
+        (tmp_path / "docker-config" / "buildx" / "current").write_text(json.dumps({"Name": "remote-builder"}))
+        return again()
+
+    def builder_env() -> plan.BuildPlan:
+        monkeypatch.setattr(plan, "find_builder", lambda: dataclasses.replace(LEGACY, env=(("DOCKER_BUILDKIT", "0"),)))
+        return again()
+
+    def builder_client() -> plan.BuildPlan:
+        monkeypatch.setattr(plan, "find_builder", lambda: dataclasses.replace(LEGACY, argv=("/opt/docker", "build")))
+        return again()
+
+    def probe() -> plan.BuildPlan:
+        (tmp_path / "probe.py").write_bytes(b"print('another probe')\n")
+        monkeypatch.setattr(plan, "PROBE", tmp_path / "probe.py")
+        return again()
+
+    def template_input() -> plan.BuildPlan:
+        return plan.make_plan(MATRIX, dataclasses.replace(CPU, env=(("A", "1"),)), opts(tmp_path), engine, env)
+
+    def wheel_content() -> plan.BuildPlan:  # same name, size and mtime: only the bytes differ
+        _wheelhouse(tmp_path)
+        plan.make_plan(MATRIX, CPU, opts(tmp_path, wheelhouse=tmp_path / "wheels"), engine, env)
+        return plan.make_plan(MATRIX, CPU, opts(tmp_path, wheelhouse=_wheelhouse(tmp_path, b"y" * 10)), engine, env)
+
+    def secret_file(option: str) -> Any:
+        def change() -> plan.BuildPlan:
+            (tmp_path / option).write_text("secret")
+            return again(**{option: tmp_path / option})
+        return change
+
+    return {
+        "engine host": other_engine_host,
+        "base image id": newer_base,
+        "buildx selected builder": buildx_selected,
+        "builder environment": builder_env,
+        "builder client": builder_client,
+        "probe": probe,
+        "template input": template_input,
+        "lock": lambda: again(lock=b"torch==2.13.0\n"),
+        "context folder": lambda: plan.make_plan(MATRIX, CPU, dataclasses.replace(opts(tmp_path), context_dir=tmp_path / "ctx2"), engine, env),
+        "wheel added": lambda: again(wheelhouse=_wheelhouse(tmp_path)),
+        "wheel content": wheel_content,
+        "pass-through build-arg value": lambda: plan.make_plan(MATRIX, CPU, opts(tmp_path, build_args=("PIP_X",)), engine, {**env, "PIP_X": "1"}),
+        **{f"${name}": (lambda name=name: again(environ={**env, name: "1"})) for name in STEERING_ENV if name != "DOCKER_CONFIG"},
+        "$DOCKER_CONFIG": lambda: again(environ={**env, "DOCKER_CONFIG": str(tmp_path / "other-config")}),
+        "--label": lambda: again(labels=("a=b",)),
+        "--tag": lambda: again(tags=("r:x",)),
+        "--build-arg": lambda: again(build_args=("A=1",)),
+        "--cache-from": lambda: again(cache_from=("reg/cache:cpu",)),
+        "--mirror": lambda: again(mirrors=("docker.io=mirror.test:5000",)),
+        "--no-cache": lambda: again(no_cache=True),
+        "--platform": lambda: again(platform="linux/arm64"),
+        "--network": lambda: again(network="host"),
+        "--netrc": secret_file("netrc"),
+        "--ca-bundle": secret_file("ca_bundle"),
+    }
+
+
+INPUTS = list(_input_changes(Path("/nonexistent"), None, None))
+
+
+@pytest.mark.parametrize("what", INPUTS)
+def test_each_input_of_a_build_changes_the_key(tmp_path, engine, legacy, monkeypatch, what):
+    before = make(tmp_path, engine)
+    after = _input_changes(tmp_path, engine, monkeypatch)[what]()
+    assert after.key() != before.key(), f"{what} changed and the key did not"
+
+
+def test_the_test_s_inputs_cover_the_keyed_environment():
+    """The other way round: an input added to the plan's environment needs its row in INPUTS."""
+    assert set(plan.STEERING) <= set(STEERING_ENV)
 
 
 def test_the_base_image_as_the_engine_holds_it_is_in_the_key(tmp_path, engine, legacy):
@@ -327,7 +440,7 @@ class FakeBuilderProcess:
 @pytest.fixture
 def fake_builder(monkeypatch, legacy):
     monkeypatch.setattr(FakeBuilderProcess, "calls", [])
-    monkeypatch.setattr(builder.subprocess, "Popen", FakeBuilderProcess)
+    monkeypatch.setattr(builder.engine, "start_client", lambda argv, env: FakeBuilderProcess(argv, env=env))
     return FakeBuilderProcess
 
 

@@ -208,7 +208,7 @@ def test_pull_refuses_before_downloading(tmp_path):
 
 def test_doctor_lists_the_same_check(tmp_path):
     from envbuild.host import doctor
-    from envbuild.smoke.preflight import Check
+    from envbuild.checks import Check
 
     root = host(tmp_path, "cuda", nvidia_version("535.104.05"))
     rep = doctor.diagnose(M, M.backend("cuda"), root=root, path_env=str(root / "usr/bin"),

@@ -248,14 +248,6 @@ def test_mps_report_never_asks_docker(m):
 # Registry credentials: where they were found, never what they are.
 
 
-@pytest.mark.parametrize("ref, host", [
-    ("ghcr.io/envbuild/envbuild", "ghcr.io"), ("ghcr.io", "ghcr.io"), ("127.0.0.1:5000/x/y", "127.0.0.1:5000"),
-    ("localhost/img", "localhost"), ("envbuild/envbuild", "docker.io"), ("ubuntu", "docker.io"),
-])
-def test_registry_host(ref, host):
-    assert doctor.registry_host(ref) == host
-
-
 def _config(tmp_path, doc) -> dict[str, str]:
     (tmp_path / "config.json").write_text(json.dumps(doc))
     return {"DOCKER_CONFIG": str(tmp_path)}
@@ -274,14 +266,26 @@ def test_credentials_from_the_environment(tmp_path):
     ("quay.io/org/img", {}, False),
 ])
 def test_doctor_finds_credentials_where_publish_takes_them(tmp_path, registry, env, found):
-    """One lookup for both: doctor passes exactly where publish would have credentials from the environment."""
-    from envbuild.registry import credentials
-    from envbuild.registry.refs import registry_host
+    """Doctor says credentials are found exactly where a publish (through the fake engine) logs in and pushes
+    with credentials: the two paths compared, not one function with itself."""
+    from support.constants import MATRIX
+    from support.fakes import FakeEngine
+
+    from envbuild.matrix import load
+    from envbuild.registry.publish import PublishOptions, publish
 
     env = {**env, "DOCKER_CONFIG": str(tmp_path / "none")}
     check = doctor.check_credentials(registry, env)
     assert check.ok is found
-    assert (credentials.from_env(registry_host(registry), env) is not None) is found
+    m = load(MATRIX)
+    cpu = m.backend("cpu")
+    engine = FakeEngine()
+    engine.add_image("sha256:" + "a" * 64, [m.tags(cpu)[0]], {"dev.envbuild.backend": "cpu", "dev.envbuild.torch": cpu.torch.version,
+                     "dev.envbuild.plugin": "", "dev.envbuild.transformers": m.transformers, "dev.envbuild.accelerate": m.accelerate})
+    publish(m, [cpu], PublishOptions(registry=registry, manifest=tmp_path / "m.json"), engine, environ=env)
+    assert engine.pushed
+    assert all((auth is not None) is found for _, auth in engine.pushed)
+    assert bool(engine.logins) is found
     assert SECRET not in json.dumps(check.to_json())
 
 

@@ -167,7 +167,7 @@ def test_locked_refuses_a_missing_or_stale_lock_without_resolving(tmp_path, monk
     calls = []
     monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
     monkeypatch.setattr(builder, "find_builder", lambda: LEGACY)
-    monkeypatch.setattr(builder.subprocess, "Popen", lambda *a, **kw: calls.append(a) or (_ for _ in ()).throw(AssertionError))
+    monkeypatch.setattr(builder.engine, "start_client", lambda *a, **kw: calls.append(a) or (_ for _ in ()).throw(AssertionError))
     engine = FakeEngine()
     opts = plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks")
     monkeypatch.setattr("envbuild.host.platform.host_platform", lambda *a: AMD64)

@@ -28,8 +28,8 @@ from envbuild.matrix import load
 from envbuild.registry import credentials, manifest
 from envbuild.registry.publish import PublishOptions, Published, publish
 from envbuild.registry.pull import pull
-from envbuild.registry.refs import check_repository, registry_host, with_tags
-from envbuild.registry.session import registry_error
+from envbuild.imageref import check_repository, with_tags
+from envbuild.registry.session import Session, registry_error
 
 MATRIX = load(MATRIX_PATH)
 CPU = MATRIX.backend("cpu")
@@ -54,7 +54,8 @@ def client() -> FakeEngine:
 
 
 def run_publish(client: FakeEngine, tmp_path: Path, env: dict | None = None, **kw) -> list[Published]:
-    opts = PublishOptions(registry="registry.test:5000/envbuild", manifest=tmp_path / "m.json", **kw)
+    kw.setdefault("registry", "registry.test:5000/envbuild")
+    opts = PublishOptions(manifest=tmp_path / "m.json", **kw)
     return publish(MATRIX, [CPU], opts, client, environ=ENV if env is None else env)
 
 
@@ -83,30 +84,45 @@ def test_ghcr_token_without_actor_is_an_error():
         credentials.from_env("ghcr.io", {"GITHUB_TOKEN": "ghs_x"})
 
 
-@pytest.mark.parametrize("repo, host", [
-    ("ghcr.io/org/envbuild", "ghcr.io"), ("localhost:5000/envbuild", "localhost:5000"),
-    ("127.0.0.1:5000/a/b", "127.0.0.1:5000"), ("org/envbuild", "docker.io"), ("localhost/x", "localhost"),
+@pytest.mark.parametrize("registry, host", [
+    ("ghcr.io/org/envbuild", "ghcr.io"), ("registry.test:5000/envbuild", "registry.test:5000"),
+    ("org/envbuild", "docker.io"), ("index.docker.io/org/envbuild", "docker.io"), ("localhost/x", "localhost"),
 ])
-def test_registry_host(repo, host):
-    assert check_repository(repo) == repo
-    assert registry_host(repo) == host
+def test_credentials_go_only_to_the_registry_that_receives_the_push(client, tmp_path, registry, host):
+    """Every push carries credentials, and the one host they were checked against is the one Docker pushes to
+    (read by the table in the test, not by envbuild's parser)."""
+    run_publish(client, tmp_path, registry=registry)
+    assert client.logins == [("bot", host)]
+    assert client.pushed and all(auth == {"username": "bot", "password": PASSWORD} for _, auth in client.pushed)
+    first = [ref.split("/", 1)[0] for ref, _ in client.pushed]
+    pushed_to = [f if "." in f or ":" in f.split(":", 1)[0] or f.startswith("localhost") else "docker.io" for f in first]
+    assert set(pushed_to) == {"docker.io" if host == "docker.io" else host}
 
 
-@pytest.mark.parametrize("ref, host", [
-    ("debian:bookworm-slim", "docker.io"), ("debian:12", "docker.io"), ("ubuntu", "docker.io"),
-    ("ghcr.io", "ghcr.io"), ("localhost:5000", "localhost:5000"), ("registry.corp:5000", "registry.corp:5000"),
-    ("nvidia/cuda:13.2.1-base-ubuntu24.04", "docker.io"), ("quay.io/ascend/cann:9.2.0", "quay.io"),
-])
-def test_bare_names_are_images_unless_they_name_a_host(ref, host):
-    assert registry_host(ref) == host
+@pytest.mark.parametrize("registry", ["ghcr.io", "ghcr.io/", "localhost:5000", "localhost", "quay.io"])
+def test_a_bare_registry_host_is_refused_before_any_credentials_are_offered(client, tmp_path, registry):
+    """Docker reads `ghcr.io:cpu` as docker.io/library/ghcr.io:cpu: a GHCR token would go to Docker Hub."""
+    env = {"GITHUB_ACTOR": "octo", "GITHUB_TOKEN": PASSWORD}
+    with pytest.raises(InvalidInput, match="names a registry but no repository"):
+        run_publish(client, tmp_path, env=env, registry=registry)
+    assert client.logins == [] and client.pushed == []
+
+
+def test_a_session_offers_its_credentials_to_its_own_registry_only():
+    session = Session(FakeEngine(), "ghcr.io/org/envbuild", {"GITHUB_ACTOR": "octo", "GITHUB_TOKEN": PASSWORD})
+    for ref in ("ghcr.io:cpu", "org/envbuild:cpu", "quay.io/org/envbuild:cpu"):
+        with pytest.raises(PublishError, match="not offered"):
+            session.push(ref, lambda s: None)
+    assert session.engine.pushed == []
 
 
 @pytest.mark.parametrize("value, fragment", [
     ("ghcr.io/org/envbuild:cpu", "without a tag"),
     ("localhost:5000", "no repository"),
-    ("ghcr.io/Org/envbuild", "not an image repository"),
-    ("ghcr.io/org/envbuild@sha256:" + "1" * 64, "not an image repository"),
-    ("ghcr.io/org/env build", "not an image repository"),
+    ("ghcr.io", "no repository"),
+    ("ghcr.io/Org/envbuild", "must be lowercase"),
+    ("ghcr.io/org/envbuild@sha256:" + "1" * 64, "without a tag or digest"),
+    ("ghcr.io/org/env build", "is not an image reference"),
 ])
 def test_bad_registry_names(value, fragment):
     with pytest.raises(InvalidInput, match=fragment):
@@ -478,6 +494,7 @@ def test_no_password_option():
 @pytest.mark.parametrize("args, fragment", [
     (["publish", "--registry", "ghcr.io/org/envbuild:cpu"], "without a tag"),
     (["pull", "--registry", "localhost:5000"], "no repository"),
+    (["publish", "--registry", "ghcr.io"], "no repository"),
     (["pull", "--tag", "bad tag"], "is not a valid image tag"),
 ])
 def test_invalid_registry_arguments_exit_2_through_the_cli(invoke, closed_socket, args, fragment):

@@ -12,7 +12,8 @@ from envbuild.matrix.edit import apply
 from envbuild.sources import Finding
 from envbuild.sources.bump import bump, changes, check_only, select
 from envbuild.sources.index import _from_html, requirement_of
-from envbuild.sources.tags import ImageRef, follow, newer_tags
+from envbuild.imageref import Reference
+from envbuild.sources.tags import follow, newer_tags
 
 
 @pytest.mark.parametrize("current, tags, repo, expected", [
@@ -37,13 +38,13 @@ def test_a_vendor_base_carries_its_torch_and_plugin_in_the_tag():
 
 
 def test_image_refs_keep_dockers_short_form():
-    ref = ImageRef.parse("debian:bookworm-slim")
-    assert (ref.host, ref.repository, ref.tag, ref.digest) == ("docker.io", "library/debian", "bookworm-slim", None)
-    assert ref.with_tag("trixie-slim") == "debian:trixie-slim"
+    ref = Reference.parse("debian:bookworm-slim")
+    assert (ref.registry, ref.path, ref.tag, ref.digest) == ("docker.io", "library/debian", "bookworm-slim", None)
+    assert str(ref.with_tag("trixie-slim")) == "debian:trixie-slim"
     d = "sha256:" + "a" * 64
-    ref = ImageRef.parse(f"127.0.0.1:5000/v/cuda:13@{d}")
-    assert (ref.host, ref.repository, ref.tag, ref.digest) == ("127.0.0.1:5000", "v/cuda", "13", d)
-    assert ref.with_tag("14", d) == f"127.0.0.1:5000/v/cuda:14@{d}"
+    ref = Reference.parse(f"127.0.0.1:5000/v/cuda:13@{d}")
+    assert (ref.registry, ref.path, ref.tag, ref.digest) == ("127.0.0.1:5000", "v/cuda", "13", d)
+    assert str(ref.with_tag("14").with_digest(d)) == f"127.0.0.1:5000/v/cuda:14@{d}"
 
 
 def test_requirements_read_through_the_extra_and_unconditionally():

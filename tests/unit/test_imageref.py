@@ -1,0 +1,73 @@
+"""The one image reference type against the table of forms the engine test checks against the engine."""
+
+import pytest
+
+from envbuild.errors import InvalidInput
+from envbuild.imageref import Reference, mirror, parse_mirror
+from support.refforms import FORMS
+
+
+@pytest.mark.parametrize("form,full", FORMS, ids=[f[0][:40] or "empty" for f in FORMS])
+def test_reference_forms(form, full):
+    if full is None:
+        with pytest.raises(InvalidInput):
+            Reference.parse(form)
+        return
+    ref = Reference.parse(form)
+    assert ref.full == full
+    assert Reference.parse(str(ref)) == ref  # the familiar form reads back the same
+    assert Reference.parse(ref.full) == ref
+
+
+@pytest.mark.parametrize("form,familiar", [
+    ("docker.io/library/debian:12", "debian:12"), ("index.docker.io/org/x", "org/x"),
+    ("library/debian", "debian"), ("ghcr.io/org/x:1", "ghcr.io/org/x:1"), ("localhost:5000/x", "localhost:5000/x"),
+])
+def test_familiar_form(form, familiar):
+    assert str(Reference.parse(form)) == familiar
+
+
+@pytest.mark.parametrize("form,registry", [
+    ("ghcr.io/org/envbuild", "ghcr.io"), ("org/envbuild", "docker.io"), ("debian:12", "docker.io"),
+    ("ghcr.io:cpu", "docker.io"), ("localhost:5000/envbuild", "localhost:5000"), ("index.docker.io/x", "docker.io"),
+])
+def test_registry_is_where_docker_pushes(form, registry):
+    assert Reference.parse(form).registry == registry
+
+
+@pytest.mark.parametrize("value", ["ghcr.io", "ghcr.io/", "localhost", "localhost:5000", "registry:5000",
+                                   "my.registry.example.com"])
+def test_a_bare_registry_host_is_not_a_repository(value):
+    with pytest.raises(InvalidInput, match="names a registry but no repository"):
+        Reference.repository(value)
+
+
+@pytest.mark.parametrize("value", ["ghcr.io/org/x:cpu", f"ghcr.io/org/x@sha256:{'a' * 64}", "Org/x", "ghcr.io//x"])
+def test_a_repository_has_no_tag_and_is_valid(value):
+    with pytest.raises(InvalidInput):
+        Reference.repository(value)
+
+
+def test_repository_forms():
+    assert Reference.repository("ghcr.io/org/envbuild/").name == "ghcr.io/org/envbuild"
+    assert Reference.repository("envbuild").name == "docker.io/library/envbuild"
+    assert Reference.repository("myorg/envbuild").with_tag("cpu").full == "docker.io/myorg/envbuild:cpu"
+
+
+@pytest.mark.parametrize("ref,rules,out", [
+    ("debian:12", ["docker.io=mirror.example.com:5000"], "mirror.example.com:5000/library/debian:12"),
+    ("docker.io/library/debian:12", ["index.docker.io=m.example/hub/"], "m.example/hub/library/debian:12"),
+    ("nvcr.io/nvidia/pytorch:24.01", ["docker.io=m.example"], "nvcr.io/nvidia/pytorch:24.01"),
+    ("nvcr.io/nvidia/pytorch:24.01", ["nvcr.io/nvidia=localhost:5000/nv"], "localhost:5000/nv/pytorch:24.01"),
+    ("debian:12", ["docker.io/library/debian=localhost:5000/deb"], "localhost:5000/deb:12"),
+    ("debiantools:1", ["docker.io/library/debian=localhost:5000/deb"], "debiantools:1"),
+])
+def test_mirror(ref, rules, out):
+    assert mirror(ref, rules) == out
+
+
+@pytest.mark.parametrize("rule", ["docker.io", "docker.io=", "=m.example", "docker.io=mirror", "library=m.example",
+                                  "docker.io=m.example/UP", "docker.io=m example", "docker.io=-m.example"])
+def test_mirror_rules_refused(rule):
+    with pytest.raises(InvalidInput, match="--mirror"):
+        parse_mirror(rule)

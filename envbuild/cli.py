@@ -1209,7 +1209,7 @@ def keygen(prefix: Path, force: bool) -> None:
 
 def _split_image(value: str) -> tuple[str, str]:
     """REPO:TAG or REPO@DIGEST -> (REPO, TAG or DIGEST)."""
-    from .registry.refs import DIGEST, TAG
+    from .imageref import DIGEST, TAG
 
     if "@" in value:
         repo, _, reference = value.partition("@")
@@ -1264,7 +1264,7 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
     The result must be of that very image: its image id is the registry manifest's config digest.
     """
     from .registry import manifest as manifests
-    from .registry.refs import check_repository, split_ref
+    from .imageref import Reference, check_repository
     from .trust.attest import attest_smoke
 
     m = _load(matrix_path, overrides)
@@ -1276,7 +1276,7 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
     result = manifests.load_smoke_results(smoke_json).get(b.name)
     if result is None:
         raise InvalidInput(f"--smoke-json {smoke_json} has no result for backend {b.name}")
-    done = attest_smoke(repo, tag or split_ref(m.tags(b)[1])[1], result, key, force=force, echo=lambda line: click.echo(line, err=True))
+    done = attest_smoke(repo, tag or Reference.parse(m.tags(b)[1]).tag, result, key, force=force, echo=lambda line: click.echo(line, err=True))
     for a in done.attestations:
         click.echo(f"{b.name}: attested {repo}@{a['digest']} ({a['tag']})")
 

@@ -23,19 +23,18 @@ from . import text
 from .output import scrub, secret_name
 from .text import unsafe_char
 from . import owner
+from .cachemount import CACHE, DEFAULT_CACHE, VOLUME_NAME as _VOLUME_NAME  # noqa: F401
+from .cachemount import cache_mount as _cache_mount, is_folder as _is_folder
 
 if TYPE_CHECKING:
     from .engine import Engine
     from .matrix import Backend, Matrix
 
-CACHE = "/cache"
 WORKDIR = "/workspace"
-DEFAULT_CACHE = "envbuild-cache"  # a named volume, shared by every backend's image
 RUN_LABEL = "dev.envbuild.run"
 # Values of variables with such names are never printed (a --dry-run, an error).
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 REFUSED = 125  # docker run's status when the daemon or runtime would not start the container
 
 
@@ -78,19 +77,6 @@ class Invocation:
 
 
 SHELL = ("sh", "-c", "command -v bash >/dev/null && exec bash || exec sh")  # no command: a shell
-
-
-def _is_folder(source: str) -> bool:
-    return "/" in source or source.startswith(".")
-
-
-def _cache_mount(cache: str | None) -> str:
-    source = cache or DEFAULT_CACHE
-    if _is_folder(source):
-        return f"{Path(source).expanduser().resolve()}:{CACHE}"
-    if not _VOLUME_NAME.match(source):
-        raise InvalidInput(f"--cache {source!r}: give a folder (with a '/', e.g. ./cache) or a volume name")
-    return f"{source}:{CACHE}"
 
 
 def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactive: bool,

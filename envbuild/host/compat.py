@@ -17,7 +17,6 @@ from . import drivers
 
 if TYPE_CHECKING:
     from ..matrix import Backend, Matrix
-    from ..smoke.preflight import Check
 
 NAME = "host driver"
 ARCH_FILE = "/opt/envbuild/torch-arch.txt"  # what the build measured: torch's compiled architectures
@@ -114,7 +113,6 @@ def check(backend: Backend, host: drivers.HostDriver | None, *, matrix: Matrix |
           measured_arch: list[str] | None = None) -> Check:
     """One check: ok, FAIL (a known mismatch of a confirmed fact) or warn (a mismatch of an UNCONFIRMED fact, or
     something unknown), with the fix."""
-    from ..smoke.preflight import Check  # here: `render` reads needs() and never checks a host
 
     n = needs(backend, measured_arch)
     if n.stack is None:

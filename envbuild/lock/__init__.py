@@ -343,10 +343,10 @@ def _offline_plan(backend: Backend, opts: BuildOptions) -> Any:
     from types import SimpleNamespace
 
     from ..build.plan import DIGESTS, wheels
-    from ..registry.refs import mirror_image
+    from ..imageref import mirror
 
     context = (opts.context_dir / backend.name).resolve()
-    return SimpleNamespace(base_image=mirror_image(backend.base_image or "", opts.mirrors),
+    return SimpleNamespace(base_image=mirror(backend.base_image, opts.mirrors) if backend.base_image else "",
                            wheels=wheels(opts.wheelhouse, context / DIGESTS))
 
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from ..errors import PublishError, RegistryAuthError, RegistryUnreachableError
 from .credentials import Credentials, docker_config_path, from_env
-from .refs import api_host, normalize_ref, registry_host
+from ..imageref import Reference, api_host
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -57,7 +57,7 @@ class Manifest:
 
 def split(ref: str) -> tuple[str, str]:
     """'host:5000/org/img:tag' or '...@sha256:..' -> ('org/img' on its host's API, 'tag' or the digest)."""
-    full = normalize_ref(ref)
+    full = Reference.parse(ref).full
     name, at, digest = full.partition("@")
     if at:
         repo = name.rpartition(":")[0] if ":" in name.rpartition("/")[2] else name
@@ -88,7 +88,7 @@ class Registry:
     """One registry host, spoken to over HTTP(S): loopback hosts in plain HTTP (as Docker treats them), others TLS."""
 
     def __init__(self, ref: str, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None):
-        self.host = registry_host(ref)
+        self.host = Reference.parse(ref).registry
         self.creds = from_env(self.host, environ) or _config_credentials(self.host, environ)
         self.base = f"{'http' if _loopback(self.host) else 'https'}://{api_host(self.host)}"
         self.verify: Any = str(ca_bundle) if ca_bundle else True

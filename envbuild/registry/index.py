@@ -16,7 +16,7 @@ from ..host.compat import image_arch
 from ..host.platform import foreign_arch, platform_arch
 from . import manifest
 from .api import Registry
-from .refs import with_tags
+from ..imageref import with_tags
 
 if TYPE_CHECKING:
     from ..matrix import Backend, Matrix

@@ -118,7 +118,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     """Run the probe once, in one container (default image: the backend's tag for `platform`, REPO:BACKEND-ARCH when
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
     from ..host.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
-    from ..run import _is_folder
+    from ..cachemount import is_folder as _is_folder
 
     if platform and platform not in backend.platforms:
         raise InvalidInput(f"--platform {platform}: backend {backend.name} lists {', '.join(backend.platforms)}")
@@ -219,7 +219,7 @@ def probe_user(backend: Backend, *, mounted: bool) -> str | None:
 
 def cache_source(cache: str) -> str:
     """--cache as a mount source: a folder (with a '/', made when absent) or a volume name."""
-    from ..run import _cache_mount, _is_folder
+    from ..cachemount import cache_mount as _cache_mount, is_folder as _is_folder
 
     if _is_folder(cache):
         Path(cache).expanduser().mkdir(parents=True, exist_ok=True)  # the probe runs as you: yours to write

@@ -337,7 +337,7 @@ def _base(sources: Sources, matrix: Matrix, b: Backend, torch_version: str | Non
         chosen = ref.tag
         for tag in candidates:
             reasons, moved = _base_moves(matrix, b, ref.tag, tag)
-            more, linked = _stack_moves(sources, b, ref.with_tag(tag), torch_version or b.torch.version)
+            more, linked = _stack_moves(sources, b, str(ref.with_tag(tag)), torch_version or b.torch.version)
             reasons, moved = reasons + more, {**moved, **linked}
             if not reasons:
                 chosen = tag

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from urllib.parse import urljoin
 
 from ..registry.credentials import Scrubber, docker_config_path, from_env
-from ..registry.refs import DIGEST, api_host, registry_host
+from ..imageref import DIGEST, Reference, api_host
 from . import TrustError
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -70,11 +70,8 @@ class Client:
 
     @classmethod
     def for_repository(cls, repository: str, environ: Mapping[str, str] | None = None) -> tuple["Client", str]:
-        host = registry_host(repository)
-        path = repository[len(host) + 1:] if repository.startswith(host + "/") else repository
-        if host == "docker.io" and "/" not in path:
-            path = "library/" + path
-        return cls(host, environ), path
+        ref = Reference.parse(repository, "repository")
+        return cls(ref.registry, environ), ref.path
 
     def _credentials(self, environ: Mapping[str, str] | None) -> tuple[str, str] | None:
         creds = from_env(self.host, environ)

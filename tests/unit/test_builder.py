@@ -45,7 +45,7 @@ def test_the_answer_is_remembered_until_a_client_or_the_plugin_changes(tmp_path,
     monkeypatch.setenv("PATH", str(old.parent))
     assert builder.find_builder().argv == (str(old), "build")
     asked = []
-    monkeypatch.setattr(builder, "_ask", lambda argv: asked.append(argv) or (1, ""))
+    monkeypatch.setattr(builder.engine, "ask_client", lambda argv, timeout=30: asked.append(argv) or (1, ""))
     builder.find_builder.cache_clear()
     assert builder.find_builder().argv == (str(old), "build") and asked == []  # from the cache: no client started
     plugin = tmp_path / "docker-config" / "cli-plugins" / "docker-buildx"

@@ -18,10 +18,13 @@ ROOT = Path(envbuild.__file__).parent
 LAYERS: dict[str, float] = {
     # neutral: shared types and the one door to Docker, imported by any stage
     "envbuild": 0, "errors": 0, "text": 0, "files": 0, "paths": 0, "imageref": 0, "owner": 0, "engine": 0,
-    "checks": 0, "credential_env": 0,
+    "checks": 0, "credential_env": 0, "cachemount": 0,
+    # the one client of registries' HTTP API and its credentials (publish, pull, signing and the lock's base digest)
+    "regclient": 0.5,
+    "output": 0.7,  # the one output layer: every stage prints through it; it masks registry credentials
     "matrix": 1,
     # what is true of this host (driver facts, platform names, image-vs-host compatibility): read by the stages
-    "hostfacts": 1.5,
+    "hostfacts": 0.5,
     "render": 2,
     "lock": 3,
     "build": 4,
@@ -29,12 +32,13 @@ LAYERS: dict[str, float] = {
     "smoke": 5,
     "registry": 6,
     # beside the stages
-    "host": 7, "sources": 7,
+    "host": 7, "sources": 8.5,
     # on top: output, commands
-    "report": 8, "run": 8, "clean": 8, "ci": 8,
+    "report": 8, "run": 8, "clean": 8, "ci": 8, "site": 8.5,
     "cli": 9,
 }
 HOSTFACTS = {"envbuild.host.platform", "envbuild.host.drivers", "envbuild.host.compat"}
+REGCLIENT = {"envbuild.registry.api", "envbuild.registry.credentials"}
 NEUTRAL = {u for u, layer in LAYERS.items() if layer == 0}
 # Known and named: resolving a lock runs the builder (envbuild/lock/__init__.py imports build.builder, build.plan
 # and build.records inside resolve/lock/check). Moving those functions under build/ is the fix; it waits for the
@@ -45,6 +49,10 @@ ALLOWED = {("lock", "build")}
 def unit(module: str) -> str:
     if module in HOSTFACTS:
         return "hostfacts"
+    if module in REGCLIENT:
+        return "regclient"
+    if module.startswith("envbuild.trust"):  # signing is part of the registry stage: publish signs, pull verifies
+        return "registry"
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "envbuild"
 

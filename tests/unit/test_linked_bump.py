@@ -17,7 +17,7 @@ from envbuild.sources import Sources, outdated
 from envbuild.sources.bump import bump, changes, working
 from envbuild.sources.index import IndexClient
 from envbuild.sources.metadata import update
-from envbuild.sources.tags import ImageRef
+from envbuild.imageref import Reference
 
 X86 = "cp312-cp312-manylinux_2_28_x86_64"
 
@@ -91,10 +91,10 @@ class Registry:
     def __init__(self, tags: dict[str, list[str]]):
         self.known = tags
 
-    def tags(self, ref: ImageRef) -> list[str]:
-        return self.known.get(ref.repository, [])
+    def tags(self, ref: Reference) -> list[str]:
+        return self.known.get(ref.path, [])
 
-    def digest(self, ref: ImageRef, tag: str) -> str:
+    def digest(self, ref: Reference, tag: str) -> str:
         raise AssertionError("no base is pinned by digest here")
 
 

@@ -87,7 +87,7 @@ class RegistryClient:
         tags: list[str] = []
         for _ in range(100):  # pages (Link: <...>; rel="next")
             response = self._request(ref, url)
-            tags += _tag_list(_bounded(response, ref.host), ref.host)
+            tags += _tag_list(_bounded(response, ref.registry), ref.registry)
             link = re.search(r"<([^>]+)>;\s*rel=\"?next", response.headers.get("Link", ""))
             if not link:
                 break

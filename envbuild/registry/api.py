@@ -84,11 +84,20 @@ def _config_credentials(host: str, environ: Mapping[str, str] | None) -> Credent
     return Credentials(user, password, "the Docker config") if user else None
 
 
+def _host(ref: str) -> str:
+    """The registry of a reference, or a bare registry host itself ('127.0.0.1:5000', 'ghcr.io'; 'debian:12' is an
+    image): a client is made for either."""
+    name = ref.partition(":")[0]
+    if "/" not in ref and ("." in name or name == "localhost"):
+        return ref
+    return Reference.parse(ref).registry
+
+
 class Registry:
     """One registry host, spoken to over HTTP(S): loopback hosts in plain HTTP (as Docker treats them), others TLS."""
 
     def __init__(self, ref: str, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None):
-        self.host = Reference.parse(ref).registry
+        self.host = _host(ref)
         self.creds = from_env(self.host, environ) or _config_credentials(self.host, environ)
         self.base = f"{'http' if _loopback(self.host) else 'https'}://{api_host(self.host)}"
         self.verify: Any = str(ca_bundle) if ca_bundle else True

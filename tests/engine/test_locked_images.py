@@ -120,7 +120,7 @@ def test_a_stale_lock_fails_locked_builds_and_the_check(locked, args, tmp_path):
     proc = envbuild("build", "--backend", "cpu", "--locked", *bumped, cwd=tmp_path)
     assert proc.returncode == 1
     assert f"locks/cpu/linux-amd64.txt is stale (requirements: transformers=={pinned} -> transformers==5.22.0)" in proc.stderr
-    assert "run `envbuild lock --backend cpu`" in proc.stderr
+    assert "run `envbuild lock --backend cpu --platform linux/amd64`" in proc.stderr
     check = envbuild("lock", "--check", *bumped, cwd=tmp_path)
     assert check.returncode == 1
     assert f"cpu (linux/amd64): locks/cpu/linux-amd64.txt stale (41 distributions): requirements: transformers=={pinned} -> transformers==5.22.0" in check.stdout

@@ -166,7 +166,7 @@ def test_deleted_locally_pulled_by_backend_then_smoked(published, docker_client,
     assert f"{published.repo}@{entry['digest']}" in pulled.attrs["RepoDigests"]
     smoke = run(["smoke", "--backend", "cpu", *matrix_args], published.env)
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
-    assert "cpu: smoke passed" in smoke.stdout and f"({local_repo}:cpu)" in smoke.stdout
+    assert "cpu: smoke passed" in smoke.stdout and f"({local_repo}:cpu on linux/amd64)" in smoke.stdout
 
 
 def test_tampered_manifest_is_refused_and_nothing_is_tagged(published, docker_client, tmp_path):
@@ -240,5 +240,7 @@ def test_pull_without_credentials_fails_clearly(published, docker_client):
     proc = run(["pull", "--backend", "cpu", "--matrix", MATRIX, *published.overrides, "--set", f"image.repository={local_repo}",
                 "--registry", published.repo], published.env)
     assert proc.returncode == 1
-    assert f"Error: authentication failed for {published.registry.host} while pulling" in proc.stderr
+    # asked before a layer moves: the registry wants credentials, and the error says how to give them
+    assert f"Error: registry {published.registry.host} asks for credentials" in proc.stderr
+    assert "ENVBUILD_REGISTRY_USER" in proc.stderr and f"docker login {published.registry.host}" in proc.stderr
     assert not exists(docker_client, f"{local_repo}:cpu")

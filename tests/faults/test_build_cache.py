@@ -34,11 +34,12 @@ NEW_EMPTY = re.compile(r"\d envbuild: uv cache g\d+-\d+: a new, empty one")
 # Seconds after the torch step starts: uv starting and reading its cache; downloading (torch's dependencies
 # come from PyPI); unpacking and copying torch into the environment (the step takes 20-40 s here). The kills
 # come one after another (each cut-off step leaves its orphans and its half-written cache), then the builds must
-# succeed: one rebuild instead of three (CI's time). Docker 20.10 hands a --no-cache build empty cache mounts of
-# its own, so the first two kills cut cold builds (as a user's `--no-cache` would), and the last one a build
-# that reruns the torch layer on the kept mount (a new ENVBUILD_CACHE_ID: a folder of its own there), which
-# leaves its mark where the next build with that id looks.
-MOMENTS = (("early", 0.5, "--no-cache"), ("downloads", 3.0, "--no-cache"), ("unpacking", 10.0, "kept"))
+# succeed: one rebuild instead of three (CI's time). The first cuts a cold (--no-cache) build; the others rerun the torch layer on the kept cache mount
+# (a new ENVBUILD_CACHE_ID: a folder of its own there, and no base stage built again, as --no-cache would), which
+# leaves its mark where the next build with that id looks. Docker 20.10 hands a --no-cache build empty cache
+# mounts of its own, so a cut --no-cache build leaves nothing in the kept mount: the unit tests of the rendered
+# step (tests/unit/test_build_cache.py) pin what every kind of leftover makes the next step do.
+MOMENTS = (("early", 0.5, "--no-cache"), ("downloads", 3.0, "kept"), ("unpacking", 10.0, "kept"))  # one cold, as users cut
 
 
 def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project, cpu_image, wheelhouse, ca_bundle,  # noqa: F811

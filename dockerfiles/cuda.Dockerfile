@@ -4,9 +4,7 @@
 # Build with `envbuild build --backend cuda`: it supplies the context (probe, lock, wheelhouse) and the secrets.
 
 # Names the uv and pip caches (folders in BuildKit cache mounts); another value starts from empty ones.
-# ENVBUILD_FRESH_CACHE (set by `envbuild build --no-cache`) starts every uv cache afresh.
 ARG ENVBUILD_CACHE_ID=envbuild
-ARG ENVBUILD_FRESH_CACHE=
 FROM nvidia/cuda:13.2.1-base-ubuntu24.04 AS base
 
 ENV VIRTUAL_ENV=/opt/venv \
@@ -67,9 +65,9 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
 # layer and the one that changes least. Bytecode is compiled here, once, rather than in every container.
 FROM base AS torch
 ARG ENVBUILD_CACHE_ID
-ARG ENVBUILD_FRESH_CACHE
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/torch.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
@@ -78,7 +76,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
         if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
@@ -113,7 +111,6 @@ COPY --from=lock-resolve /out/ /
 
 FROM torch
 ARG ENVBUILD_CACHE_ID
-ARG ENVBUILD_FRESH_CACHE
 # The dependencies of transformers and accelerate, exactly as locked (layer deps); they change less often
 # than either. Then torch must still import: the build fails, not the user, when a dependency broke it
 # (without the device plugins torch would load by itself: their drivers come with the device, at run time).
@@ -121,6 +118,7 @@ ARG ENVBUILD_FRESH_CACHE
 # smoke and run compare with the host's; a list the matrix declares (the image's label) must be exactly it.
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/deps.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
@@ -129,7 +127,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
         if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
@@ -163,6 +161,7 @@ ENV ENVBUILD_BACKEND="cuda" \
 COPY lock/lock.txt /opt/envbuild/lock.txt
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/top.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
@@ -171,7 +170,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
         if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \

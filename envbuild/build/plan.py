@@ -222,6 +222,17 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     return dataclasses.replace(plan, answerable=answerable)
 
 
+FRESH_CACHE = ".fresh-cache"  # beside the context's files, never sent (.dockerignore): the nonce of a --no-cache build
+
+
+def fresh_cache_file(context: Path) -> Path:
+    """A new nonce for the fresh_cache secret of a --no-cache build (the uv steps start an empty cache for it)."""
+    path = context / FRESH_CACHE
+    context.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, uuid.uuid4().hex + "\n")
+    return path
+
+
 def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str, ...]) -> list[str]:
     """The builder's argv for these options (secrets as files, never values)."""
     argv = [*builder.argv, "--progress=plain", "-f", str(context / "Dockerfile")]
@@ -236,9 +247,11 @@ def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str
     for label in opts.labels:
         argv += ["--label", label]
     if opts.no_cache:
-        # BuildKit's --no-cache leaves cache mounts as they are: a new value makes the Dockerfile's uv steps
-        # start an empty uv cache too (see uv_run in Dockerfile.j2), so the build really starts from nothing.
-        argv += ["--no-cache", "--build-arg", f"ENVBUILD_FRESH_CACHE={uuid.uuid4().hex}"]
+        # Not every BuildKit empties cache mounts for --no-cache: a new value in the fresh_cache secret makes the
+        # Dockerfile's uv steps start an empty uv cache too (uv_run in Dockerfile.j2), so the build really starts
+        # from nothing. A secret, not a build argument: it is no part of a step's cache key, so the next plain
+        # build reuses this one's layers.
+        argv += ["--no-cache", "--secret", f"id=fresh_cache,src={fresh_cache_file(context)}"]
     if opts.platform:
         argv += ["--platform", opts.platform]
     if opts.network:
@@ -341,7 +354,7 @@ def write_context(plan: BuildPlan) -> None:
     into = plan.context_path
     into.mkdir(parents=True, exist_ok=True)
     # envbuild's own state beside the context is never part of it
-    write_atomic(into / ".dockerignore", f"{RECORD}\n{DIGESTS}\n")
+    write_atomic(into / ".dockerignore", f"{RECORD}\n{DIGESTS}\n{FRESH_CACHE}\n")
     write_atomic(into / "Dockerfile", plan.dockerfile)
     write_atomic(into / "probe.py", plan.probe, 0o755)
     # The lock, and each of its layers as a requirements file: a layer's step is cached by its file's content.

@@ -73,7 +73,7 @@ def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project
           f"{'set the cut-off cache aside' if SET_ASIDE.search(again.stderr) else 'found a whole cache'}")
     assert image_id(docker_client, f"{REPO}:cpu") is not None
     # --no-cache really starts from nothing: one new, empty uv cache (the torch step starts it, later steps use it).
-    # Docker 20.10's BuildKit also hands a --no-cache build an empty mount; ENVBUILD_FRESH_CACHE makes sure of it.
+    # Docker 20.10's BuildKit also hands a --no-cache build an empty mount; the fresh_cache secret makes sure of it.
     fresh = envbuild(*args, "--no-cache", "-v", cwd=project, timeout=1200)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert len(NEW_EMPTY.findall(fresh.stderr)) == 1, fresh.stderr[-3000:]

@@ -4,9 +4,7 @@
 # Build with `envbuild build --backend hpu`: it supplies the context (probe, lock, wheelhouse) and the secrets.
 
 # Names the uv and pip caches (folders in BuildKit cache mounts); another value starts from empty ones.
-# ENVBUILD_FRESH_CACHE (set by `envbuild build --no-cache`) starts every uv cache afresh.
 ARG ENVBUILD_CACHE_ID=envbuild
-ARG ENVBUILD_FRESH_CACHE=
 # The vendor publishes one tag per release path; the release is pinned in the path itself.
 # hadolint ignore=DL3007
 FROM vault.habana.ai/gaudi-docker/1.24.1/ubuntu24.04/habanalabs/pytorch-installer-2.11.0:latest AS base
@@ -73,7 +71,6 @@ COPY --from=lock-resolve /out/ /
 
 FROM base
 ARG ENVBUILD_CACHE_ID
-ARG ENVBUILD_FRESH_CACHE
 # The dependencies of transformers and accelerate, exactly as locked (layer deps); they change less often
 # than either. Then torch must still import: the build fails, not the user, when a dependency broke it
 # (without the device plugins torch would load by itself: their drivers come with the device, at run time).
@@ -81,6 +78,7 @@ ARG ENVBUILD_FRESH_CACHE
 # smoke and run compare with the host's; a list the matrix declares (the image's label) must be exactly it.
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-hpu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/deps.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
@@ -89,7 +87,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-hpu,sharing=locked 
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
         if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
@@ -123,6 +121,7 @@ ENV ENVBUILD_BACKEND="hpu" \
 COPY lock/lock.txt /opt/envbuild/lock.txt
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-hpu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/top.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
@@ -131,7 +130,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-hpu,sharing=locked 
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
         if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \

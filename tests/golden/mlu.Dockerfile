@@ -4,9 +4,7 @@
 # Build with `envbuild build --backend mlu`: it supplies the context (probe, lock, wheelhouse) and the secrets.
 
 # Names the uv and pip caches (folders in BuildKit cache mounts); another value starts from empty ones.
-# ENVBUILD_FRESH_CACHE (set by `envbuild build --no-cache`) starts every uv cache afresh.
 ARG ENVBUILD_CACHE_ID=envbuild
-ARG ENVBUILD_FRESH_CACHE=
 FROM yellow.hub.cambricon.com/pytorch/pytorch:v1.23.1-torch2.1.0-ubuntu22.04-py310 AS base
 
 ENV PATH=/opt/envbuild/bin:$PATH \
@@ -74,7 +72,6 @@ COPY --from=lock-resolve /out/ /
 
 FROM base
 ARG ENVBUILD_CACHE_ID
-ARG ENVBUILD_FRESH_CACHE
 # The dependencies of transformers and accelerate, exactly as locked (layer deps); they change less often
 # than either. Then torch must still import: the build fails, not the user, when a dependency broke it
 # (without the device plugins torch would load by itself: their drivers come with the device, at run time).
@@ -82,6 +79,7 @@ ARG ENVBUILD_FRESH_CACHE
 # smoke and run compare with the host's; a list the matrix declares (the image's label) must be exactly it.
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-mlu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/deps.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
@@ -90,7 +88,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-mlu,sharing=locked 
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
         if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
@@ -124,6 +122,7 @@ ENV ENVBUILD_BACKEND="mlu" \
 COPY lock/lock.txt /opt/envbuild/lock.txt
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-mlu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/top.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
@@ -132,7 +131,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-mlu,sharing=locked 
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="${ENVBUILD_FRESH_CACHE:-}" \
+    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
     && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
         if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
         find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \

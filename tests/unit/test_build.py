@@ -325,7 +325,7 @@ def test_the_wheelhouse_is_linked_once_and_unchanged_files_stay_untouched(tmp_pa
         return {q.name: (q.stat().st_mtime_ns, q.stat().st_ino) for q in files}
 
     first = sent()
-    assert (p.context_path / ".dockerignore").read_text().split() == [records.RECORD, plan.DIGESTS]
+    assert (p.context_path / ".dockerignore").read_text().split() == [records.RECORD, plan.DIGESTS, plan.FRESH_CACHE]
     time.sleep(0.01)
     again = make(tmp_path, engine, wheelhouse=wheels)
     assert again.key() == p.key()  # linking changed the wheel's ctime: rehashed, same content, same key

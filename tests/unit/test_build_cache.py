@@ -106,11 +106,17 @@ def step(tmp_path):
     stub.chmod(0o755)
     cache = tmp_path / "cache"
     cache.mkdir()
-    script = torch_step().replace("/run/uv/uv", str(stub)).replace("/root/.cache/uv", str(cache))
+    fresh = tmp_path / "fresh_cache"  # the --no-cache build's secret
+    script = (torch_step().replace("/run/uv/uv", str(stub)).replace("/root/.cache/uv", str(cache))
+              .replace("/run/secrets/fresh_cache", str(fresh)))
     log = tmp_path / "log"
 
     def run(**env: str) -> tuple[int, str, list[str]]:
         log.write_text("")
+        nonce = env.pop("ENVBUILD_FRESH_CACHE", None)
+        fresh.unlink(missing_ok=True)
+        if nonce is not None:
+            fresh.write_text(nonce + "\n")
         proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
                               env={"PATH": "/usr/bin:/bin", "LOG": str(log), **env})
         return proc.returncode, proc.stdout + proc.stderr, log.read_text().splitlines()

@@ -325,6 +325,8 @@ def test_no_pip_or_apt_cache_in_the_image(name: str) -> None:
         if "--mount=type=cache,target=/root/.cache/uv" in run:
             assert f"id=envbuild-uv-{name},sharing=locked" in run, run
             assert 'c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}"' in run and 'UV_CACHE_DIR="$c/$g"' in run, run
+            # --no-cache's nonce comes as a secret: no part of the cache key, unlike a build argument
+            assert "--mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache" in run, run
             # marked in use before uv runs, unmarked only as the step's last command
             assert run.index('touch "$c/$g.inflight"') < run.index("uv pip install"), run
             assert run.rstrip().endswith('rm -f "$c/$g.inflight"'), run

@@ -54,6 +54,19 @@ def is_host(component: str) -> bool:
     return "." in component or ":" in component or component == "localhost"
 
 
+def is_loopback(host: str) -> bool:
+    """A registry on this machine (localhost, 127.0.0.0/8, ::1): spoken to in plain HTTP, as Docker does."""
+    import ipaddress
+
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def api_host(host: str) -> str:
     """Where a registry host answers the distribution API: Docker Hub's docker.io is registry-1.docker.io."""
     return "registry-1.docker.io" if host == DOCKER_HUB else host

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from ..errors import PublishError, RegistryAuthError, RegistryUnreachableError
 from .credentials import Credentials, docker_config_path, from_env
-from ..imageref import Reference, api_host
+from ..imageref import Reference, api_host, is_loopback as _loopback
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -66,11 +66,6 @@ def split(ref: str) -> tuple[str, str]:
     if not sep or "/" in tag:
         repo, tag = name, "latest"
     return repo.split("/", 1)[1], tag
-
-
-def _loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    return name in ("localhost", "::1", "[::1]") or name.startswith("127.")
 
 
 def _config_credentials(host: str, environ: Mapping[str, str] | None) -> Credentials | None:

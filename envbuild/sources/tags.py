@@ -3,14 +3,13 @@ flow of public registries, credentials as publish finds them), and which tags ha
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..registry.credentials import from_env
-from ..imageref import Reference, api_host
+from ..imageref import Reference, api_host, is_loopback as _loopback
 from ..registry.session import unreachable_reason
 from .index import SourceError
 
@@ -22,14 +21,6 @@ _MANIFESTS = ", ".join([
 ])
 
 
-def _loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class RegistryClient:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import json
 import re
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import Any, Mapping
 from urllib.parse import urljoin
 
 from ..registry.credentials import Scrubber, docker_config_path, from_env
-from ..imageref import DIGEST, Reference, api_host
+from ..imageref import DIGEST, Reference, api_host, is_loopback as _loopback
 from . import TrustError
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -26,14 +25,6 @@ TIMEOUT = 60
 MAX_DOC = 16 << 20  # a manifest or an attestation; a larger answer is refused, not read whole
 
 
-def _loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def sha256(data: bytes) -> str:

@@ -12,7 +12,7 @@ import zipfile
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -106,17 +106,9 @@ class IndexClient:
         """The response and its body, read up to `limit` bytes: an endless answer is cut off at the cap, never
         read whole."""
         response = self._get(url, **kw)
-        chunks, size = [], 0
-        try:
-            for chunk in response.iter_content(1 << 16):
-                size += len(chunk)
-                if size > limit:
-                    raise SourceError(f"{url}: the index sent more than {limit >> 20} MiB; not read further")
-                chunks.append(chunk)
-        except self._requests.RequestException as exc:
-            raise SourceError(f"{_host(url)}: the answer broke off ({_reason(exc)})") from None
-        finally:
-            response.close()
+        chunks: list[bytes] = []
+        read_capped(response, limit, chunks.append, f"{url}: the index sent more than {limit >> 20} MiB; not read further",
+                    lambda exc: f"{_host(url)}: the answer broke off ({_reason(exc)})", self._requests.RequestException)
         return response, b"".join(chunks)
 
     def files(self, index_url: str, name: str) -> list[File]:
@@ -176,17 +168,10 @@ class IndexClient:
     def _wheel_metadata(self, f: File) -> str:
         response = self._get(f.url)
         with tempfile.TemporaryFile() as tmp:
-            size = 0
-            try:
-                for chunk in response.iter_content(1 << 20):
-                    size += len(chunk)
-                    if size > MAX_WHEEL:
-                        raise SourceError(f"{f.filename}: larger than {MAX_WHEEL >> 20} MiB; the index serves no .metadata for it")
-                    tmp.write(chunk)
-            except self._requests.RequestException as exc:
-                raise SourceError(f"{_host(f.url)}: the answer broke off ({_reason(exc)})") from None
-            finally:
-                response.close()
+            read_capped(response, MAX_WHEEL, tmp.write,
+                        f"{f.filename}: larger than {MAX_WHEEL >> 20} MiB; the index serves no .metadata for it",
+                        lambda exc: f"{_host(f.url)}: the answer broke off ({_reason(exc)})", self._requests.RequestException,
+                        chunk=1 << 20)
             tmp.seek(0)
             try:
                 with zipfile.ZipFile(tmp) as z:
@@ -284,6 +269,26 @@ def _from_html(text: str, base: str) -> list[File]:
         out.append(File(filename, urljoin(base, href), version, link.get("data-requires-python"),
                         "data-yanked" in link, digest.group(1) if digest else None, meta not in (None, "false")))
     return out
+
+
+def read_capped(response: Any, limit: int, write: Callable[[bytes], Any], too_big: str,
+                broke_off: Callable[[Exception], str], errors: type[Exception] | tuple[type[Exception], ...],
+                chunk: int = 1 << 16) -> None:
+    """An HTTP answer's body into `write`, up to `limit` bytes: an endless answer is cut off at the cap (SourceError
+    `too_big`), never read whole; `errors` while reading end it as SourceError(broke_off(exc)). Closes the response."""
+    size = 0
+    try:
+        for part in response.iter_content(chunk):
+            size += len(part)
+            if size > limit:
+                raise SourceError(too_big)
+            write(part)
+    except SourceError:
+        raise
+    except errors as exc:
+        raise SourceError(broke_off(exc)) from None
+    finally:
+        response.close()
 
 
 def _host(url: str) -> str:

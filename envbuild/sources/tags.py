@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from ..registry.credentials import from_env
 from ..imageref import Reference, api_host, is_loopback as _loopback
 from ..registry.session import unreachable_reason
-from .index import SourceError
+from .index import SourceError, read_capped
 
 _MANIFESTS = ", ".join([
     "application/vnd.oci.image.index.v1+json",
@@ -102,19 +102,11 @@ MAX_ANSWER = 16 << 20  # a tags page (thousands of tags are a few hundred KB)
 
 def _bounded(response: Any, host: str) -> bytes:
     """The body of a registry's answer, read up to the cap: an endless answer is cut off there, not read whole."""
-    chunks, size = [], 0
-    try:
-        for chunk in response.iter_content(1 << 16):
-            size += len(chunk)
-            if size > MAX_ANSWER:
-                raise SourceError(f"registry {host} sent more than {MAX_ANSWER >> 20} MiB for a list of tags; not read further")
-            chunks.append(chunk)
-    except SourceError:
-        raise
-    except Exception as exc:  # requests' errors: the answer broke off
-        raise SourceError(f"registry {host}: the answer broke off ({type(exc).__name__})") from None
-    finally:
-        response.close()
+    chunks: list[bytes] = []
+    read_capped(response, MAX_ANSWER, chunks.append,
+                f"registry {host} sent more than {MAX_ANSWER >> 20} MiB for a list of tags; not read further",
+                lambda exc: f"registry {host}: the answer broke off ({type(exc).__name__})",
+                Exception)  # requests' and oras' errors alike
     return b"".join(chunks)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .. import owner
+from ..cachemount import CACHE, cache_mount, is_folder
 from ..errors import DockerError, InvalidInput, SmokeError
 from ..owner import OWNED_LABEL
 from ..text import shown, unsafe_char
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 SMOKE_LABEL = "dev.envbuild.smoke"
 MODEL_MOUNT = "/models"
-CACHE = "/cache"  # the image's one cache root (HF_HOME, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR under it)
 
 
 @dataclass
@@ -118,7 +118,6 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     """Run the probe once, in one container (default image: the backend's tag for `platform`, REPO:BACKEND-ARCH when
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
     from ..host.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
-    from ..cachemount import is_folder as _is_folder
 
     if platform and platform not in backend.platforms:
         raise InvalidInput(f"--platform {platform}: backend {backend.name} lists {', '.join(backend.platforms)}")
@@ -155,7 +154,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
          f"(model: {model}, timeout: {timeout:g}s)")
     start = time.monotonic()
     tag = uuid.uuid4().hex[:8]
-    user = probe_user(backend, mounted=bool(volumes) or (cache is not None and _is_folder(cache)))
+    user = probe_user(backend, mounted=bool(volumes) or (cache is not None and is_folder(cache)))
     check_uid = user is not None and not user.startswith("0:")
     if check_uid:  # the probe checks that this user can write its home, the work folder and the caches
         env["ENVBUILD_ARBITRARY_UID"] = "1"
@@ -219,11 +218,9 @@ def probe_user(backend: Backend, *, mounted: bool) -> str | None:
 
 def cache_source(cache: str) -> str:
     """--cache as a mount source: a folder (with a '/', made when absent) or a volume name."""
-    from ..cachemount import cache_mount as _cache_mount, is_folder as _is_folder
-
-    if _is_folder(cache):
+    if is_folder(cache):
         Path(cache).expanduser().mkdir(parents=True, exist_ok=True)  # the probe runs as you: yours to write
-    return _cache_mount(cache).rsplit(":", 1)[0]
+    return cache_mount(cache).rsplit(":", 1)[0]
 
 
 def leftover_containers(engine: Engine) -> list[str]:

@@ -228,10 +228,12 @@ def _cache_bytes(client, ids: set[str]) -> int | None:
 
 
 def _prune_cache_records(client, ids: set[str]) -> int:
-    freed = 0
+    from envbuild.engine import Engine
+
+    engine, freed = Engine(client=client), 0  # envbuild's own prune by record id (`clean --build-cache` uses it)
     for rid in sorted(ids):
         try:
-            freed += int(client.api.prune_builds(filters={"id": [rid]}).get("SpaceReclaimed") or 0)
+            freed += engine.prune_build_cache(rid)
         except Exception:  # a record still in use by someone else's build: leave it
             pass
     return freed

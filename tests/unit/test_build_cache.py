@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+from pathlib import Path
 
+import pytest
 from support.fakes import FakeEngine
+from test_render import RENDERED, runs
 
 from envbuild import clean
 from envbuild.build import builder
@@ -76,12 +81,6 @@ def test_other_failures_are_not_blamed_on_the_cache():
 
 # --- the rendered uv step's shell, run for real (sh, a real folder) with a stand-in for uv ------------------------
 
-import re  # noqa: E402
-import subprocess  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-from test_render import RENDERED, runs  # noqa: E402
 
 STUB = """#!/bin/sh
 # Stands in for uv: records the cache it was given and what it found there, then fills it (or fails).

@@ -3,7 +3,8 @@
 Two ways in: `publish --platform P1,P2` with every platform's image on this engine (REPO:BACKEND for this host's
 architecture, REPO:BACKEND-ARCH for the others), or per-platform publishes on native runners (`--no-index`, each
 recording its platform in its own manifest) joined later by `publish --index-from M1 --index-from M2`, which pushes
-only the index. Either way every platform in the index was checked and smoke-tested before the index is pushed.
+only the index. Either way every platform in the index was checked and passed its own smoke test (given with
+--smoke-json, keyed by platform) before the index is pushed; one without a result is left out, unless --force.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
     if problems and not opts.force:
         raise PublishError(f"{source}: {'; '.join(problems)} (build it from this matrix, or pass --force)")
     smoke = _smoke(backend, image, source, smoke_results, opts, echo)
+    if smoke is None and not opts.force:
+        raise PublishError(_unsmoked(backend, platform))
     if smoke and smoke.get("platform") and smoke["platform"] != platform and not opts.force:
         raise PublishError(f"the smoke result given for {platform} ran on {smoke['platform']}")
     ref = platform_ref(m, backend, registry, platform)
@@ -71,6 +74,11 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
             "requires": manifest.image_requires(image.labels, image_arch(engine, image.id)),
             "versions": manifest.image_versions(image.labels), "smoke": smoke,
             "forced": bool(problems or (smoke and not smoke["ok"])) or None}
+
+
+def _unsmoked(backend: Backend, platform: str) -> str:
+    return (f"no smoke result for {platform}: an index names only smoke-tested platforms; run `envbuild smoke --backend "
+            f"{backend.name} --platform {platform} --json FILE` and pass --smoke-json FILE (or --force)")
 
 
 def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: tuple[Path, ...]) -> dict[str, dict]:
@@ -116,7 +124,12 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
                 echo(f"[{backend.name}] {p} is left out: {exc}")
     for p, rec in list(done.items()):
         smoke = rec.get("smoke")
-        if smoke and not smoke.get("ok") and not opts.force:
+        if opts.force:
+            continue
+        if not smoke:  # a per-platform publish recorded none (--index-from)
+            failed[p] = _unsmoked(backend, p)
+            del done[p]
+        elif not smoke.get("ok"):
             failed[p] = f"its smoke test failed ({smoke.get('error') or ', '.join(smoke.get('failed_checks') or [])})"
             del done[p]
     refs = with_tags(registry, m.tags(backend))

@@ -123,13 +123,14 @@ def test_smoke_runs_the_arm64_image_under_emulation_and_says_so(arm64_smoke, no_
 
 
 @pytest.fixture(scope="module")
-def index(arm64, arm64_smoke, cpu_image, registry, tmp_path_factory, docker_client):
+def index(arm64, arm64_smoke, cpu_image, cpu_smoke, registry, tmp_path_factory, docker_client):
     """Published as native runners would: each platform on its own (--no-index), then one index from both records."""
     work = tmp_path_factory.mktemp("index")
     repo = f"{registry.host}/envbuild-multi-{uuid.uuid4().hex[:8]}"
     start = time.monotonic()
     amd = run(["publish", "--backend", "cpu", "--platform", "linux/amd64", "--no-index", "--matrix", MATRIX,
-               *cpu_image.overrides, *BOTH, "--registry", repo, "--manifest", str(work / "amd64.json")], work)
+               *cpu_image.overrides, *BOTH, "--registry", repo, "--smoke-json", str(cpu_smoke),
+               "--manifest", str(work / "amd64.json")], work)
     assert amd.returncode == 0, amd.stdout + amd.stderr
     arm = run(["publish", "--backend", "cpu", "--platform", "linux/arm64", "--no-index", "--matrix", MATRIX,
                *arm64["overrides"], "--registry", repo, "--smoke-json", str(arm64_smoke[1]),
@@ -207,18 +208,29 @@ def test_pull_takes_each_platform_by_its_digest(index, cpu_image, docker_client)
         docker_client.images.remove(ref)
 
 
-def test_a_platform_that_fails_is_left_out_and_the_publish_fails(arm64, cpu_image, registry, tmp_path):
+def test_a_platform_that_fails_is_left_out_and_the_publish_fails(arm64, arm64_smoke, cpu_image, cpu_smoke, registry,
+                                                                 tmp_path):
     """One run with both local images and the amd64 matrix: the arm64 image carries torch 2.9.1, not the matrix's
     pin, so it is left out, said, and the publish exits 1; the index holds amd64 alone."""
     repo = f"{registry.host}/envbuild-partial-{uuid.uuid4().hex[:8]}"
     proc = run(["publish", "--backend", "cpu", "--platform", "linux/amd64,linux/arm64", "--matrix", MATRIX,
-                *cpu_image.overrides, *BOTH, "--registry", repo, "--manifest", str(tmp_path / "m.json")], tmp_path)
+                *cpu_image.overrides, *BOTH, "--registry", repo, "--smoke-json", str(cpu_smoke),
+                "--smoke-json", str(arm64_smoke[1]), "--manifest", str(tmp_path / "m.json")], tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "platforms left out of the index: linux/arm64" in proc.stderr and f"'{ARM64_TORCH}' in the image" in proc.stderr
     entry = json.loads((tmp_path / "m.json").read_text())["images"]["cpu"]
     assert list(entry["platforms"]) == ["linux/amd64"] and "linux/arm64" in entry["failed_platforms"]
     top = Registry(repo).manifest(entry["tags"][0])
     assert top.is_index and list(top.platforms()) == ["linux/amd64"]
+
+
+def test_a_platform_without_a_smoke_result_is_not_pushed(cpu_image, registry, tmp_path):
+    repo = f"{registry.host}/envbuild-unsmoked-{uuid.uuid4().hex[:8]}"
+    proc = run(["publish", "--backend", "cpu", "--platform", "linux/amd64", "--no-index", "--matrix", MATRIX,
+                *cpu_image.overrides, *BOTH, "--registry", repo, "--manifest", str(tmp_path / "m.json")], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "no smoke result for linux/amd64" in proc.stderr and "--smoke-json FILE" in proc.stderr
+    assert "pushing" not in proc.stdout + proc.stderr and not (tmp_path / "m.json").exists()
 
 
 def test_what_the_arm64_part_costs():

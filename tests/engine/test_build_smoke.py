@@ -211,7 +211,8 @@ def test_unchanged_rebuild_is_cached_then_up_to_date(cpu_image, wheelhouse, ca_b
     assert json.loads((tmp_path / "2.json").read_text())[0]["up_to_date"] is True
     # A tag that no longer points at the image means a real (cached) build, which puts it back.
     pinned = docker_client.images.get(cpu_image.tag).tags
-    pinned = next(t for t in pinned if "-torch" in t)
+    # Other tests may tag this image elsewhere too (publish, keep): take the build's own pinned tag.
+    pinned = next(t for t in pinned if t.startswith(f"{cpu_image.tag}-torch"))
     docker_client.images.remove(pinned)
     assert "CACHED" in again("3.json").stderr
     assert docker_client.images.get(pinned).id == cpu_image.image_id

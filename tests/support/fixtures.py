@@ -88,7 +88,7 @@ def base_image(registry, docker_client) -> Iterator[str]:
 
 # Disk: CI machines have tens of GB, and each image here is 1.5-5 GB plus its build cache. What a module of
 # engine tests made is removed when it ends; the session's own images (base, stand-in base, cpu image) stay.
-KEEP_BUILD_CACHE = 3 * 2**30  # bytes of BuildKit cache kept between modules (the most recently used)
+KEEP_BUILD_CACHE = 4 * 2**30  # bytes of BuildKit cache kept between modules (the most recently used)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -163,6 +163,17 @@ def cpu_image(cpu_overrides, wheelhouse, ca_bundle, docker_client, tmp_path_fact
     assert proc.returncode == 0, output
     tag = f"{testbed.CPU_REPOSITORY}:cpu"
     return BuiltImage(tag, docker_client.images.get(tag).id, cpu_overrides, output, logs / "locks")
+
+
+@pytest.fixture(scope="session")
+def cpu_smoke(cpu_image, tmp_path_factory) -> Path:
+    """The cpu image's smoke result (`smoke --json`), once per session: what a publish of it needs."""
+    out = tmp_path_factory.mktemp("cpu-smoke") / "smoke.json"
+    proc = subprocess.run(["envbuild", "smoke", "--backend", "cpu", "--matrix", str(MATRIX), *cpu_image.overrides,
+                           "--image", cpu_image.image_id, "--json", str(out)],
+                          capture_output=True, text=True, cwd=out.parent, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
 
 
 @pytest.fixture(scope="session")

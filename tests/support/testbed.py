@@ -281,6 +281,9 @@ def reclaim(docker_client, before: set[str] | None, *, keep_build_cache: int) ->
             except Exception:  # used by a container a test still holds: its own teardown says so
                 pass
     docker_client.images.prune(filters={"dangling": True})
+    # Build contexts first (a wheelhouse is ~200 MB per build folder, sent again when needed, never a layer): left
+    # in, they pushed the session image's own layers out of the kept cache and the next "cached" build ran again.
+    docker_client.api.prune_builds(filters={"type": "source.local"}, all=True)
     docker_client.api.prune_builds(keep_storage=keep_build_cache, all=True)
 
 

@@ -551,6 +551,25 @@ def test_index_from_joins_platform_records_and_refuses_disagreement(tmp_path):
         ":cpu-arm64" if ci_host_is_amd64() else ":cpu-amd64")
 
 
+def test_an_index_names_only_platforms_with_a_passing_smoke_result(tmp_path):
+    """A per-platform record without a smoke result, or with a failed one, is left out (the issue-21 rule); with
+    nothing left there is no index to push, and the error names each platform and why."""
+    from envbuild.registry.index import publish_platforms
+
+    repo = "registry.test:5000/envbuild"
+    failed = {"ok": False, "error": "device not visible", "failed_checks": []}
+    amd = {"schema": 1, "images": {"cpu": {"repository": repo, "platforms": {"linux/amd64": {"digest": D1}}}}}
+    arm = {"schema": 1, "images": {"cpu": {"repository": repo, "platforms": {"linux/arm64": {"digest": D2, "smoke": failed}}}}}
+    files = (tmp_path / "a.json", tmp_path / "b.json")
+    opts = PublishOptions(platforms=("linux/amd64", "linux/arm64"), index_from=files, manifest=tmp_path / "m.json")
+    with pytest.raises(PublishError) as err:
+        publish_platforms(MATRIX, CPU, repo, None, {}, opts, lambda s: None, [amd, arm], {})
+    assert "linux/amd64: no smoke result for linux/amd64" in str(err.value)
+    assert "envbuild smoke --backend cpu --platform linux/amd64 --json FILE" in str(err.value)
+    assert "linux/arm64: its smoke test failed (device not visible)" in str(err.value)
+    assert not (tmp_path / "m.json").exists()
+
+
 def ci_host_is_amd64() -> bool:
     from envbuild.host.platform import host_platform
 

@@ -80,9 +80,9 @@ SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
 
 def _env_secrets(environ: Mapping[str, str]) -> list[str]:
     """Values of this environment's secret-named variables, and registry credentials in every form."""
-    from .registry.credentials import Scrubber
+    from .credential_env import environment_forms
 
-    values = list(Scrubber.from_environment(environ).secrets)
+    values = environment_forms(environ)
     for name, value in environ.items():
         if secret_name(name) and len(value) >= 8 and not value.startswith("/"):
             values.append(value)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from ..credential_env import CREDENTIAL_ENV, PASSWORD_ENV, USER_ENV  # noqa: F401 (names of this module too)
+from ..credential_env import CREDENTIAL_ENV, PASSWORD_ENV, USER_ENV, environment_forms, forms  # noqa: F401 (names of this module too)
 from ..errors import EnvbuildError, RegistryAuthError
 from ..files import read_user
 
@@ -88,35 +88,17 @@ def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, st
     return False, f"no login for it in {path}"
 
 
-def _forms(user: str, password: str) -> list[str]:
-    """Every form in which a password shows up in text: itself, 'user:password', both in base64 (a Basic
-    authorization header, a Docker config's "auth") and URL-encoded (a URL's userinfo). Longest first."""
-    import base64
-    from urllib.parse import quote
-
-    plain = [password, f"{user}:{password}"]
-    forms = plain + [quote(p, safe="") for p in plain]
-    for p in plain:
-        forms += [base64.b64encode(p.encode()).decode(), base64.urlsafe_b64encode(p.encode()).decode()]
-        forms += [f.rstrip("=") for f in forms[-2:]]
-    return sorted({f for f in forms if len(f) >= 4}, key=len, reverse=True)
-
-
 class Scrubber:
     """Masks secrets in any text that reaches the user, in every form they take."""
 
     def __init__(self, creds: Credentials | None):
-        self.secrets = _forms(creds.username, creds.password) if creds and creds.password else []
+        self.secrets = forms(creds.username, creds.password) if creds and creds.password else []
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Scrubber":
         """For text from anywhere (an unexpected error too): the credentials the environment holds."""
-        env = os.environ if environ is None else environ
         scrubber = cls(None)
-        for user, password in ((USER_ENV, PASSWORD_ENV), ("GITHUB_ACTOR", "GITHUB_TOKEN")):
-            if env.get(password):
-                scrubber.secrets += _forms(env.get(user, ""), env[password])
-        scrubber.secrets.sort(key=len, reverse=True)
+        scrubber.secrets = environment_forms(os.environ if environ is None else environ)
         return scrubber
 
     def __call__(self, text: str) -> str:

@@ -6,6 +6,7 @@ and whatever an error message echoes back.
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 # Bidirectional controls: a line would read otherwise than it runs ("Trojan Source").
@@ -17,10 +18,19 @@ def unsafe_char(value: str, allow: str = "") -> str | None:
     goes (BuildKit and shells break at \\n and \\r; Python's str.splitlines also at \\v, \\f, \\x1c-\\x1e,
     \\x85, U+2028 and U+2029), so every control character (C0 and C1) and line or paragraph separator; a
     lone surrogate (it cannot be written as UTF-8); the bidirectional controls."""
+    # Fast path (every line printed passes here): a printable string has none of those (controls, separators,
+    # surrogates and the bidi marks, which are format characters, are all unprintable to Python).
+    if (value.translate(_dropped(allow)) if allow else value).isprintable():
+        return None
     for ch in value:
         if ch not in allow and (ch in _BIDI or unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs")):
             return ch
     return None
+
+
+@functools.lru_cache(maxsize=16)
+def _dropped(allow: str) -> dict[int, None]:
+    return dict.fromkeys(map(ord, allow))
 
 
 _NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x85": "a next-line (NEL)"}

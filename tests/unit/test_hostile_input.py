@@ -1159,3 +1159,19 @@ def test_bump_to_is_refused_before_any_index_is_asked(only, payload, invoke, tmp
     assert result.exit_code == 2, (only, payload, result.output)
     assert path.read_text() == MATRIX.read_text() and not (tmp_path / "df").exists()
     assert "\x1b" not in result.output and "LD_PRELOAD: /tmp" not in result.stdout
+
+
+def test_the_fast_path_of_unsafe_char_agrees_with_its_definition_for_every_code_point():
+    """unsafe_char answers "printable" strings at once; every code point, alone and in text, with and without
+    allowed characters, must get the answer the category rule gives."""
+    import unicodedata
+
+    from envbuild.text import _BIDI, unsafe_char
+
+    def by_definition(value: str, allow: str) -> str | None:
+        return next((ch for ch in value if ch not in allow and (
+            ch in _BIDI or unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs"))), None)
+
+    wrong = [(hex(cp), allow) for cp in range(0x110000) for allow in ("", "\n\t")
+             if unsafe_char(f"a{chr(cp)}b\n", allow) != by_definition(f"a{chr(cp)}b\n", allow)]
+    assert not wrong, wrong[:10]

@@ -11,8 +11,7 @@ import jinja2
 from .errors import EnvbuildError
 from .files import read_user, write_all
 from .imageref import Reference
-from .host import compat
-from .matrix import Backend, Matrix
+from .matrix import Backend, Matrix, stacks
 from .paths import cache_dir
 from .text import shown
 
@@ -103,9 +102,9 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         # The probe's advice when the device is not visible: the flags the matrix says expose it.
         run_flags=" ".join(backend.run.docker_args()),
         version_tag=Reference.parse(matrix.tags(backend)[1]).tag,
-        requires=compat.needs(backend),
+        requires=stacks.needs(backend),
         arch_want=" ".join(backend.host.arch if backend.host else ()),
-        arch_file=compat.ARCH_FILE,
+        arch_file=stacks.ARCH_FILE,
     )
     # Collapse runs of blank lines left by optional blocks, so output reads as if hand-written.
     lines: list[str] = []

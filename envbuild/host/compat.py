@@ -8,70 +8,17 @@ published minimum, no declared architectures) is a warning that says what was no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..checks import Check
+from ..matrix.stacks import ARCH_FILE, Needs, needs  # noqa: F401 (the image's needs, for the host's check)
 from . import drivers
 
 if TYPE_CHECKING:
     from ..matrix import Backend, Matrix
 
 NAME = "host driver"
-ARCH_FILE = "/opt/envbuild/torch-arch.txt"  # what the build measured: torch's compiled architectures
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What one backend's image needs of the host."""
-
-    backend: str
-    stack: drivers.Stack | None  # None: no driver (cpu, or a stack envbuild has no facts for)
-    version: str | None
-    min_driver: str | None  # None: unknown
-    confirmed: bool
-    arch: tuple[str, ...]  # declared or measured; empty: unknown
-    device: str = "cpu"
-
-    @property
-    def driver_label(self) -> str:
-        """dev.envbuild.requires.driver: 'nvidia>=595.45.04', 'none' (cpu), 'unknown' (no facts for this stack), or
-        'nvidia (minimum unknown)'."""
-        if self.stack is None:
-            return "none" if self.device == "cpu" else "unknown"
-        if self.min_driver is None:
-            return f"{self.stack.driver} (minimum unknown)"
-        return f"{self.stack.driver}>={self.min_driver}" + ("" if self.confirmed else " (UNCONFIRMED)")
-
-    @property
-    def stack_label(self) -> str:
-        return f"{self.stack.name} {self.version}" if self.stack else "none"
-
-    def arch_label(self, device: str) -> str:
-        if device == "cpu":
-            return "any"
-        return ",".join(self.arch) if self.arch else "unknown"
-
-    def to_json(self, device: str) -> dict[str, Any]:
-        return {"stack": self.stack.name if self.stack else None, "stack_version": self.version,
-                "driver": self.stack.driver if self.stack else None, "min_driver": self.min_driver,
-                "confirmed": self.confirmed if self.stack else None, "source": self.stack.source if self.stack else None,
-                "arch": list(self.arch) if self.arch else ("any" if device == "cpu" else None)}
-
-
-def needs(backend: Backend, measured_arch: list[str] | None = None) -> Needs:
-    """The backend's needs from the matrix; `measured_arch` (read from the image) replaces the declared list."""
-    arch = tuple(measured_arch) if measured_arch else ()
-    h = backend.host
-    if h is None:
-        return Needs(backend.name, None, None, None, True, arch, backend.device)
-    stack = drivers.STACKS[h.stack]
-    arch = arch or h.arch
-    if h.driver:  # the matrix states it (with its source in a comment): taken as confirmed
-        return Needs(backend.name, stack, h.version, h.driver, True, arch, backend.device)
-    return Needs(backend.name, stack, h.version, drivers.minimum_driver(stack, h.version), stack.confirmed, arch,
-                 backend.device)
 
 
 def image_arch(engine: Any, image: str) -> list[str] | None:

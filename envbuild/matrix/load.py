@@ -17,7 +17,7 @@ from ..errors import EnvbuildError, MatrixError, Problem
 from ..files import read_user
 from ..paths import DEFAULT_MATRIX
 from ..text import shown, unsafe_char
-from . import rules
+from . import rules, stacks
 from .facts import Facts, path_for, problems as fact_problems, read as read_facts
 from .model import Backend, Compile, Detect, HostNeeds, Image, Index, Matrix, Pin, Plugin, Python, RunSpec, Torch
 from .schema import BACKEND, TOP, Field, check_str, type_message
@@ -347,28 +347,26 @@ def _check_availability(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc
 def _check_stack(b: dict[str, Any], path: Path_, loc: _Located) -> None:
     """The base's accelerator stack release, host.version, the torch index for it and the driver minimum are one
     fact: they must agree (bump moves them together)."""
-    from ..host import drivers
-
     h = b.get("host") or {}
     if not h.get("stack") or not h.get("version"):
         return
-    stack = drivers.STACKS[h["stack"]]
+    stack = stacks.STACKS[h["stack"]]
     where = path + ("host", "version")
-    carried = drivers.image_release(stack, b.get("base_image"), h["version"])
+    carried = stacks.image_release(stack, b.get("base_image"), h["version"])
     if carried is not None and carried != h["version"]:
         loc.at(where, f"{_dotted(where)}: '{h['version']}', but the base image {b['base_image']} carries {stack.title} "
                       f"{carried}: state the base's release (the driver minimum and the torch index follow it)",
                related=(path + ("base_image",), path + ("host", "stack")))
         return
     torch = b.get("torch") or {}
-    want = drivers.torch_index(stack, h["version"], torch.get("index_url")) if torch.get("source") == "pip" else None
+    want = stacks.torch_index(stack, h["version"], torch.get("index_url")) if torch.get("source") == "pip" else None
     if want and want != torch.get("index_url"):
         at = path + ("torch", "index_url")
         loc.at(at, f"{_dotted(at)}: {torch['index_url']} is not the torch index for {stack.title} {h['version']} "
                    f"(host.version): {want}", related=(where, path + ("host", "stack"), path + ("torch", "source")))
-    if stack.confirmed and not h.get("driver") and drivers.minimum_driver(stack, h["version"]) is None:
+    if stack.confirmed and not h.get("driver") and stacks.minimum_driver(stack, h["version"]) is None:
         loc.at(where, f"{_dotted(where)}: no minimum {stack.driver_title} is known for {stack.title} {h['version']} "
-                      f"({stack.source}, envbuild/host/drivers.py): add its row there, or state host.driver with its source",
+                      f"({stack.source}, envbuild/matrix/stacks.py): add its row there, or state host.driver with its source",
                related=(path + ("host", "stack"), path + ("host", "driver")))
 
 

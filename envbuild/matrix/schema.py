@@ -335,7 +335,7 @@ BACKEND = {
     # variant, e.g. cuda-cu126 beside cuda: its own torch index and base image for older drivers).
     "variant_of": _leaf("name"),
     # What the image needs of the host: the accelerator stack it carries (its minimum driver comes from
-    # envbuild/host/drivers.py, or `driver` where the vendor says otherwise) and, optionally, the device
+    # envbuild/matrix/stacks.py, or `driver` where the vendor says otherwise) and, optionally, the device
     # architectures its torch was built for (the build checks them against torch itself).
     "host": Field(section={
         "stack": _leaf("word", required=True, choices=("cuda", "rocm", "cann", "gaudi", "neuron")),

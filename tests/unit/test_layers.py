@@ -23,8 +23,9 @@ LAYERS: dict[str, float] = {
     "regclient": 0.5,
     "output": 0.7,  # the one output layer: every stage prints through it; it masks registry credentials
     "matrix": 1,
-    # what is true of this host (driver facts, platform names, image-vs-host compatibility): read by the stages
-    "hostfacts": 0.5,
+    # what is true of this host (its driver and platform, image-vs-host compatibility, against the matrix's stack
+    # facts): read by the stages after render
+    "hostfacts": 1.5,
     "render": 2,
     "lock": 3,
     "build": 4,

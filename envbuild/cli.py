@@ -467,7 +467,7 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
       envbuild lock --backend cpu --upgrade-package huggingface-hub
       envbuild lock --check            # CI: are the locks this repository carries current?
     """
-    from . import lock as locks
+    from .build import locking
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else m.containerizable()
@@ -477,11 +477,11 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
     if check:
         if upgrade or upgrade_packages:
             raise click.UsageError("--check writes nothing: it takes no --upgrade or --upgrade-package")
-        results = locks.check(m, chosen, opts, require=bool(backends))
+        results = locking.check(m, chosen, opts, require=bool(backends))
     else:
         echo = lambda line: click.echo(line, err=True)  # noqa: E731
-        lock_opts = locks.LockOptions(upgrade=upgrade, upgrade_packages=upgrade_packages)
-        results = locks.lock(m, chosen, opts, lock_opts, _engine(), echo=echo, verbose=verbose)
+        lock_opts = locking.LockOptions(upgrade=upgrade, upgrade_packages=upgrade_packages)
+        results = locking.lock(m, chosen, opts, lock_opts, _engine(), echo=echo, verbose=verbose)
     if as_json:
         _emit_json([r.to_json() for r in results])
     else:
@@ -656,6 +656,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     locks_refreshed, locks_left = [], []
     if result.written and result.matrix is not None:
         from . import lock as locks
+        from .build import locking
 
         existing = [b for b in map(result.matrix.backend, result.backends)
                     if any(locks.path(opts, b, p).is_file() for p in b.platforms)]
@@ -665,7 +666,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
             echo = lambda line: click.echo(line, err=True)  # noqa: E731
             for b in existing:  # one that cannot be resolved here (its vendor's registry) is named, not fatal
                 try:
-                    locks_refreshed += locks.lock(result.matrix, [b], opts, locks.LockOptions(), _engine(), echo=echo)
+                    locks_refreshed += locking.lock(result.matrix, [b], opts, locking.LockOptions(), _engine(), echo=echo)
                 except EnvbuildError as exc:
                     locks_left.append(f"{locks.path(opts, b)} ({str(exc).splitlines()[0][:300]})")
     if as_json:

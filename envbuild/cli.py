@@ -156,22 +156,9 @@ class _Inputs:
         self.ca_bundle, self.no_ca_bundle = ca_bundle, no_ca_bundle
 
     def options(self, **more: Any):
-        from .build import BuildOptions, default_ca_bundle
-        from .errors import BuildError
+        from .build.plan import options
 
-        for option, given in (("--ca-bundle", self.ca_bundle), ("--netrc", self.values["netrc"])):
-            if given is not None and not given.is_file():  # a FIFO or a device would hang the builder
-                raise InvalidInput(f"{option} {given}: not a regular file")
-        if self.values["netrc"] is not None:  # a bad one is named here, never quoted (pip would quote it)
-            from .files import read_netrc
-
-            read_netrc(self.values["netrc"])
-        ca = None if self.no_ca_bundle else (self.ca_bundle or default_ca_bundle())
-        if ca and not ca.is_file():
-            raise BuildError(f"CA bundle {ca} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
-        opts = BuildOptions(ca_bundle=ca, **self.values, **more)
-        opts.check()
-        return opts
+        return options(ca_bundle=self.ca_bundle, no_ca_bundle=self.no_ca_bundle, **self.values, **more)
 
 
 def _input_options(f):
@@ -467,6 +454,7 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
       envbuild lock --backend cpu --upgrade-package huggingface-hub
       envbuild lock --check            # CI: are the locks this repository carries current?
     """
+    from . import report
     from .build import locking
 
     m = _load(matrix_path, overrides)
@@ -486,12 +474,10 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
         _emit_json([r.to_json() for r in results])
     else:
         for r in results:
-            why = f": {'; '.join(r.why)}" if r.why and r.status != "up to date" else ""
-            count = f" ({r.count} distributions)" if r.count else ""
-            click.echo(f"{r.backend} ({r.platform}): {r.path} {r.status}{count}{why}")
+            click.echo(report.lock_line(r))
         if check and not results:
             click.echo(f"no locks to check in {opts.locks_dir}/")
-    bad = [r for r in results if r.status in ("stale", "missing", "wrong torch")]
+    bad = [r for r in results if r.status in report.LOCK_PROBLEMS]
     if check and bad:
         click.secho(f"{len(bad)} lock(s) out of date or wrong: run `envbuild lock`.", fg="red", err=True)
         sys.exit(1)
@@ -509,16 +495,9 @@ def _source_options(f):
 
 
 def _sources(mirrors, ca_bundle, netrc):
-    from .build import default_ca_bundle
-    from .imageref import parse_mirror
     from .sources import Sources
 
-    for given, option in ((ca_bundle, "--ca-bundle"), (netrc, "--netrc")):
-        if given is not None and not given.is_file():
-            raise InvalidInput(f"{option} {given}: not a regular file")
-    for rule in mirrors:
-        parse_mirror(rule)  # a malformed FROM=TO is an exit-2 error before anything is asked
-    return Sources(ca_bundle=ca_bundle or default_ca_bundle(), netrc=netrc, mirrors=tuple(mirrors))
+    return Sources.checked(mirrors, ca_bundle, netrc)
 
 
 def _outdated(m, backends, sources, quiet: bool):
@@ -653,22 +632,8 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     findings = _outdated(m, backends, sources, quiet=as_json)
     new = bumping.changes(findings, only, to, matrix=m, sources=sources)
     result = bumping.bump(path, new, dockerfiles, dry_run=dry_run, index=sources.index)
-    locks_refreshed, locks_left = [], []
-    if result.written and result.matrix is not None:
-        from . import lock as locks
-        from .build import locking
-
-        existing = [b for b in map(result.matrix.backend, result.backends)
-                    if any(locks.path(opts, b, p).is_file() for p in b.platforms)]
-        if existing and no_lock:
-            locks_left = [str(locks.path(opts, b, p)) for b in existing for p in b.platforms if locks.path(opts, b, p).is_file()]
-        elif existing:
-            echo = lambda line: click.echo(line, err=True)  # noqa: E731
-            for b in existing:  # one that cannot be resolved here (its vendor's registry) is named, not fatal
-                try:
-                    locks_refreshed += locking.lock(result.matrix, [b], opts, locking.LockOptions(), _engine(), echo=echo)
-                except EnvbuildError as exc:
-                    locks_left.append(f"{locks.path(opts, b)} ({str(exc).splitlines()[0][:300]})")
+    locks_refreshed, locks_left = bumping.refresh_locks(result, opts, _engine, no_lock=no_lock,
+                                                        echo=lambda line: click.echo(line, err=True))
     if as_json:
         _emit_json({**result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in locks_refreshed],
                     "locks_left": locks_left})
@@ -697,23 +662,19 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
     import json
 
+    from . import report
+
     for result in results:
         if result.ok:
-            where = f"tagged {', '.join(result.tags)}" if result.tags else f"kept in the builder ({platform}; not loaded here)"
-            what = "up to date (nothing changed since its last build; --no-cache builds anyway)" if result.up_to_date \
-                else f"built {result.image_id[:19]} in {result.seconds:.0f}s"
-            click.echo(f"{result.backend}: {what}, {where}")
+            click.echo(report.build_line(result, platform))
         else:
-            click.secho(f"{result.backend}: build FAILED: {result.error}", fg="red", err=True)
+            click.secho(report.build_line(result, platform), fg="red", err=True)
             if result.log:
                 click.echo(f"{result.backend}: full log: {result.log}", err=True)
     if json_path:
         _write_output(json_path, json.dumps([r.to_json() for r in results], indent=2) + "\n")
     if len(results) > 1:
-        from . import report
-
-        rows = [{"backend": r.backend, "result": ("up to date" if r.up_to_date else "ok") if r.ok else "FAILED", "seconds": f"{r.seconds:.0f}", "image": (r.tags[0] if r.tags else "(in the builder)") if r.ok else (r.error or "")[:70]} for r in results]
-        click.echo(report.table(rows, ["backend", "result", "seconds", "image"]))
+        click.echo(report.table(report.build_rows(results), report.BUILD_COLUMNS))
     if not all(r.ok for r in results):
         sys.exit(1)
 
@@ -1105,9 +1066,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     if as_json:
         _emit_json([r.to_json() for r in results])
     if summary_path:
-        landed = [r.entry for r in results if r.ok and r.entry]
-        text = "### Published images\n\n" + (report.markdown_table(report.published_rows(landed), ["backend", "tags", "digest", "smoke", "revision"]) if landed else "Nothing landed.\n")
-        _append_output(summary_path, text + "\n")
+        _append_output(summary_path, report.published_summary([r.entry for r in results if r.ok and r.entry]) + "\n")
     if not all(r.ok for r in results):
         sys.exit(1)
 
@@ -1325,23 +1284,8 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
       envbuild summary results/ --backend all --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
     from . import report
-    from .errors import InvalidInput
-    from .files import read_json
-    from .smoke.runner import result_problem
 
-    docs: list[dict] = []
-    for path in results:
-        files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
-        for f in files:
-            doc = read_json(f, str(f), InvalidInput)
-            items = doc if isinstance(doc, list) else [doc]
-            looks = [d for d in items if isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys()]
-            if not looks and path.is_dir():
-                continue  # another JSON file in an artifacts folder
-            why = next((w for w in map(result_problem, items) if w), None) if items else "an empty list"
-            if why:
-                raise InvalidInput(f"{f}: not the output of `envbuild smoke --json`: {why}")
-            docs += items
+    docs = report.read_smoke_results(results)
     expected = [b.name for b in _choose(_load(matrix_path, overrides), backends)] if backends else []
     rows = report.smoke_rows(docs, expected)
     columns = ["backend", "result", "checks", "seconds", "image", "reason"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import files, render
-from ..errors import InvalidInput
+from ..errors import EnvbuildError, InvalidInput
 from ..matrix import edit, facts
 from ..matrix.load import MAX_MATRIX, loads
 from ..paths import PACKAGE
@@ -17,6 +17,11 @@ from ..matrix.model import Matrix
 from ..matrix.rules import torch_required
 from ..matrix.schema import check_field
 from . import Finding, Sources
+
+if TYPE_CHECKING:
+    from ..build.locking import LockResult
+    from ..build.plan import BuildOptions
+    from ..engine import Engine
 
 # --only takes a dotted field or one of these kinds
 KINDS = {"transformers": "transformers.", "accelerate": "accelerate.", "uv": "uv.", "torch": ".torch.version",
@@ -192,3 +197,29 @@ def _bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run:
     written = files.write_all({matrix_path: text, **derived})
     result.written = [str(p) for p in written]
     return result
+
+
+def refresh_locks(result: Bump, opts: BuildOptions, engine: Callable[[], Engine], *, no_lock: bool = False,
+                  echo: Callable[[str], None] = lambda line: None) -> tuple[list[LockResult], list[str]]:
+    """After a bump that was written: the locks (locks/BACKEND/OS-ARCH.txt) that exist of the backends whose images
+    change, refreshed, and those left as they were, each with why. A backend that cannot be resolved here (its
+    vendor's registry, no engine) is named, not fatal; with `no_lock` none is refreshed. `engine` is asked for the
+    engine only when a lock is to be resolved."""
+    from .. import lock as locks
+    from ..build import locking
+
+    refreshed: list[LockResult] = []
+    left: list[str] = []
+    if not result.written or result.matrix is None:
+        return refreshed, left
+    existing = [b for b in map(result.matrix.backend, result.backends)
+                if any(locks.path(opts, b, p).is_file() for p in b.platforms)]
+    if no_lock:
+        return refreshed, [str(locks.path(opts, b, p)) for b in existing for p in b.platforms
+                           if locks.path(opts, b, p).is_file()]
+    for b in existing:
+        try:
+            refreshed += locking.lock(result.matrix, [b], opts, locking.LockOptions(), engine(), echo=echo)
+        except EnvbuildError as exc:
+            left.append(f"{locks.path(opts, b)} ({str(exc).splitlines()[0][:300]})")
+    return refreshed, left

@@ -6,7 +6,6 @@ Heavy modules (docker, jinja2) are imported inside the commands that need them, 
 from __future__ import annotations
 
 import functools
-import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any
@@ -849,15 +848,6 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
 
 
-def _facts(root: Path | None) -> dict[str, Any]:
-    """With --root, which facts came from where (JSON)."""
-
-    if root is None:
-        return {}
-    return {"root": str(root), "facts": {"files": f"read under {root}", "programs": "this machine's PATH only; nothing under "
-                                         "the root is run", "engine": "not asked (detect) / this machine's (doctor)"}}
-
-
 @cli.command("detect")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every backend with its evidence and what is missing.")
 @click.option("--root", type=_PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
@@ -875,13 +865,9 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     from .host import detect as d
 
     m = _load(matrix_path, overrides)
-    if root is None:
-        det = d.detect(m, docker_runtimes=d.docker_runtimes_from_engine())
-    else:
-        folders = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith("/")]
-        det = d.detect(m, root, path_env=os.pathsep.join(str(root / p.lstrip("/")) for p in folders))
+    det = d.detect_host(m, root)
     if as_json:
-        _emit_json({**det.to_json(), **_facts(root)})
+        _emit_json({**det.to_json(), **report.root_facts(root)})
         return
     click.echo(report.detect_text(det))
     if root is not None:  # which facts came from where
@@ -926,7 +912,7 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
         registry = check_repository(registry)
     report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
     if as_json:
-        _emit_json({**report.to_json(), **_facts(root)})
+        _emit_json({**report.to_json(), **reports.root_facts(root)})
     else:
         click.echo(reports.doctor_text(report))
         if root:  # which facts came from where
@@ -1167,21 +1153,6 @@ def keygen(prefix: Path, force: bool) -> None:
     click.echo(f"key {keys.load_public(public.read_bytes(), str(public)).fingerprint()}")
 
 
-def _split_image(value: str) -> tuple[str, str]:
-    """REPO:TAG or REPO@DIGEST -> (REPO, TAG or DIGEST)."""
-    from .imageref import DIGEST, TAG
-
-    if "@" in value:
-        repo, _, reference = value.partition("@")
-        if not DIGEST.match(reference):
-            raise InvalidInput(f"{shown(value)}: the digest must be sha256:<64 hex>")
-        return repo, reference
-    repo, sep, tag = value.rpartition(":")
-    if not sep or "/" in tag or not TAG.match(tag):
-        raise InvalidInput(f"{shown(value)}: give REPOSITORY:TAG or REPOSITORY@sha256:DIGEST, e.g. ghcr.io/org/envbuild:cpu")
-    return repo, tag
-
-
 @cli.command("verify")
 @click.argument("image")
 @click.option("--key", metavar="FILE", help="The public key (cosign.pub) [default: $ENVBUILD_VERIFY_KEY].")
@@ -1196,9 +1167,9 @@ def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
     the reason otherwise: unsigned, other-key, tampered, smoke-missing, smoke-failed, attestation.
     """
     from .trust import keys
-    from .trust.verify import verify
+    from .trust.verify import split_image, verify
 
-    repo, reference = _split_image(image)
+    repo, reference = split_image(image)
     public = keys.verify_key(key)
     if public is None:
         raise InvalidInput(f"no key to verify with: pass --key cosign.pub or set {keys.VERIFY_KEY_ENV}")

@@ -331,6 +331,14 @@ def compat_markdown(rows: list[dict[str, Any]]) -> str:
 # --- the host: detect, doctor, env ---------------------------------------------------------------------
 
 
+def root_facts(root: Any) -> dict[str, Any]:
+    """With --root (detect, doctor), which facts came from where, for the JSON output; nothing without one."""
+    if root is None:
+        return {}
+    return {"root": str(root), "facts": {"files": f"read under {root}", "programs": "this machine's PATH only; nothing under "
+                                         "the root is run", "engine": "not asked (detect) / this machine's (doctor)"}}
+
+
 def detect_text(detection: Detection) -> str:
     """Short human report: one line per detected backend, then hints about what is missing."""
     found = [detection.finding(n) for n in detection.detected]

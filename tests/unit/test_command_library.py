@@ -9,13 +9,16 @@ from types import SimpleNamespace
 
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
+from support.hosts import VENDORS, make_root
 
 from envbuild import report
 from envbuild.build import locking, plan
+from envbuild.host import detect
 from envbuild.errors import BuildError, DockerError, EnvbuildError, InvalidInput
 from envbuild.matrix import load
 from envbuild.sources import Sources
 from envbuild.sources import bump as bumping
+from envbuild.trust.verify import split_image
 
 MATRIX = load(MATRIX_PATH)
 
@@ -148,3 +151,47 @@ def test_bump_refreshes_only_the_locks_that_exist(tmp_path, monkeypatch):
     refreshed, left = bumping.refresh_locks(result, opts, no_engine)
     assert refreshed == [] and left == [f"{cpu} (Cannot connect to the Docker daemon)"] and asked == [1]
     assert cpu.read_text() == "a lock\n"
+
+
+# --- detect, doctor and verify: what they are given -----------------------------------------------------------
+
+
+def test_detect_under_a_root_reads_its_path_folders_and_asks_no_engine(tmp_path, monkeypatch):
+    root = make_root(tmp_path, *VENDORS["cuda"])
+    tool = root / "usr/bin/nvidia-smi"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", "relative/bin:/usr/bin")  # a relative folder is no folder under the root
+    monkeypatch.setattr(detect, "docker_runtimes_from_engine", lambda: pytest.fail("--root asked the engine"))
+    found = detect.detect_host(MATRIX, root)
+    cuda = next(f for f in found.findings if f.backend == "cuda")
+    assert found.detected == ["cuda"] and str(tool) in [e.detail for e in cuda.evidence if e.kind == "tool"]
+    assert report.root_facts(root)["root"] == str(root) and report.root_facts(None) == {}
+
+
+def test_detect_here_asks_the_engine_for_its_runtimes(monkeypatch):
+    monkeypatch.setattr(detect, "docker_runtimes_from_engine", lambda: {"runc", "nvidia"})
+    seen = {}
+    monkeypatch.setattr(detect, "detect", lambda m, *a, **kw: seen.update(kw) or "detection")
+    assert detect.detect_host(MATRIX) == "detection" and seen == {"docker_runtimes": {"runc", "nvidia"}}
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("ghcr.io/org/envbuild:cpu", ("ghcr.io/org/envbuild", "cpu")),
+    ("127.0.0.1:5000/envbuild:cpu", ("127.0.0.1:5000/envbuild", "cpu")),
+    ("r/x@sha256:" + "a" * 64, ("r/x", "sha256:" + "a" * 64)),
+])
+def test_verify_takes_a_tag_or_a_digest(value, expected):
+    assert split_image(value) == expected
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("127.0.0.1:5000/envbuild", "give REPOSITORY:TAG or REPOSITORY@sha256:DIGEST"),
+    ("x@sha256:zz", "the digest must be sha256:<64 hex>"),
+    ("reg/x:bad\x1btag", "give REPOSITORY:TAG"),
+])
+def test_verify_refuses_anything_else(value, fragment):
+    with pytest.raises(InvalidInput, match=fragment.replace("(", r"\(")) as info:
+        split_image(value)
+    assert "\x1b" not in str(info.value)

@@ -1038,16 +1038,9 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
                             sign_key=_signing_key(sign_key))
     results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
     for r in results:
-        if r.entry and r.entry.get("platforms"):
-            what = "index" if r.entry.get("index") else "platform image"
-            for plat, rec in r.entry["platforms"].items():
-                click.echo(f"{r.backend}: {plat} {rec['digest']}")
-            if r.entry.get("index") or r.ok:
-                click.echo(f"{r.backend}: pushed {what} {', '.join(r.refs)} ({r.digest}); recorded in {opts.manifest}")
-        if r.ok and not (r.entry and r.entry.get("platforms")):
-            signed = " signed and attested;" if r.entry and r.entry.get("signed") else ""
-            click.echo(f"{r.backend}: pushed {', '.join(r.refs)} ({r.digest});{signed} recorded in {opts.manifest}")
-        elif not r.ok:
+        for line in report.published_lines(r, opts.manifest):
+            click.echo(line)
+        if not r.ok:
             click.secho(f"{r.backend}: publish FAILED: {r.error}", fg="red", err=True)
     if as_json:
         _emit_json([r.to_json() for r in results])
@@ -1081,6 +1074,7 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key,
     Example:
       envbuild pull --backend cpu && envbuild smoke --backend cpu
     """
+    from . import report
     from .engine import Engine
     from .registry import pull as p
 
@@ -1095,16 +1089,8 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key,
         r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True),
                    ignore_host=ignore_host, key=public, platform=platform)
         results.append(r)
-        if as_json:
-            continue
-        verified = f", verified against {manifest}" if r.verified else ""
-        on = f" for {r.platform}{' (runs under QEMU emulation)' if r.emulated else ''}" if r.platform else ""
-        click.echo(f"{r.backend}: pulled {r.ref}{on} ({r.digest}{verified})")
-        if len(r.tagged) > 1:
-            click.echo(f"{r.backend}: tagged as {', '.join(r.tagged[1:])}")
-        click.echo(f"run it (self-test):  {r.docker_run}")
-        click.echo(f"smoke-test it:       envbuild smoke --backend {r.backend}"
-                   + (f" --platform {r.platform}" if r.platform and r.emulated else ""))
+        if not as_json:
+            click.echo(report.pulled_text(r, manifest))
     if as_json:
         _emit_json([r.to_json() for r in results])
 

@@ -281,6 +281,36 @@ def published_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def published_lines(result: Any, manifest: Any) -> list[str]:
+    """What a publish of one backend says it pushed (its failure, if any, is the caller's to say on stderr): each
+    platform's digest and the index, or the one image, and the manifest that records it."""
+    lines = []
+    entry = result.entry or {}
+    if entry.get("platforms"):
+        what = "index" if entry.get("index") else "platform image"
+        lines += [f"{result.backend}: {plat} {rec['digest']}" for plat, rec in entry["platforms"].items()]
+        if entry.get("index") or result.ok:
+            lines.append(f"{result.backend}: pushed {what} {', '.join(result.refs)} ({result.digest}); recorded in {manifest}")
+    elif result.ok:
+        signed = " signed and attested;" if entry.get("signed") else ""
+        lines.append(f"{result.backend}: pushed {', '.join(result.refs)} ({result.digest});{signed} recorded in {manifest}")
+    return lines
+
+
+def pulled_text(result: Any, manifest: Any = None) -> str:
+    """What a pull says: the reference and digest that arrived (verified against `manifest`, when given), the tags
+    it got here, and how to run and smoke-test it."""
+    verified = f", verified against {manifest}" if result.verified else ""
+    on = f" for {result.platform}{' (runs under QEMU emulation)' if result.emulated else ''}" if result.platform else ""
+    lines = [f"{result.backend}: pulled {result.ref}{on} ({result.digest}{verified})"]
+    if len(result.tagged) > 1:
+        lines.append(f"{result.backend}: tagged as {', '.join(result.tagged[1:])}")
+    lines.append(f"run it (self-test):  {result.docker_run}")
+    lines.append(f"smoke-test it:       envbuild smoke --backend {result.backend}"
+                 + (f" --platform {result.platform}" if result.platform and result.emulated else ""))
+    return "\n".join(lines)
+
+
 def published_summary(entries: list[dict[str, Any]]) -> str:
     """The Markdown a CI job summary gets of a publish: what landed (manifest entries), or that nothing did."""
     table_ = markdown_table(published_rows(entries), ["backend", "tags", "digest", "smoke", "revision"]) if entries \

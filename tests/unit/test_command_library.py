@@ -104,6 +104,37 @@ def test_published_summary():
     assert report.published_summary([]) == "### Published images\n\nNothing landed.\n"
 
 
+def test_published_lines():
+    digest = "sha256:" + "c" * 64
+    one = SimpleNamespace(backend="cpu", ok=True, refs=["r:cpu", "r:cpu-pinned"], digest=digest, entry={"signed": True})
+    assert report.published_lines(one, "m.json") == [
+        f"cpu: pushed r:cpu, r:cpu-pinned ({digest}); signed and attested; recorded in m.json"]
+    platforms = {"linux/amd64": {"digest": "sha256:" + "1" * 64}, "linux/arm64": {"digest": "sha256:" + "2" * 64}}
+    index = SimpleNamespace(backend="cpu", ok=False, refs=["r:cpu"], digest=digest,
+                            entry={"platforms": platforms, "index": True})
+    assert report.published_lines(index, "m.json") == [  # a platform left out: the index still landed, said so
+        f"cpu: linux/amd64 sha256:{'1' * 64}", f"cpu: linux/arm64 sha256:{'2' * 64}",
+        f"cpu: pushed index r:cpu ({digest}); recorded in m.json"]
+    part = SimpleNamespace(backend="cpu", ok=True, refs=["r:cpu-arm64"], digest=digest, entry={"platforms": platforms})
+    assert report.published_lines(part, "m.json")[-1] == f"cpu: pushed platform image r:cpu-arm64 ({digest}); recorded in m.json"
+    failed = SimpleNamespace(backend="cpu", ok=False, refs=[], digest=None, entry=None, error="denied")
+    assert report.published_lines(failed, "m.json") == []  # the failure is said on stderr by the caller
+
+
+def test_pulled_text():
+    r = SimpleNamespace(backend="cpu", ref="r:cpu-pinned", digest="sha256:" + "d" * 64, verified=True,
+                        platform="linux/arm64", emulated=True, tagged=["r:cpu-pinned", "r:cpu"],
+                        docker_run="docker run --rm r:cpu envbuild-probe")
+    assert report.pulled_text(r, "m.json").splitlines() == [
+        f"cpu: pulled r:cpu-pinned for linux/arm64 (runs under QEMU emulation) (sha256:{'d' * 64}, verified against m.json)",
+        "cpu: tagged as r:cpu",
+        "run it (self-test):  docker run --rm r:cpu envbuild-probe",
+        "smoke-test it:       envbuild smoke --backend cpu --platform linux/arm64"]
+    plain = SimpleNamespace(**{**vars(r), "verified": False, "platform": None, "emulated": False, "tagged": ["r:cpu"]})
+    assert report.pulled_text(plain).splitlines()[::2] == [
+        f"cpu: pulled r:cpu-pinned (sha256:{'d' * 64})", "smoke-test it:       envbuild smoke --backend cpu"]
+
+
 def test_smoke_results_are_read_from_files_and_folders(tmp_path):
     good = {"backend": "cpu", "ok": True, "checks": [{"name": "device", "ok": True, "message": ""}]}
     folder = tmp_path / "results"

@@ -191,3 +191,32 @@ def test_only_the_engine_talks_to_docker():
     assert [m for m in modules if "docker" in _top_level_imports(m)] == ["envbuild.engine"]
     starters = sorted(m for m in modules if "subprocess" in _top_level_imports(m))
     assert starters == sorted(PROCESSES), "a new module starts processes: a docker client goes through envbuild.engine"
+
+
+def _docker_client_named(source: str) -> list[str]:
+    """Where source names the docker client to start: an argv whose first word is `docker`, or a PATH search for it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        first = node.elts[0] if isinstance(node, (ast.List, ast.Tuple)) and node.elts else None
+        if isinstance(first, ast.Constant) and first.value == "docker":
+            found.append(ast.unparse(node))
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("which") and node.args \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "docker":
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_no_module_that_starts_processes_starts_a_docker_client_but_the_engine():
+    assert _docker_client_named('subprocess.run(["docker", "push", ref])') and _docker_client_named("shutil.which('docker')")
+    assert not _docker_client_named('subprocess.run(["systemctl", "start", "docker"])')  # the daemon's service: setup
+    for name in sorted(PROCESSES):
+        path = ROOT.joinpath(*name.split(".")[1:]).with_suffix(".py")
+        path = path if path.exists() else ROOT.joinpath(*name.split(".")[1:], "__init__.py")
+        named = _docker_client_named(path.read_text(encoding="utf-8"))
+        assert bool(named) == (name == "envbuild.engine"), (name, named)
+
+
+def test_setting_up_a_daemon_is_the_cli_s_alone():
+    """host.engine_setup administers the system (apt-get, systemctl, dockerd): no stage, and nothing of the library
+    but the command line, reaches it."""
+    assert [m for m, targets in imports().items() if "envbuild.host.engine_setup" in targets] == ["envbuild.cli"]

@@ -713,20 +713,10 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
     s.model_args(model)  # bad input before any engine
     if cache is not None:
         s.runner.cache_source(cache)
-    results = []
-    engine = _engine()
-    for backend in chosen:
-        try:
-            result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo,
-                             ignore_host=ignore_host, cache=cache, platform=platform)
-        except s.SmokeError as exc:
-            if len(chosen) == 1 and not (json_path or junit_path):
-                raise
-            click.secho(f"Error: {exc}", fg="red", err=True)
-            result = s.SmokeResult(backend.name, image or m.tags(backend)[0], False, 0.0, None, error=str(exc),
-                                   platform=platform)
-        results.append(result)
-        click.echo(report.smoke_summary(result))
+    results = s.smoke_each(m, chosen, _engine(), keep_going=len(chosen) > 1 or bool(json_path or junit_path),
+                           failed=lambda exc: click.secho(f"Error: {exc}", fg="red", err=True),
+                           done=lambda result: click.echo(report.smoke_summary(result)), image=image, model=model,
+                           timeout=timeout, echo=echo, ignore_host=ignore_host, cache=cache, platform=platform)
     if json_path:
         doc = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
         _write_output(json_path, json.dumps(doc, indent=2) + "\n")

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
+from support.fakes import FakeEngine
 from support.hosts import VENDORS, make_root
 
-from envbuild import report
+from envbuild import report, smoke
 from envbuild.build import locking, plan
 from envbuild.host import detect
 from envbuild.errors import BuildError, DockerError, EnvbuildError, InvalidInput
@@ -226,3 +227,21 @@ def test_verify_refuses_anything_else(value, fragment):
     with pytest.raises(InvalidInput, match=fragment.replace("(", r"\(")) as info:
         split_image(value)
     assert "\x1b" not in str(info.value)
+
+
+# --- smoke: several backends ----------------------------------------------------------------------------------
+
+
+def test_smoke_each_keeps_going_only_when_asked():
+    """A smoke that cannot run (no image; no runtime for the device) is a SmokeError before any container: alone it
+    is raised; with keep_going it is a failed result, said, and the next backend still runs."""
+    chosen = [MATRIX.backend("cpu"), MATRIX.backend("cuda")]
+    with pytest.raises(smoke.SmokeError, match="is not on this Docker engine"):
+        smoke.smoke_each(MATRIX, chosen, FakeEngine(), keep_going=False, ignore_host=True)
+    said, seen = [], []
+    results = smoke.smoke_each(MATRIX, chosen, FakeEngine(), keep_going=True, failed=said.append, done=seen.append,
+                               ignore_host=True, platform="linux/amd64")
+    assert [r.backend for r in results] == ["cpu", "cuda"] and seen == results and len(said) == 2
+    assert not any(r.ok for r in results) and [r.error for r in results] == [str(e) for e in said]
+    assert "is not on this Docker engine" in results[0].error and "runtime 'nvidia'" in results[1].error
+    assert results[0].image == MATRIX.tags(chosen[0])[0] and results[0].platform == "linux/amd64"

@@ -1213,8 +1213,7 @@ def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
     elif fmt == "json":
         _emit_json(doc)
     else:
-        rows = [{**j, "runs-on": ",".join(j["runs-on"]), "smoke": "yes" if j["smoke"] else "no"} for j in doc["include"]]
-        click.echo(report.table(rows, ["backend", "platform", "device", "runs-on", "smoke", "image"]))
+        click.echo(report.table(report.ci_rows(doc), report.CI_COLUMNS))
 
 
 @cli.command()

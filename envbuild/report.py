@@ -281,6 +281,14 @@ def published_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+CI_COLUMNS = ["backend", "platform", "device", "runs-on", "smoke", "image"]
+
+
+def ci_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The CI job matrix (ci.github_matrix) as table rows (CI_COLUMNS): runner labels joined, smoke yes or no."""
+    return [{**j, "runs-on": ",".join(j["runs-on"]), "smoke": "yes" if j["smoke"] else "no"} for j in doc["include"]]
+
+
 def published_lines(result: Any, manifest: Any) -> list[str]:
     """What a publish of one backend says it pushed (its failure, if any, is the caller's to say on stderr): each
     platform's digest and the index, or the one image, and the manifest that records it."""

@@ -105,6 +105,16 @@ def test_published_summary():
     assert report.published_summary([]) == "### Published images\n\nNothing landed.\n"
 
 
+def test_ci_rows():
+    from envbuild import ci
+
+    doc = ci.github_matrix(MATRIX, [MATRIX.backend("cpu")])
+    (row,) = report.ci_rows(doc)
+    assert row["backend"] == "cpu" and row["runs-on"] == ",".join(doc["include"][0]["runs-on"]) and row["smoke"] == "yes"
+    assert report.table(report.ci_rows(doc), report.CI_COLUMNS).splitlines()[0].split() == [
+        "BACKEND", "PLATFORM", "DEVICE", "RUNS-ON", "SMOKE", "IMAGE"]
+
+
 def test_published_lines():
     digest = "sha256:" + "c" * 64
     one = SimpleNamespace(backend="cpu", ok=True, refs=["r:cpu", "r:cpu-pinned"], digest=digest, entry={"signed": True})

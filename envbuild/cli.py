@@ -628,14 +628,14 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     m = _load(str(path))
     opts = inputs.options()
     sources = _sources(inputs.values["mirrors"], opts.ca_bundle, inputs.values["netrc"])
-    findings = _outdated(m, backends, sources, quiet=as_json)
-    new = bumping.changes(findings, only, to, matrix=m, sources=sources)
-    result = bumping.bump(path, new, dockerfiles, dry_run=dry_run, index=sources.index)
-    locks_refreshed, locks_left = bumping.refresh_locks(result, opts, _engine, no_lock=no_lock,
-                                                        echo=lambda line: click.echo(line, err=True))
+    done = bumping.run(path, m, _choose(m, backends) if backends else m.containerizable(), sources, opts, _engine,
+                       dockerfiles=dockerfiles, only=only, to=to, dry_run=dry_run, no_lock=no_lock,
+                       progress=None if as_json else (lambda line: click.echo(f"envbuild: {line}", err=True)),
+                       echo=lambda line: click.echo(line, err=True))
+    findings, new, result = done.findings, done.new, done.result
+    locks_refreshed, locks_left = done.locks_refreshed, done.locks_left
     if as_json:
-        _emit_json({**result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in locks_refreshed],
-                    "locks_left": locks_left})
+        _emit_json(done.to_json(dry_run))
         return
     if not new:
         click.echo("nothing to bump: every pin is the newest that fits (see `envbuild outdated`)")

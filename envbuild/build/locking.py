@@ -56,7 +56,6 @@ class LockResult:
                 "why": self.why, "distributions": self.count}
 
 
-
 # --- resolving ----------------------------------------------------------------------------------------------
 
 

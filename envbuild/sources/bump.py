@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..build.locking import LockResult
     from ..build.plan import BuildOptions
     from ..engine import Engine
+    from ..matrix.model import Backend
 
 # --only takes a dotted field or one of these kinds
 KINDS = {"transformers": "transformers.", "accelerate": "accelerate.", "uv": "uv.", "torch": ".torch.version",
@@ -223,3 +224,35 @@ def refresh_locks(result: Bump, opts: BuildOptions, engine: Callable[[], Engine]
         except EnvbuildError as exc:
             left.append(f"{locks.path(opts, b)} ({str(exc).splitlines()[0][:300]})")
     return refreshed, left
+
+
+@dataclass
+class BumpRun:
+    """What `envbuild bump` did: what was found, what of it was applied, and the locks after it."""
+
+    findings: list[Finding]
+    new: dict[str, str]  # dotted field -> the value it was bumped to (empty: nothing to bump)
+    result: Bump
+    locks_refreshed: list[LockResult] = field(default_factory=list)
+    locks_left: list[str] = field(default_factory=list)
+
+    def to_json(self, dry_run: bool) -> dict[str, Any]:
+        return {**self.result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in self.locks_refreshed],
+                "locks_left": self.locks_left}
+
+
+def run(matrix_path: Path, matrix: Matrix, backends: list[Backend], sources: Sources, opts: BuildOptions,
+        engine: Callable[[], Engine], *, dockerfiles: Path, only: tuple[str, ...] = (), to: str | None = None,
+        dry_run: bool = False, no_lock: bool = False, progress: Callable[[str], None] | None = None,
+        echo: Callable[[str], None] = lambda line: None) -> BumpRun:
+    """`envbuild bump`: ask the sources what is newer (outdated), keep what fits of the pins chosen (--only, --to),
+    edit the matrix and write what derives from it (unless `dry_run`), then refresh the locks that exist of the
+    images that change (refresh_locks). --only and --to are checked (check_only, check_to) and the matrix is one of
+    a working folder (working) before any source is asked: the caller does that before loading `matrix`."""
+    from . import outdated
+
+    findings = outdated(matrix, backends, sources, progress=progress)
+    new = changes(findings, only, to, matrix=matrix, sources=sources)
+    result = bump(matrix_path, new, dockerfiles, dry_run=dry_run, index=sources.index)
+    refreshed, left = refresh_locks(result, opts, engine, no_lock=no_lock, echo=echo)
+    return BumpRun(findings, new, result, refreshed, left)

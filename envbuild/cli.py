@@ -6,7 +6,6 @@ Heavy modules (docker, jinja2) are imported inside the commands that need them, 
 from __future__ import annotations
 
 import functools
-import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any
@@ -156,22 +155,9 @@ class _Inputs:
         self.ca_bundle, self.no_ca_bundle = ca_bundle, no_ca_bundle
 
     def options(self, **more: Any):
-        from .build import BuildOptions, default_ca_bundle
-        from .errors import BuildError
+        from .build.plan import options
 
-        for option, given in (("--ca-bundle", self.ca_bundle), ("--netrc", self.values["netrc"])):
-            if given is not None and not given.is_file():  # a FIFO or a device would hang the builder
-                raise InvalidInput(f"{option} {given}: not a regular file")
-        if self.values["netrc"] is not None:  # a bad one is named here, never quoted (pip would quote it)
-            from .files import read_netrc
-
-            read_netrc(self.values["netrc"])
-        ca = None if self.no_ca_bundle else (self.ca_bundle or default_ca_bundle())
-        if ca and not ca.is_file():
-            raise BuildError(f"CA bundle {ca} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
-        opts = BuildOptions(ca_bundle=ca, **self.values, **more)
-        opts.check()
-        return opts
+        return options(ca_bundle=self.ca_bundle, no_ca_bundle=self.no_ca_bundle, **self.values, **more)
 
 
 def _input_options(f):
@@ -467,7 +453,8 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
       envbuild lock --backend cpu --upgrade-package huggingface-hub
       envbuild lock --check            # CI: are the locks this repository carries current?
     """
-    from . import lock as locks
+    from . import report
+    from .build import locking
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else m.containerizable()
@@ -477,21 +464,19 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
     if check:
         if upgrade or upgrade_packages:
             raise click.UsageError("--check writes nothing: it takes no --upgrade or --upgrade-package")
-        results = locks.check(m, chosen, opts, require=bool(backends))
+        results = locking.check(m, chosen, opts, require=bool(backends))
     else:
         echo = lambda line: click.echo(line, err=True)  # noqa: E731
-        lock_opts = locks.LockOptions(upgrade=upgrade, upgrade_packages=upgrade_packages)
-        results = locks.lock(m, chosen, opts, lock_opts, _engine(), echo=echo, verbose=verbose)
+        lock_opts = locking.LockOptions(upgrade=upgrade, upgrade_packages=upgrade_packages)
+        results = locking.lock(m, chosen, opts, lock_opts, _engine(), echo=echo, verbose=verbose)
     if as_json:
         _emit_json([r.to_json() for r in results])
     else:
         for r in results:
-            why = f": {'; '.join(r.why)}" if r.why and r.status != "up to date" else ""
-            count = f" ({r.count} distributions)" if r.count else ""
-            click.echo(f"{r.backend} ({r.platform}): {r.path} {r.status}{count}{why}")
+            click.echo(report.lock_line(r))
         if check and not results:
             click.echo(f"no locks to check in {opts.locks_dir}/")
-    bad = [r for r in results if r.status in ("stale", "missing", "wrong torch")]
+    bad = [r for r in results if r.status in report.LOCK_PROBLEMS]
     if check and bad:
         click.secho(f"{len(bad)} lock(s) out of date or wrong: run `envbuild lock`.", fg="red", err=True)
         sys.exit(1)
@@ -509,16 +494,9 @@ def _source_options(f):
 
 
 def _sources(mirrors, ca_bundle, netrc):
-    from .build import default_ca_bundle
-    from .imageref import parse_mirror
     from .sources import Sources
 
-    for given, option in ((ca_bundle, "--ca-bundle"), (netrc, "--netrc")):
-        if given is not None and not given.is_file():
-            raise InvalidInput(f"{option} {given}: not a regular file")
-    for rule in mirrors:
-        parse_mirror(rule)  # a malformed FROM=TO is an exit-2 error before anything is asked
-    return Sources(ca_bundle=ca_bundle or default_ca_bundle(), netrc=netrc, mirrors=tuple(mirrors))
+    return Sources.checked(mirrors, ca_bundle, netrc)
 
 
 def _outdated(m, backends, sources, quiet: bool):
@@ -650,27 +628,14 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     m = _load(str(path))
     opts = inputs.options()
     sources = _sources(inputs.values["mirrors"], opts.ca_bundle, inputs.values["netrc"])
-    findings = _outdated(m, backends, sources, quiet=as_json)
-    new = bumping.changes(findings, only, to, matrix=m, sources=sources)
-    result = bumping.bump(path, new, dockerfiles, dry_run=dry_run, index=sources.index)
-    locks_refreshed, locks_left = [], []
-    if result.written and result.matrix is not None:
-        from . import lock as locks
-
-        existing = [b for b in map(result.matrix.backend, result.backends)
-                    if any(locks.path(opts, b, p).is_file() for p in b.platforms)]
-        if existing and no_lock:
-            locks_left = [str(locks.path(opts, b, p)) for b in existing for p in b.platforms if locks.path(opts, b, p).is_file()]
-        elif existing:
-            echo = lambda line: click.echo(line, err=True)  # noqa: E731
-            for b in existing:  # one that cannot be resolved here (its vendor's registry) is named, not fatal
-                try:
-                    locks_refreshed += locks.lock(result.matrix, [b], opts, locks.LockOptions(), _engine(), echo=echo)
-                except EnvbuildError as exc:
-                    locks_left.append(f"{locks.path(opts, b)} ({str(exc).splitlines()[0][:300]})")
+    done = bumping.run(path, m, _choose(m, backends) if backends else m.containerizable(), sources, opts, _engine,
+                       dockerfiles=dockerfiles, only=only, to=to, dry_run=dry_run, no_lock=no_lock,
+                       progress=None if as_json else (lambda line: click.echo(f"envbuild: {line}", err=True)),
+                       echo=lambda line: click.echo(line, err=True))
+    findings, new, result = done.findings, done.new, done.result
+    locks_refreshed, locks_left = done.locks_refreshed, done.locks_left
     if as_json:
-        _emit_json({**result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in locks_refreshed],
-                    "locks_left": locks_left})
+        _emit_json(done.to_json(dry_run))
         return
     if not new:
         click.echo("nothing to bump: every pin is the newest that fits (see `envbuild outdated`)")
@@ -696,23 +661,19 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
     import json
 
+    from . import report
+
     for result in results:
         if result.ok:
-            where = f"tagged {', '.join(result.tags)}" if result.tags else f"kept in the builder ({platform}; not loaded here)"
-            what = "up to date (nothing changed since its last build; --no-cache builds anyway)" if result.up_to_date \
-                else f"built {result.image_id[:19]} in {result.seconds:.0f}s"
-            click.echo(f"{result.backend}: {what}, {where}")
+            click.echo(report.build_line(result, platform))
         else:
-            click.secho(f"{result.backend}: build FAILED: {result.error}", fg="red", err=True)
+            click.secho(report.build_line(result, platform), fg="red", err=True)
             if result.log:
                 click.echo(f"{result.backend}: full log: {result.log}", err=True)
     if json_path:
         _write_output(json_path, json.dumps([r.to_json() for r in results], indent=2) + "\n")
     if len(results) > 1:
-        from . import report
-
-        rows = [{"backend": r.backend, "result": ("up to date" if r.up_to_date else "ok") if r.ok else "FAILED", "seconds": f"{r.seconds:.0f}", "image": (r.tags[0] if r.tags else "(in the builder)") if r.ok else (r.error or "")[:70]} for r in results]
-        click.echo(report.table(rows, ["backend", "result", "seconds", "image"]))
+        click.echo(report.table(report.build_rows(results), report.BUILD_COLUMNS))
     if not all(r.ok for r in results):
         sys.exit(1)
 
@@ -752,20 +713,10 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
     s.model_args(model)  # bad input before any engine
     if cache is not None:
         s.runner.cache_source(cache)
-    results = []
-    engine = _engine()
-    for backend in chosen:
-        try:
-            result = s.smoke(m, backend, engine, image=image, model=model, timeout=timeout, echo=echo,
-                             ignore_host=ignore_host, cache=cache, platform=platform)
-        except s.SmokeError as exc:
-            if len(chosen) == 1 and not (json_path or junit_path):
-                raise
-            click.secho(f"Error: {exc}", fg="red", err=True)
-            result = s.SmokeResult(backend.name, image or m.tags(backend)[0], False, 0.0, None, error=str(exc),
-                                   platform=platform)
-        results.append(result)
-        click.echo(report.smoke_summary(result))
+    results = s.smoke_each(m, chosen, _engine(), keep_going=len(chosen) > 1 or bool(json_path or junit_path),
+                           failed=lambda exc: click.secho(f"Error: {exc}", fg="red", err=True),
+                           done=lambda result: click.echo(report.smoke_summary(result)), image=image, model=model,
+                           timeout=timeout, echo=echo, ignore_host=ignore_host, cache=cache, platform=platform)
     if json_path:
         doc = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
         _write_output(json_path, json.dumps(doc, indent=2) + "\n")
@@ -887,15 +838,6 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
 
 
-def _facts(root: Path | None) -> dict[str, Any]:
-    """With --root, which facts came from where (JSON)."""
-
-    if root is None:
-        return {}
-    return {"root": str(root), "facts": {"files": f"read under {root}", "programs": "this machine's PATH only; nothing under "
-                                         "the root is run", "engine": "not asked (detect) / this machine's (doctor)"}}
-
-
 @cli.command("detect")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every backend with its evidence and what is missing.")
 @click.option("--root", type=_PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
@@ -913,13 +855,9 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     from .host import detect as d
 
     m = _load(matrix_path, overrides)
-    if root is None:
-        det = d.detect(m, docker_runtimes=d.docker_runtimes_from_engine())
-    else:
-        folders = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith("/")]
-        det = d.detect(m, root, path_env=os.pathsep.join(str(root / p.lstrip("/")) for p in folders))
+    det = d.detect_host(m, root)
     if as_json:
-        _emit_json({**det.to_json(), **_facts(root)})
+        _emit_json({**det.to_json(), **report.root_facts(root)})
         return
     click.echo(report.detect_text(det))
     if root is not None:  # which facts came from where
@@ -964,7 +902,7 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
         registry = check_repository(registry)
     report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
     if as_json:
-        _emit_json({**report.to_json(), **_facts(root)})
+        _emit_json({**report.to_json(), **reports.root_facts(root)})
     else:
         click.echo(reports.doctor_text(report))
         if root:  # which facts came from where
@@ -1090,23 +1028,14 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
                             sign_key=_signing_key(sign_key))
     results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
     for r in results:
-        if r.entry and r.entry.get("platforms"):
-            what = "index" if r.entry.get("index") else "platform image"
-            for plat, rec in r.entry["platforms"].items():
-                click.echo(f"{r.backend}: {plat} {rec['digest']}")
-            if r.entry.get("index") or r.ok:
-                click.echo(f"{r.backend}: pushed {what} {', '.join(r.refs)} ({r.digest}); recorded in {opts.manifest}")
-        if r.ok and not (r.entry and r.entry.get("platforms")):
-            signed = " signed and attested;" if r.entry and r.entry.get("signed") else ""
-            click.echo(f"{r.backend}: pushed {', '.join(r.refs)} ({r.digest});{signed} recorded in {opts.manifest}")
-        elif not r.ok:
+        for line in report.published_lines(r, opts.manifest):
+            click.echo(line)
+        if not r.ok:
             click.secho(f"{r.backend}: publish FAILED: {r.error}", fg="red", err=True)
     if as_json:
         _emit_json([r.to_json() for r in results])
     if summary_path:
-        landed = [r.entry for r in results if r.ok and r.entry]
-        text = "### Published images\n\n" + (report.markdown_table(report.published_rows(landed), ["backend", "tags", "digest", "smoke", "revision"]) if landed else "Nothing landed.\n")
-        _append_output(summary_path, text + "\n")
+        _append_output(summary_path, report.published_summary([r.entry for r in results if r.ok and r.entry]) + "\n")
     if not all(r.ok for r in results):
         sys.exit(1)
 
@@ -1135,6 +1064,7 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key,
     Example:
       envbuild pull --backend cpu && envbuild smoke --backend cpu
     """
+    from . import report
     from .engine import Engine
     from .registry import pull as p
 
@@ -1149,16 +1079,8 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key,
         r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True),
                    ignore_host=ignore_host, key=public, platform=platform)
         results.append(r)
-        if as_json:
-            continue
-        verified = f", verified against {manifest}" if r.verified else ""
-        on = f" for {r.platform}{' (runs under QEMU emulation)' if r.emulated else ''}" if r.platform else ""
-        click.echo(f"{r.backend}: pulled {r.ref}{on} ({r.digest}{verified})")
-        if len(r.tagged) > 1:
-            click.echo(f"{r.backend}: tagged as {', '.join(r.tagged[1:])}")
-        click.echo(f"run it (self-test):  {r.docker_run}")
-        click.echo(f"smoke-test it:       envbuild smoke --backend {r.backend}"
-                   + (f" --platform {r.platform}" if r.platform and r.emulated else ""))
+        if not as_json:
+            click.echo(report.pulled_text(r, manifest))
     if as_json:
         _emit_json([r.to_json() for r in results])
 
@@ -1207,21 +1129,6 @@ def keygen(prefix: Path, force: bool) -> None:
     click.echo(f"key {keys.load_public(public.read_bytes(), str(public)).fingerprint()}")
 
 
-def _split_image(value: str) -> tuple[str, str]:
-    """REPO:TAG or REPO@DIGEST -> (REPO, TAG or DIGEST)."""
-    from .imageref import DIGEST, TAG
-
-    if "@" in value:
-        repo, _, reference = value.partition("@")
-        if not DIGEST.match(reference):
-            raise InvalidInput(f"{shown(value)}: the digest must be sha256:<64 hex>")
-        return repo, reference
-    repo, sep, tag = value.rpartition(":")
-    if not sep or "/" in tag or not TAG.match(tag):
-        raise InvalidInput(f"{shown(value)}: give REPOSITORY:TAG or REPOSITORY@sha256:DIGEST, e.g. ghcr.io/org/envbuild:cpu")
-    return repo, tag
-
-
 @cli.command("verify")
 @click.argument("image")
 @click.option("--key", metavar="FILE", help="The public key (cosign.pub) [default: $ENVBUILD_VERIFY_KEY].")
@@ -1236,9 +1143,9 @@ def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
     the reason otherwise: unsigned, other-key, tampered, smoke-missing, smoke-failed, attestation.
     """
     from .trust import keys
-    from .trust.verify import verify
+    from .trust.verify import split_image, verify
 
-    repo, reference = _split_image(image)
+    repo, reference = split_image(image)
     public = keys.verify_key(key)
     if public is None:
         raise InvalidInput(f"no key to verify with: pass --key cosign.pub or set {keys.VERIFY_KEY_ENV}")
@@ -1306,8 +1213,7 @@ def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
     elif fmt == "json":
         _emit_json(doc)
     else:
-        rows = [{**j, "runs-on": ",".join(j["runs-on"]), "smoke": "yes" if j["smoke"] else "no"} for j in doc["include"]]
-        click.echo(report.table(rows, ["backend", "platform", "device", "runs-on", "smoke", "image"]))
+        click.echo(report.table(report.ci_rows(doc), report.CI_COLUMNS))
 
 
 @cli.command()
@@ -1324,23 +1230,8 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
       envbuild summary results/ --backend all --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
     from . import report
-    from .errors import InvalidInput
-    from .files import read_json
-    from .smoke.runner import result_problem
 
-    docs: list[dict] = []
-    for path in results:
-        files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
-        for f in files:
-            doc = read_json(f, str(f), InvalidInput)
-            items = doc if isinstance(doc, list) else [doc]
-            looks = [d for d in items if isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys()]
-            if not looks and path.is_dir():
-                continue  # another JSON file in an artifacts folder
-            why = next((w for w in map(result_problem, items) if w), None) if items else "an empty list"
-            if why:
-                raise InvalidInput(f"{f}: not the output of `envbuild smoke --json`: {why}")
-            docs += items
+    docs = report.read_smoke_results(results)
     expected = [b.name for b in _choose(_load(matrix_path, overrides), backends)] if backends else []
     rows = report.smoke_rows(docs, expected)
     columns = ["backend", "result", "checks", "seconds", "image", "reason"]

@@ -3,7 +3,7 @@ an Engine; every `docker` client process is found and started here; the Docker c
 envbuild never imports the docker SDK nor starts a docker client itself.
 
 The SDK cannot drive BuildKit (no secrets, no cache mounts), so builds run the docker client as a process
-(start_client; build/builder.py reads its output); `envbuild run` hands the terminal to one (Engine.client_run).
+(Engine.start_client; build/builder.py reads its output); `envbuild run` hands the terminal to one (Engine.client_run).
 Installing and starting a daemon is not the engine's: host/engine_setup.py.
 """
 
@@ -443,6 +443,11 @@ class Engine:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             member = next((m for m in tar.getmembers() if m.isfile()), None)
             return tar.extractfile(member).read() if member else None
+
+    def start_client(self, argv: list[str], env: dict[str, str]) -> Any:
+        """A docker client process for this engine (a build: build/builder.py reads its output); the unit tests'
+        FakeEngine answers it with a scripted builder."""
+        return start_client(argv, env)
 
     def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
         """Run the docker client with `args` (for `envbuild run`) on this terminal: its stdin and stdout are ours,

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from .matrix import Backend, Matrix, not_containerizable_message
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .host.detect import Detection, Finding
     from .host.doctor import Report
     from .host.venv import EnvResult
@@ -146,6 +148,59 @@ def smoke_summary(result: Any) -> str:
     return "\n".join(lines)
 
 
+def read_smoke_results(paths: list[Path] | tuple[Path, ...]) -> list[dict[str, Any]]:
+    """`smoke --json` documents from files, or folders searched for *.json (another JSON file in an artifacts
+    folder is passed over); a file given by name that is not such a document is refused, naming it (exit 2)."""
+    from .errors import InvalidInput
+    from .files import read_json
+    from .smoke.runner import result_problem
+
+    docs: list[dict[str, Any]] = []
+    for path in paths:
+        files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        for f in files:
+            doc = read_json(f, str(f), InvalidInput)
+            items = doc if isinstance(doc, list) else [doc]
+            looks = [d for d in items if isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys()]
+            if not looks and path.is_dir():
+                continue
+            why = next((w for w in map(result_problem, items) if w), None) if items else "an empty list"
+            if why:
+                raise InvalidInput(f"{f}: not the output of `envbuild smoke --json`: {why}")
+            docs += items
+    return docs
+
+
+BUILD_COLUMNS = ["backend", "result", "seconds", "image"]
+
+
+def build_line(result: Any, platform: str | None = None) -> str:
+    """One build's outcome: what was built or found up to date, and where it is; or why it failed."""
+    if not result.ok:
+        return f"{result.backend}: build FAILED: {result.error}"
+    where = f"tagged {', '.join(result.tags)}" if result.tags else f"kept in the builder ({platform}; not loaded here)"
+    what = "up to date (nothing changed since its last build; --no-cache builds anyway)" if result.up_to_date \
+        else f"built {result.image_id[:19]} in {result.seconds:.0f}s"
+    return f"{result.backend}: {what}, {where}"
+
+
+def build_rows(results: list[Any]) -> list[dict[str, Any]]:
+    """One row per backend of a build of several (BUILD_COLUMNS)."""
+    return [{"backend": r.backend, "result": ("up to date" if r.up_to_date else "ok") if r.ok else "FAILED",
+             "seconds": f"{r.seconds:.0f}",
+             "image": (r.tags[0] if r.tags else "(in the builder)") if r.ok else (r.error or "")[:70]} for r in results]
+
+
+LOCK_PROBLEMS = ("stale", "missing", "wrong torch")  # what `lock --check` fails on
+
+
+def lock_line(result: Any) -> str:
+    """One lock's state: backend (platform): file status (distributions): why."""
+    why = f": {'; '.join(result.why)}" if result.why and result.status != "up to date" else ""
+    count = f" ({result.count} distributions)" if result.count else ""
+    return f"{result.backend} ({result.platform}): {result.path} {result.status}{count}{why}"
+
+
 def junit_xml(results: list[Any]) -> str:
     """JUnit XML that CI systems render: a suite per backend, a test case per probe check."""
     import xml.etree.ElementTree as ET
@@ -226,6 +281,51 @@ def published_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+CI_COLUMNS = ["backend", "platform", "device", "runs-on", "smoke", "image"]
+
+
+def ci_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The CI job matrix (ci.github_matrix) as table rows (CI_COLUMNS): runner labels joined, smoke yes or no."""
+    return [{**j, "runs-on": ",".join(j["runs-on"]), "smoke": "yes" if j["smoke"] else "no"} for j in doc["include"]]
+
+
+def published_lines(result: Any, manifest: Any) -> list[str]:
+    """What a publish of one backend says it pushed (its failure, if any, is the caller's to say on stderr): each
+    platform's digest and the index, or the one image, and the manifest that records it."""
+    lines = []
+    entry = result.entry or {}
+    if entry.get("platforms"):
+        what = "index" if entry.get("index") else "platform image"
+        lines += [f"{result.backend}: {plat} {rec['digest']}" for plat, rec in entry["platforms"].items()]
+        if entry.get("index") or result.ok:
+            lines.append(f"{result.backend}: pushed {what} {', '.join(result.refs)} ({result.digest}); recorded in {manifest}")
+    elif result.ok:
+        signed = " signed and attested;" if entry.get("signed") else ""
+        lines.append(f"{result.backend}: pushed {', '.join(result.refs)} ({result.digest});{signed} recorded in {manifest}")
+    return lines
+
+
+def pulled_text(result: Any, manifest: Any = None) -> str:
+    """What a pull says: the reference and digest that arrived (verified against `manifest`, when given), the tags
+    it got here, and how to run and smoke-test it."""
+    verified = f", verified against {manifest}" if result.verified else ""
+    on = f" for {result.platform}{' (runs under QEMU emulation)' if result.emulated else ''}" if result.platform else ""
+    lines = [f"{result.backend}: pulled {result.ref}{on} ({result.digest}{verified})"]
+    if len(result.tagged) > 1:
+        lines.append(f"{result.backend}: tagged as {', '.join(result.tagged[1:])}")
+    lines.append(f"run it (self-test):  {result.docker_run}")
+    lines.append(f"smoke-test it:       envbuild smoke --backend {result.backend}"
+                 + (f" --platform {result.platform}" if result.platform and result.emulated else ""))
+    return "\n".join(lines)
+
+
+def published_summary(entries: list[dict[str, Any]]) -> str:
+    """The Markdown a CI job summary gets of a publish: what landed (manifest entries), or that nothing did."""
+    table_ = markdown_table(published_rows(entries), ["backend", "tags", "digest", "smoke", "revision"]) if entries \
+        else "Nothing landed.\n"
+    return "### Published images\n\n" + table_
+
+
 # --- the compatibility table: which image fits which host ------------------------------------------------
 
 COMPAT_COLUMNS = ["backend", "device", "torch", "plugin", "min driver", "architectures", "platforms", "image size",
@@ -267,6 +367,14 @@ def compat_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 # --- the host: detect, doctor, env ---------------------------------------------------------------------
+
+
+def root_facts(root: Any) -> dict[str, Any]:
+    """With --root (detect, doctor), which facts came from where, for the JSON output; nothing without one."""
+    if root is None:
+        return {}
+    return {"root": str(root), "facts": {"files": f"read under {root}", "programs": "this machine's PATH only; nothing under "
+                                         "the root is run", "engine": "not asked (detect) / this machine's (doctor)"}}
 
 
 def detect_text(detection: Detection) -> str:

@@ -1,10 +1,10 @@
 """Stage 3: a rendered backend -> an image, built with BuildKit on the local engine.
 
 plan.py gathers everything that decides the image into one BuildPlan; records.py answers an unchanged
-plan from the last good build; builder.py runs BuildKit. BuildKit names the image only once the whole
-build succeeded (its id also lands in an --iidfile), so a failed build never moves a tag away from a good
-image. Secrets (CA bundle, index credentials) go in as BuildKit secrets: mounted for single RUN steps,
-never stored in a layer.
+plan from the last good build; builder.py runs BuildKit; locking.py resolves a backend's lock with it.
+BuildKit names the image only once the whole build succeeded (its id also lands in an --iidfile), so a
+failed build never moves a tag away from a good image. Secrets (CA bundle, index credentials) go in as
+BuildKit secrets: mounted for single RUN steps, never stored in a layer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import BuildError, LockError, StaleLock
-from . import builder, records
+from . import builder, locking, records
 from .plan import BuildOptions, BuildPlan, default_ca_bundle, make_plan, write_context
 
 if TYPE_CHECKING:
@@ -62,14 +62,12 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
           status: Callable[[str], None] | None = None) -> BuildResult:
     """Build one backend's image from its lock and tag it; the old tags stay put when anything fails.
     A missing or stale lock is resolved and written first (said so), or refused with `locked`."""
-    from .. import lock as locks
-
     start = time.monotonic()
     check_platform(backend, opts.platform)
     with records.locked(opts.context_dir, backend.name, echo):
         plan = make_plan(matrix, backend, opts, engine)
         try:
-            lockfile = locks.ensure(matrix, backend, plan, opts, engine, locked=locked, echo=echo, verbose=verbose)
+            lockfile = locking.ensure(matrix, backend, plan, opts, engine, locked=locked, echo=echo, verbose=verbose)
         except StaleLock:
             raise
         except LockError as exc:  # the image could not be resolved: a failed build, with the resolver's log

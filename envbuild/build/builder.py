@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .. import engine
 from ..errors import BuildError, DockerError
@@ -265,7 +265,9 @@ def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress:
     env = environment(keep + tuple(given))
     env.update(given)  # NAME=VALUE: the argv says --build-arg NAME; the value is here, never on a command line
     secrets = tuple(given.values()) + tuple(env.get(k, "") for k in keep)
-    return run(argv, env, log, progress, secrets, alive=(lambda: answers(engine_)) if engine_ is not None else None)
+    if engine_ is None:
+        return run(argv, env, log, progress, secrets)
+    return run(argv, env, log, progress, secrets, alive=lambda: answers(engine_), start=engine_.start_client)
 
 
 def answers(engine_: engine.Engine) -> bool:
@@ -287,9 +289,11 @@ def masked(argv: list[str]) -> list[str]:
 
 
 def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, secrets: tuple[str, ...] = (),
-        alive: Callable[[], bool] | None = None) -> str | None:
-    """Run the builder; None when it succeeded, else the line that says why. The log keeps everything but the
-    `secrets` (build-arg values), masked wherever they appear."""
+        alive: Callable[[], bool] | None = None, start: Callable[[list[str], dict[str, str]], Any] | None = None
+        ) -> str | None:
+    """Run the builder (started by `start`: the engine's Engine.start_client; none: a client process of its own);
+    None when it succeeded, else the line that says why. The log keeps everything but the `secrets` (build-arg
+    values), masked wherever they appear."""
     from ..output import Scrubber
 
     scrub = Scrubber(extra=secrets)  # the build-arg values, the environment's secrets, every token's shape
@@ -297,7 +301,7 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
     with open(log, "w", encoding="utf-8") as fh:
         fh.write("$ " + scrub(" ".join(masked(argv))) + "\n")
         try:
-            proc = engine.start_client(argv, env)
+            proc = (start or engine.start_client)(argv, env)
         except OSError as exc:
             raise BuildError(f"cannot run {argv[0]}: {exc.strerror}") from None
         tail: list[str] = []

@@ -118,6 +118,27 @@ class BuildOptions:
             raise InvalidInput(f"--network {self.network!r} is not a network name such as host, none or default")
 
 
+def options(*, ca_bundle: Path | None = None, no_ca_bundle: bool = False, netrc: Path | None = None,
+            **values: Any) -> BuildOptions:
+    """The options of a build or lock from what the user gave, checked before any work: --ca-bundle and --netrc
+    regular files (a FIFO or a device would hang the builder), the netrc readable (a bad one is named here, never
+    quoted: pip would quote it), the CA bundle by default the host's (a variable naming a missing file is an
+    error, not a silent build without it), and every value the builder reads (BuildOptions.check)."""
+    from ..files import read_netrc
+
+    for option, given in (("--ca-bundle", ca_bundle), ("--netrc", netrc)):
+        if given is not None and not given.is_file():
+            raise InvalidInput(f"{option} {given}: not a regular file")
+    if netrc is not None:
+        read_netrc(netrc)
+    ca = None if no_ca_bundle else (ca_bundle or default_ca_bundle())
+    if ca and not ca.is_file():
+        raise BuildError(f"CA bundle {ca} (from the environment) does not exist: pass --ca-bundle FILE or --no-ca-bundle")
+    opts = BuildOptions(ca_bundle=ca, netrc=netrc, **values)
+    opts.check()
+    return opts
+
+
 @dataclass(frozen=True)
 class Wheel:
     name: str

@@ -301,6 +301,16 @@ def detect(
     return Detection(findings, fallback)
 
 
+def detect_host(matrix: Matrix, root: str | os.PathLike[str] | None = None) -> Detection:
+    """`envbuild detect`: this host, with the runtimes its Docker engine registers; or, with `root`, that folder read
+    as a host's root: its dev/ and sys/, and the folders of this PATH under it (found there, never run), the engine
+    not asked."""
+    if root is None:
+        return detect(matrix, docker_runtimes=docker_runtimes_from_engine())
+    folders = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith("/")]
+    return detect(matrix, root, path_env=os.pathsep.join(str(Path(root) / p.lstrip("/")) for p in folders))
+
+
 def docker_runtimes_from_engine() -> set[str] | None:
     """Runtimes registered with the Docker daemon (e.g. {'runc', 'nvidia'}); None when none is reachable."""
     from ..engine import Engine

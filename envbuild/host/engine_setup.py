@@ -1,5 +1,10 @@
-"""A Docker engine where none answers: on Debian and Ubuntu, install Debian's docker.io and start dockerd, after
-asking (or with --yes), so that the README's first command works on a fresh machine as its test command does."""
+"""Setting up a Docker engine where none answers: on Debian and Ubuntu, install Debian's docker.io and start dockerd,
+after asking (or with --yes), so that the README's first command works on a fresh machine as its test command does.
+
+System administration (apt-get, systemctl, dockerd as root), apart from the core and beside it in host/: the CLI
+calls it before a command that needs an engine, no stage imports it. It starts no docker client; it asks the
+engine only through envbuild.engine (ping).
+"""
 
 from __future__ import annotations
 

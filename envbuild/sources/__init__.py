@@ -70,6 +70,22 @@ class Sources:
         self.index = self.index or IndexClient(self.ca_bundle, self.netrc)
         self.facts = self.facts or Facts("(asked)")
 
+    @classmethod
+    def checked(cls, mirrors: Iterable[str] = (), ca_bundle: Path | None = None, netrc: Path | None = None) -> Sources:
+        """The sources of `outdated`, `bump` and `metadata --refresh` from what the user gave, refused before
+        anything is asked: --ca-bundle and --netrc regular files, each --mirror FROM=TO (exit 2). The CA bundle
+        defaults to the host's, as for build."""
+        from ..build.plan import default_ca_bundle
+        from ..errors import InvalidInput
+        from ..imageref import parse_mirror
+
+        for given, option in ((ca_bundle, "--ca-bundle"), (netrc, "--netrc")):
+            if given is not None and not given.is_file():
+                raise InvalidInput(f"{option} {given}: not a regular file")
+        for rule in mirrors:
+            parse_mirror(rule)
+        return cls(ca_bundle=ca_bundle or default_ca_bundle(), netrc=netrc, mirrors=tuple(mirrors))
+
     def cannot(self, index_url: str, dist: str, version: Version | str, backend: Backend, torch: str) -> list[str]:
         """Why this backend (its Python, this torch) cannot carry `dist version`, from the release's own metadata."""
         from .metadata import record

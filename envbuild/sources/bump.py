@@ -6,10 +6,10 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import files, render
-from ..errors import InvalidInput
+from ..errors import EnvbuildError, InvalidInput
 from ..matrix import edit, facts
 from ..matrix.load import MAX_MATRIX, loads
 from ..paths import PACKAGE
@@ -17,6 +17,12 @@ from ..matrix.model import Matrix
 from ..matrix.rules import torch_required
 from ..matrix.schema import check_field
 from . import Finding, Sources
+
+if TYPE_CHECKING:
+    from ..build.locking import LockResult
+    from ..build.plan import BuildOptions
+    from ..engine import Engine
+    from ..matrix.model import Backend
 
 # --only takes a dotted field or one of these kinds
 KINDS = {"transformers": "transformers.", "accelerate": "accelerate.", "uv": "uv.", "torch": ".torch.version",
@@ -192,3 +198,61 @@ def _bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run:
     written = files.write_all({matrix_path: text, **derived})
     result.written = [str(p) for p in written]
     return result
+
+
+def refresh_locks(result: Bump, opts: BuildOptions, engine: Callable[[], Engine], *, no_lock: bool = False,
+                  echo: Callable[[str], None] = lambda line: None) -> tuple[list[LockResult], list[str]]:
+    """After a bump that was written: the locks (locks/BACKEND/OS-ARCH.txt) that exist of the backends whose images
+    change, refreshed, and those left as they were, each with why. A backend that cannot be resolved here (its
+    vendor's registry, no engine) is named, not fatal; with `no_lock` none is refreshed. `engine` is asked for the
+    engine only when a lock is to be resolved."""
+    from .. import lock as locks
+    from ..build import locking
+
+    refreshed: list[LockResult] = []
+    left: list[str] = []
+    if not result.written or result.matrix is None:
+        return refreshed, left
+    existing = [b for b in map(result.matrix.backend, result.backends)
+                if any(locks.path(opts, b, p).is_file() for p in b.platforms)]
+    if no_lock:
+        return refreshed, [str(locks.path(opts, b, p)) for b in existing for p in b.platforms
+                           if locks.path(opts, b, p).is_file()]
+    for b in existing:
+        try:
+            refreshed += locking.lock(result.matrix, [b], opts, locking.LockOptions(), engine(), echo=echo)
+        except EnvbuildError as exc:
+            left.append(f"{locks.path(opts, b)} ({str(exc).splitlines()[0][:300]})")
+    return refreshed, left
+
+
+@dataclass
+class BumpRun:
+    """What `envbuild bump` did: what was found, what of it was applied, and the locks after it."""
+
+    findings: list[Finding]
+    new: dict[str, str]  # dotted field -> the value it was bumped to (empty: nothing to bump)
+    result: Bump
+    locks_refreshed: list[LockResult] = field(default_factory=list)
+    locks_left: list[str] = field(default_factory=list)
+
+    def to_json(self, dry_run: bool) -> dict[str, Any]:
+        return {**self.result.to_json(), "dry_run": dry_run, "locks": [r.to_json() for r in self.locks_refreshed],
+                "locks_left": self.locks_left}
+
+
+def run(matrix_path: Path, matrix: Matrix, backends: list[Backend], sources: Sources, opts: BuildOptions,
+        engine: Callable[[], Engine], *, dockerfiles: Path, only: tuple[str, ...] = (), to: str | None = None,
+        dry_run: bool = False, no_lock: bool = False, progress: Callable[[str], None] | None = None,
+        echo: Callable[[str], None] = lambda line: None) -> BumpRun:
+    """`envbuild bump`: ask the sources what is newer (outdated), keep what fits of the pins chosen (--only, --to),
+    edit the matrix and write what derives from it (unless `dry_run`), then refresh the locks that exist of the
+    images that change (refresh_locks). --only and --to are checked (check_only, check_to) and the matrix is one of
+    a working folder (working) before any source is asked: the caller does that before loading `matrix`."""
+    from . import outdated
+
+    findings = outdated(matrix, backends, sources, progress=progress)
+    new = changes(findings, only, to, matrix=matrix, sources=sources)
+    result = bump(matrix_path, new, dockerfiles, dry_run=dry_run, index=sources.index)
+    refreshed, left = refresh_locks(result, opts, engine, no_lock=no_lock, echo=echo)
+    return BumpRun(findings, new, result, refreshed, left)

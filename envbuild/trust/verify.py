@@ -104,6 +104,24 @@ def _smoke_of(statements: list[dict[str, Any]], digest: str) -> dict[str, Any] |
     return smoke
 
 
+def split_image(value: str) -> tuple[str, str]:
+    """`verify IMAGE`: REPOSITORY:TAG or REPOSITORY@sha256:DIGEST -> (REPOSITORY, TAG or DIGEST); anything else is
+    refused (exit 2), the value quoted safely."""
+    from ..errors import InvalidInput
+    from ..imageref import DIGEST, TAG
+    from ..text import shown
+
+    if "@" in value:
+        repo, _, reference = value.partition("@")
+        if not DIGEST.match(reference):
+            raise InvalidInput(f"{shown(value)}: the digest must be sha256:<64 hex>")
+        return repo, reference
+    repo, sep, tag = value.rpartition(":")
+    if not sep or "/" in tag or not TAG.match(tag):
+        raise InvalidInput(f"{shown(value)}: give REPOSITORY:TAG or REPOSITORY@sha256:DIGEST, e.g. ghcr.io/org/envbuild:cpu")
+    return repo, tag
+
+
 def verify(repository: str, reference: str, key: PublicKey, *, require_smoke: bool = True,
            environ: Mapping[str, str] | None = None, echo: Callable[[str], None] = lambda s: None) -> Verified:
     """Verify REPOSITORY:TAG or REPOSITORY@DIGEST as it is in the registry now."""

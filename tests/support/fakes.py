@@ -1,10 +1,18 @@
-"""The one fake of envbuild.engine.Engine, for unit tests of pure logic: a daemon, its images, containers and
-a registry in memory. Never the proof that a command works: tests/engine/ runs the real engine."""
+"""The one fake of envbuild.engine.Engine, for unit tests of pure logic: a daemon, its images, containers, a
+registry and the builder process (Engine.start_client) in memory. Never the proof that a command works:
+tests/engine/ runs the real engine.
+
+What it does not replace is the engine module's own process code, tested with a real child process (a shell
+script named docker: tests/conftest.py's fake_docker, test_run's and test_hostile_input's clients): finding
+the clients on PATH and whether they build with BuildKit, the environment a build's client gets, and
+Engine.client_run's terminal hand-over. A fake of the door cannot test the door itself."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from envbuild.engine import EngineError, Image
@@ -78,6 +86,10 @@ class FakeEngine:
         self.push_lines: Callable[[str, str], Any] = lambda repo, tag: [
             {"status": f"The push refers to repository [{repo}]"}, {"aux": {"Tag": tag, "Digest": "sha256:" + "1" * 64, "Size": 1}}]
         self.pull_lines: Callable[[str, str], Any] = lambda repo, tag: [{"status": "Digest: sha256:" + "1" * 64}]
+        # the builder (Engine.start_client): each argv started, what it prints, its exit status
+        self.builds: list[list[str]] = []
+        self.build_lines = ["#1 [1/1] FROM base", "#1 DONE 0.1s"]
+        self.build_rc = 0
 
     # -- setting the scene ---------------------------------------------------------------------------
     def add_image(self, iid: str, refs: list[str] = (), labels: dict[str, str] | None = None) -> FakeImage:
@@ -181,5 +193,30 @@ class FakeEngine:
         finally:
             self.volumes_removed.append(name)
 
+    def start_client(self, argv: list[str], env: dict[str, str]) -> FakeBuild:
+        self.builds.append(list(argv))
+        return FakeBuild(argv, self.build_lines, self.build_rc)
+
     def close(self) -> None:
         self.closed = True
+
+
+class FakeBuild:
+    """The docker client process of a build, scripted: prints `lines`, exits with `rc`, and writes what BuildKit
+    would: the image id (--iidfile), or for the `lock` target the resolver's report (REPORT)."""
+
+    def __init__(self, argv: list[str], lines: list[str], rc: int):
+        self.stdout = iter(line + "\n" for line in lines)
+        self.rc = rc
+        if rc == 0 and "--target" in argv:
+            out = Path(argv[argv.index("--output") + 1].split("dest=", 1)[1])
+            (out / "report.json").write_text(json.dumps(REPORT))
+            (out / "status.json").write_text(json.dumps({"resolver": "pip 23.0.1", "kept_previous": False}))
+        elif rc == 0:
+            Path(argv[argv.index("--iidfile") + 1]).write_text("sha256:" + "f" * 64)
+
+    def wait(self) -> int:
+        return self.rc
+
+    def kill(self) -> None:
+        pass

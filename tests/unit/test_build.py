@@ -1,5 +1,5 @@
 """The build plan, its key, the record of the last good build, the build context and the build flow, with the
-fake engine and a fake builder process. tests/engine/test_build_smoke.py builds for real."""
+fake engine (its scripted builder included). tests/engine/test_build_smoke.py builds for real."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
-from support.fakes import REPORT, FakeEngine
+from support.fakes import FakeEngine
 
 from envbuild import build
 from envbuild.build import builder, plan, records
@@ -412,36 +412,11 @@ def test_legacy_client_reads_registry_caches_and_says_what_needs_buildx():
 # --- the build, with a fake builder process --------------------------------------------------------------------
 
 
-class FakeBuilderProcess:
-    """Stands in for the docker client: prints lines, exits with `rc`, and writes what BuildKit would: the
-    image id, or for the `lock` target the resolver's report (support/fakes.py: REPORT)."""
-
-    calls: list[list[str]] = []
-    lines = ["#1 [1/1] FROM base", "#1 DONE 0.1s"]
-    rc = 0
-
-    def __init__(self, argv, **kw):
-        type(self).calls.append(argv)
-        self.stdout = iter(line + "\n" for line in self.lines)
-        if self.rc == 0 and "--target" in argv:
-            out = Path(argv[argv.index("--output") + 1].split("dest=", 1)[1])
-            (out / "report.json").write_text(json.dumps(REPORT))
-            (out / "status.json").write_text(json.dumps({"resolver": "pip 23.0.1", "kept_previous": False}))
-        elif self.rc == 0:
-            Path(argv[argv.index("--iidfile") + 1]).write_text("sha256:" + "f" * 64)
-
-    def wait(self):
-        return self.rc
-
-    def kill(self):
-        pass
-
-
 @pytest.fixture
-def fake_builder(monkeypatch, legacy):
-    monkeypatch.setattr(FakeBuilderProcess, "calls", [])
-    monkeypatch.setattr(builder.engine, "start_client", lambda argv, env: FakeBuilderProcess(argv, env=env))
-    return FakeBuilderProcess
+def fake_builder(monkeypatch, legacy, engine):
+    """The engine's scripted builder (FakeEngine.start_client); a client started around the engine fails the test."""
+    monkeypatch.setattr(builder.engine, "start_client", lambda *a: pytest.fail("a builder was started around the engine"))
+    return engine
 
 
 def builds(calls: list[list[str]]) -> list[list[str]]:
@@ -450,26 +425,26 @@ def builds(calls: list[list[str]]) -> list[list[str]]:
 
 def test_an_unchanged_plan_is_answered_without_the_builder(tmp_path, engine, fake_builder, monkeypatch):
     first = build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)
-    assert first.ok and not first.up_to_date and len(builds(fake_builder.calls)) == 1
+    assert first.ok and not first.up_to_date and len(builds(engine.builds)) == 1
     engine.add_image(first.image_id, first.tags)  # BuildKit tagged it
     again = build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)
-    assert again.ok and again.up_to_date and again.image_id == first.image_id and len(builds(fake_builder.calls)) == 1
+    assert again.ok and again.up_to_date and again.image_id == first.image_id and len(builds(engine.builds)) == 1
     # a pass-through build argument whose value changed: the builder runs again
     monkeypatch.setenv("ENVBUILD_TEST_ARG", "one")
     build.build(MATRIX, CPU, opts(tmp_path, build_args=("ENVBUILD_TEST_ARG",)), engine, echo=lambda s: None)
-    assert len(builds(fake_builder.calls)) == 2
+    assert len(builds(engine.builds)) == 2
     assert build.build(MATRIX, CPU, opts(tmp_path, build_args=("ENVBUILD_TEST_ARG",)), engine, echo=lambda s: None).up_to_date
     monkeypatch.setenv("ENVBUILD_TEST_ARG", "two")
     assert not build.build(MATRIX, CPU, opts(tmp_path, build_args=("ENVBUILD_TEST_ARG",)), engine, echo=lambda s: None).up_to_date
-    assert len(builds(fake_builder.calls)) == 3
-    assert len(fake_builder.calls) == 4  # the lock was resolved once, by the first build
+    assert len(builds(engine.builds)) == 3
+    assert len(engine.builds) == 4  # the lock was resolved once, by the first build
 
 
 def test_a_failed_build_leaves_no_record(tmp_path, engine, fake_builder, monkeypatch):
     ok = build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)
     engine.add_image(ok.image_id, ok.tags)
-    monkeypatch.setattr(FakeBuilderProcess, "rc", 1)
-    monkeypatch.setattr(FakeBuilderProcess, "lines", ["#5 ERROR: process did not complete successfully: exit code: 1"])
+    engine.build_rc = 1
+    engine.build_lines = ["#5 ERROR: process did not complete successfully: exit code: 1"]
     failed = build.build(MATRIX, CPU, opts(tmp_path, labels=("a=b",)), engine, echo=lambda s: None)
     assert not failed.ok and "exit code: 1" in failed.error and failed.log.read_text().startswith("$ docker build")
     assert not (tmp_path / "ctx" / "cpu" / records.RECORD).exists()
@@ -482,7 +457,7 @@ def test_platforms_are_built_one_at_a_time_and_only_those_the_backend_lists(monk
         build.build(MATRIX, CPU, opts(tmp_path, platform="linux/amd64,linux/arm64"), engine, echo=lambda s: None)
     with pytest.raises(EnvbuildError, match=r"--platform linux/s390x: backend cpu lists linux/amd64, linux/arm64"):
         build.build(MATRIX, CPU, opts(tmp_path, platform="linux/s390x"), engine, echo=lambda s: None)
-    assert builds(fake_builder.calls) == []
+    assert builds(engine.builds) == []
 
 
 def test_another_architecture_without_emulation_names_the_fix(monkeypatch, tmp_path, engine, fake_builder):
@@ -495,7 +470,7 @@ def test_another_architecture_without_emulation_names_the_fix(monkeypatch, tmp_p
     said = str(info.value)
     assert "building cpu for linux/arm64 needs linux/arm64, which this host (linux/amd64) cannot run" in said
     assert "apt-get install qemu-user-static binfmt-support" in said and "update-binfmts --enable qemu-aarch64" in said
-    assert builds(fake_builder.calls) == []
+    assert builds(engine.builds) == []
 
 
 def test_emulation_is_read_from_binfmt_misc(tmp_path):
@@ -518,9 +493,9 @@ def test_emulation_is_read_from_binfmt_misc(tmp_path):
 
 def test_a_build_that_cannot_reach_the_daemon_says_what_to_do(monkeypatch, tmp_path, engine, fake_builder):
     build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)  # the lock
-    monkeypatch.setattr(FakeBuilderProcess, "rc", 1)
-    monkeypatch.setattr(FakeBuilderProcess, "lines", [
-        "ERROR: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"])
+    engine.build_rc = 1
+    engine.build_lines = [
+        "ERROR: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"]
     with pytest.raises(EnvbuildError, match="cannot reach the Docker daemon.*apt-get install docker.io"):
         build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)
 
@@ -529,8 +504,8 @@ def test_a_daemon_that_died_mid_build_is_named_whatever_the_client_said(monkeypa
     from envbuild import engine as engines
 
     build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)  # the lock
-    monkeypatch.setattr(FakeBuilderProcess, "rc", 1)
-    monkeypatch.setattr(FakeBuilderProcess, "lines", ["cannot write /tmp/x/iid because server did not provide an image ID"])
+    engine.build_rc = 1
+    engine.build_lines = ["cannot write /tmp/x/iid because server did not provide an image ID"]
 
     def gone():
         raise engines.Unreachable(engine.host, "connection refused")

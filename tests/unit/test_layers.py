@@ -41,10 +41,9 @@ LAYERS: dict[str, float] = {
 HOSTFACTS = {"envbuild.host.platform", "envbuild.host.drivers", "envbuild.host.compat"}
 REGCLIENT = {"envbuild.registry.api", "envbuild.registry.credentials"}
 NEUTRAL = {u for u, layer in LAYERS.items() if layer == 0}
-# Known and named: resolving a lock runs the builder (envbuild/lock/__init__.py imports build.builder, build.plan
-# and build.records inside resolve/lock/check). Moving those functions under build/ is the fix; it waits for the
-# multi-platform lock rewrite of that file to land. No other exception.
-ALLOWED = {("lock", "build")}
+# No exception: resolving a lock runs the builder, so it lives in build (envbuild.build.locking), and lock is the
+# format and its inputs. A pair (importer, imported) here would be allowed against the layers, never in a cycle.
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def unit(module: str) -> str:
@@ -148,7 +147,7 @@ def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
     edges = imports()
     assert "envbuild.imageref" in edges["envbuild.engine"]  # the reader sees module-level imports ...
     assert "envbuild.owner" in edges["envbuild.smoke.runner"]  # ... and `from .. import owner`
-    assert "envbuild.build.builder" in edges["envbuild.lock"]  # ... and imports inside functions
+    assert "envbuild.host.platform" in edges["envbuild.lock"]  # ... and imports inside functions
     assert "envbuild.matrix" not in edges["envbuild.engine"]  # ... but not `if TYPE_CHECKING:` ones
     wrong = {**edges, "envbuild.render": edges["envbuild.render"] | {"envbuild.registry.publish"}}
     assert any("render" in p and "registry" in p for p in problems(wrong))
@@ -156,6 +155,10 @@ def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
     assert any(p.startswith("import cycle") and "smoke" in p and "host" in p for p in problems(cycle))
     compat = {**edges, "envbuild.host.compat": edges["envbuild.host.compat"] | {"envbuild.smoke.preflight"}}
     assert problems(compat)
+    assert "envbuild.lock" in edges["envbuild.build.locking"]  # the build resolves locks ...
+    back = {**edges, "envbuild.lock": edges["envbuild.lock"] | {"envbuild.build.builder"}}  # ... never the reverse
+    assert any("lock (layer 3) may not import build" in p for p in problems(back))
+    assert any(p.startswith("import cycle") and "lock" in p and "build" in p for p in problems(back))
 
 
 # --- one door to Docker ------------------------------------------------------------------------------------------
@@ -189,3 +192,32 @@ def test_only_the_engine_talks_to_docker():
     assert [m for m in modules if "docker" in _top_level_imports(m)] == ["envbuild.engine"]
     starters = sorted(m for m in modules if "subprocess" in _top_level_imports(m))
     assert starters == sorted(PROCESSES), "a new module starts processes: a docker client goes through envbuild.engine"
+
+
+def _docker_client_named(source: str) -> list[str]:
+    """Where source names the docker client to start: an argv whose first word is `docker`, or a PATH search for it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        first = node.elts[0] if isinstance(node, (ast.List, ast.Tuple)) and node.elts else None
+        if isinstance(first, ast.Constant) and first.value == "docker":
+            found.append(ast.unparse(node))
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("which") and node.args \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "docker":
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_no_module_that_starts_processes_starts_a_docker_client_but_the_engine():
+    assert _docker_client_named('subprocess.run(["docker", "push", ref])') and _docker_client_named("shutil.which('docker')")
+    assert not _docker_client_named('subprocess.run(["systemctl", "start", "docker"])')  # the daemon's service: setup
+    for name in sorted(PROCESSES):
+        path = ROOT.joinpath(*name.split(".")[1:]).with_suffix(".py")
+        path = path if path.exists() else ROOT.joinpath(*name.split(".")[1:], "__init__.py")
+        named = _docker_client_named(path.read_text(encoding="utf-8"))
+        assert bool(named) == (name == "envbuild.engine"), (name, named)
+
+
+def test_setting_up_a_daemon_is_the_cli_s_alone():
+    """host.engine_setup administers the system (apt-get, systemctl, dockerd): no stage, and nothing of the library
+    but the command line, reaches it."""
+    assert [m for m, targets in imports().items() if "envbuild.host.engine_setup" in targets] == ["envbuild.cli"]

@@ -285,3 +285,28 @@ def test_bump_names_the_locks_it_leaves_stale(world, invoke):
     assert result.exit_code == 0, result.output
     assert f"not refreshed: {project / 'locks' / 'old' / 'linux-amd64.txt'} (--no-lock)" in result.output, result.output
     assert load(world["path"]).transformers == "5.20.2"
+
+
+def test_the_bump_command_s_library_run(world):
+    """sources.bump.run, as `envbuild bump` calls it: a dry run writes nothing and says what it would do; a real one
+    writes the matrix and names the locks it leaves (--no-lock), asking no engine."""
+    from envbuild.build import plan
+    from envbuild.sources import bump as bumping
+
+    path, project = world["path"], world["project"]
+    lock = project / "locks" / "old" / "linux-amd64.txt"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("# a lock of the old image\n")
+    opts = plan.BuildOptions(locks_dir=project / "locks", context_dir=project / "ctx")
+    m = load(path)
+    no_engine = lambda: pytest.fail("--no-lock asked for an engine")  # noqa: E731
+    before = _snapshot(project)
+    dry = bumping.run(path, m, m.containerizable(), world["sources"], opts, no_engine, dockerfiles=project / "dockerfiles",
+                      dry_run=True)
+    assert dry.new["transformers.version"] == "5.20.2" and dry.result.written == [] and _snapshot(project) == before
+    assert any(line.startswith("+") and "5.20.2" in line for line in dry.result.diff.splitlines())
+    assert dry.to_json(True)["dry_run"] is True and dry.locks_left == []
+    done = bumping.run(path, m, m.containerizable(), world["sources"], opts, no_engine, dockerfiles=project / "dockerfiles",
+                       only=("transformers",), no_lock=True)
+    assert done.new == {"transformers.version": "5.20.2"} and str(path) in done.result.written
+    assert load(path).transformers == "5.20.2" and done.locks_left == [str(lock)] and done.locks_refreshed == []

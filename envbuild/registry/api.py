@@ -88,6 +88,51 @@ def _host(ref: str) -> str:
     return Reference.parse(ref).registry
 
 
+@dataclass(frozen=True)
+class _Response:
+    status_code: int
+    headers: Any  # case-insensitive (email.message.Message)
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None, context: Any,
+          authorization: str | None) -> _Response:
+    """One request through the standard library's client (no `requests` to import: a no-op build asks the
+    registry for its base's digest, and that import alone took 0.1 s). An error status is an answer, not an
+    exception; the authorization is never forwarded by a redirect (a blob served from storage elsewhere)."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=data, method=method, headers=dict(headers))
+    if authorization:
+        req.add_unredirected_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT, context=context) as resp:
+            return _Response(resp.status, resp.headers, resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return _Response(exc.code, exc.headers, exc.read())
+    except http.client.HTTPException as exc:  # a cut or garbled answer: unreachable, as a refused connection is
+        raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _reason(exc: OSError) -> str:
+    reason = getattr(exc, "reason", None) or exc
+    return f"{type(reason).__name__}: {str(reason)[:200]}"
+
+
+def _basic(creds: Credentials) -> str:
+    return "Basic " + base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
+
+
 class Registry:
     """One registry host, spoken to over HTTP(S): loopback hosts in plain HTTP (as Docker treats them), others TLS."""
 
@@ -98,20 +143,17 @@ class Registry:
         self.verify: Any = str(ca_bundle) if ca_bundle else True
         self._tokens: dict[str, str] = {}
 
-    def _request(self, method: str, repo: str, path: str, *, push: bool = False, **kw: Any):
-        import requests
-
+    def _request(self, method: str, repo: str, path: str, *, push: bool = False, data: bytes | None = None,
+                 headers: Mapping[str, str] | None = None) -> _Response:
         url = f"{self.base}/v2/{repo}/{path}"
         scope = f"repository:{repo}:{'pull,push' if push else 'pull'}"
-        headers = dict(kw.pop("headers", {}))
         for attempt in range(2):
-            if scope in self._tokens:
-                headers["Authorization"] = self._tokens[scope]
+            auth = self._tokens.get(scope)
             try:
-                resp = requests.request(method, url, headers=headers, timeout=TIMEOUT, verify=self.verify, **kw)
-            except requests.exceptions.RequestException as exc:
-                raise RegistryUnreachableError(f"registry {self.host} unreachable ({type(exc).__name__}: "
-                                               f"{str(exc)[:200]}): is it running, and is the address right?") from None
+                resp = _http(method, url, headers or {}, data, self._context(), auth)
+            except OSError as exc:
+                raise RegistryUnreachableError(f"registry {self.host} unreachable ({_reason(exc)}): is it running, and "
+                                               "is the address right?") from None
             if resp.status_code == 401 and attempt == 0:
                 self._tokens[scope] = self._authorize(resp.headers.get("WWW-Authenticate", ""), scope)
                 continue
@@ -121,25 +163,38 @@ class Registry:
             return resp
         raise AssertionError("unreachable")
 
+    def _context(self) -> Any:
+        """TLS for https registries: the system's CAs, or --ca-bundle's; None for plain HTTP (loopback)."""
+        if not self.base.startswith("https:"):
+            return None
+        import ssl
+
+        return ssl.create_default_context(cafile=None if self.verify is True else self.verify)
+
     def _authorize(self, challenge: str, scope: str) -> str:
-        import requests
+        from urllib.parse import urlencode
 
         scheme, _, params = challenge.partition(" ")
         if scheme.lower() == "basic":
             if not self.creds:
                 raise RegistryAuthError(f"registry {self.host} asks for credentials: set ENVBUILD_REGISTRY_USER and "
                                         f"ENVBUILD_REGISTRY_PASSWORD, or `docker login {self.host}`")
-            pair = f"{self.creds.username}:{self.creds.password}".encode()
-            return "Basic " + base64.b64encode(pair).decode()
+            return _basic(self.creds)
         fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
         if scheme.lower() != "bearer" or "realm" not in fields:
             raise PublishError(f"registry {self.host} asks for an authentication envbuild does not speak: {challenge[:100]}")
-        auth = (self.creds.username, self.creds.password) if self.creds else None
+        realm = fields["realm"]
+        query = urlencode({"service": fields.get("service", ""), "scope": scope})
+        url = f"{realm}{'&' if '?' in realm else '?'}{query}"
+        context = None
+        if url.startswith("https:"):
+            import ssl
+
+            context = ssl.create_default_context(cafile=None if self.verify is True else self.verify)
         try:
-            resp = requests.get(fields["realm"], params={"service": fields.get("service", ""), "scope": scope},
-                                auth=auth, timeout=TIMEOUT, verify=self.verify)
-        except requests.exceptions.RequestException as exc:
-            raise RegistryUnreachableError(f"the token service of {self.host} is unreachable ({exc})") from None
+            resp = _http("GET", url, {}, None, context, _basic(self.creds) if self.creds else None)
+        except OSError as exc:
+            raise RegistryUnreachableError(f"the token service of {self.host} is unreachable ({_reason(exc)})") from None
         if resp.status_code != 200:
             raise RegistryAuthError(f"the token service of {self.host} refused ({resp.status_code})")
         body = resp.json()

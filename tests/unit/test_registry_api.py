@@ -72,3 +72,71 @@ def test_a_platform_is_resolved_from_an_index_and_an_index_is_put(registry, tmp_
     picked = json.loads(picked)
     layers = [layer["digest"] for layer in api.manifest(f"{repo}@{arm64}").doc["layers"]]
     assert picked["Digest"] == digest and picked["Architecture"] == "arm64" and picked["Layers"] == layers
+
+
+def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_does_not_carry_it():
+    """The token dance of ghcr.io and Docker Hub, against a small HTTP server: 401 with a Bearer challenge, the
+    token fetched from its realm with the scope and Basic credentials, the request again with the token; a blob
+    redirected to storage elsewhere is fetched without the registry's Authorization."""
+    import base64
+    import hashlib
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[tuple[str, str | None]] = []
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": {"digest": "sha256:" + "c" * 64}}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            auth = self.headers.get("Authorization")
+            seen.append((self.path, auth))
+            if self.path.startswith("/token?"):
+                assert "scope=repository%3Aorg%2Fimg%3Apull" in self.path and "service=reg" in self.path
+                ok = auth == "Basic " + base64.b64encode(b"alice:s3cret").decode()
+                return self._send(200 if ok else 401, json.dumps({"token": "tok"}).encode())
+            if self.path == "/storage/blob":
+                return self._send(200, b'{"os": "linux", "architecture": "amd64"}')
+            if auth != "Bearer tok":
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", f'Bearer realm="http://{host}/token",service="reg",scope="x"')
+                self.end_headers()
+                return
+            if self.path.startswith("/v2/org/img/blobs/"):
+                self.send_response(307)
+                self.send_header("Location", f"http://{host}/storage/blob")
+                self.end_headers()
+                return
+            self._send(200, manifest, "application/vnd.oci.image.manifest.v1+json")
+
+        def _send(self, code, body, kind="application/json"):
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    host = f"127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {"ENVBUILD_REGISTRY_USER": "alice", "ENVBUILD_REGISTRY_PASSWORD": "s3cret"}
+        reg = Registry(host, env)
+        got = reg.manifest(f"{host}/org/img:1")
+        assert got.digest == "sha256:" + hashlib.sha256(manifest).hexdigest() and not got.is_index
+        digest, _ = reg.platform_digest(f"{host}/org/img:1", "linux/amd64")
+        assert digest == got.digest
+        assert ("/storage/blob", None) in seen  # the redirect went without the registry's token
+        assert [p for p, a in seen if p.startswith("/token")] == [seen[1][0]]  # one token, reused
+        with pytest.raises(Exception, match="refused"):
+            Registry(host, {"ENVBUILD_REGISTRY_USER": "alice", "ENVBUILD_REGISTRY_PASSWORD": "wrong"}).manifest(f"{host}/org/img:1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    from envbuild.errors import RegistryUnreachableError
+
+    with pytest.raises(RegistryUnreachableError, match=f"registry {host} unreachable"):
+        Registry(host, env).manifest(f"{host}/org/img:1")

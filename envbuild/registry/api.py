@@ -150,7 +150,7 @@ class Registry:
         for attempt in range(2):
             auth = self._tokens.get(scope)
             try:
-                resp = _http(method, url, headers or {}, data, self._context(), auth)
+                resp = _http(method, url, headers or {}, data, self._context(url), auth)
             except OSError as exc:
                 raise RegistryUnreachableError(f"registry {self.host} unreachable ({_reason(exc)}): is it running, and "
                                                "is the address right?") from None
@@ -163,9 +163,10 @@ class Registry:
             return resp
         raise AssertionError("unreachable")
 
-    def _context(self) -> Any:
-        """TLS for https registries: the system's CAs, or --ca-bundle's; None for plain HTTP (loopback)."""
-        if not self.base.startswith("https:"):
+    def _context(self, url: str) -> Any:
+        """TLS for an https URL (the registry's, its token service's): the system's CAs, or --ca-bundle's; None for
+        plain HTTP (loopback)."""
+        if not url.startswith("https:"):
             return None
         import ssl
 
@@ -186,13 +187,8 @@ class Registry:
         realm = fields["realm"]
         query = urlencode({"service": fields.get("service", ""), "scope": scope})
         url = f"{realm}{'&' if '?' in realm else '?'}{query}"
-        context = None
-        if url.startswith("https:"):
-            import ssl
-
-            context = ssl.create_default_context(cafile=None if self.verify is True else self.verify)
         try:
-            resp = _http("GET", url, {}, None, context, _basic(self.creds) if self.creds else None)
+            resp = _http("GET", url, {}, None, self._context(url), _basic(self.creds) if self.creds else None)
         except OSError as exc:
             raise RegistryUnreachableError(f"the token service of {self.host} is unreachable ({_reason(exc)})") from None
         if resp.status_code != 200:

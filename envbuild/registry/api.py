@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import PublishError, RegistryAuthError, RegistryUnreachableError
-from .credentials import Credentials, docker_config_path, from_env
+from .credentials import Credentials, config_login, from_env
 from ..imageref import Reference, api_host, is_loopback as _loopback
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -66,17 +66,6 @@ def split(ref: str) -> tuple[str, str]:
     if not sep or "/" in tag:
         repo, tag = name, "latest"
     return repo.split("/", 1)[1], tag
-
-
-def _config_credentials(host: str, environ: Mapping[str, str] | None) -> Credentials | None:
-    """A plain `docker login` entry (auths[host].auth) of the Docker config; helpers are not run."""
-    try:
-        doc = json.loads(docker_config_path(environ).read_text(encoding="utf-8"))
-        auth = ((doc.get("auths") or {}).get(host) or {}).get("auth")
-        user, _, password = base64.b64decode(auth).decode("utf-8").partition(":")
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
-    return Credentials(user, password, "the Docker config") if user else None
 
 
 def _host(ref: str) -> str:
@@ -138,7 +127,7 @@ class Registry:
 
     def __init__(self, ref: str, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None):
         self.host = _host(ref)
-        self.creds = from_env(self.host, environ) or _config_credentials(self.host, environ)
+        self.creds = from_env(self.host, environ) or config_login(self.host, environ)
         self.base = f"{'http' if _loopback(self.host) else 'https'}://{api_host(self.host)}"
         self.verify: Any = str(ca_bundle) if ca_bundle else True
         self._tokens: dict[str, str] = {}

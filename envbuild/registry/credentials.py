@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..credential_env import CREDENTIAL_ENV, PASSWORD_ENV, USER_ENV, environment_forms, forms  # noqa: F401 (names of this module too)
 from ..errors import EnvbuildError, RegistryAuthError
@@ -55,6 +55,37 @@ def login_fix(host: str) -> str:
     return f"`docker login{'' if host == 'docker.io' else ' ' + host}` (or set {USER_ENV} and {PASSWORD_ENV})"
 
 
+def _config_keys(host: str) -> tuple[str, ...]:
+    """The keys under which the Docker config may hold `host`'s login: Docker Hub's own for docker.io only."""
+    if host == "docker.io":
+        return _DOCKER_HUB_KEYS
+    return host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/"
+
+
+def _read_config(path: Path) -> Any:
+    import json  # not on `--help`'s path (the output layer's scrubber imports this module)
+
+    return json.loads(read_user(path, str(path), limit=4 << 20))
+
+
+def _login_entry(config: Any, host: str) -> Any:
+    auths = config.get("auths") if isinstance(config, dict) and isinstance(config.get("auths"), dict) else {}
+    return next((auths[k] for k in _config_keys(host) if k in auths), None)
+
+
+def config_login(host: str, environ: Mapping[str, str] | None = None) -> Credentials | None:
+    """A plain `docker login` of `host` kept in the Docker config itself (its `auth`); credential helpers and
+    stores are not run, and no other host's login is ever taken. None where there is none or it cannot be read."""
+    import base64
+
+    try:
+        entry = _login_entry(_read_config(docker_config_path(environ)), host)
+        user, _, password = base64.b64decode(entry["auth"]).decode("utf-8").partition(":")
+    except (EnvbuildError, OSError, ValueError, RecursionError, TypeError, KeyError, AttributeError):
+        return None
+    return Credentials(user, password, "the Docker config") if user else None
+
+
 def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
     """(found, where): where credentials for `host` would come from, as publish and pull take them; never what
     they are. A half-set pair raises RegistryAuthError, as it does for publish."""
@@ -65,21 +96,17 @@ def where(host: str, environ: Mapping[str, str] | None = None) -> tuple[bool, st
     if not path.exists():
         return False, f"no {USER_ENV}/{PASSWORD_ENV} variables and no {path}"
     try:
-        import json  # not on `--help`'s path (the output layer's scrubber imports this module)
-
-        config = json.loads(read_user(path, str(path), limit=4 << 20))
+        config = _read_config(path)
     except (EnvbuildError, ValueError, RecursionError) as exc:
         return False, f"cannot read {path}: {exc}"
     if not isinstance(config, dict):
         return False, f"{path} is not a JSON object"
-    keys = _DOCKER_HUB_KEYS if host == "docker.io" else (
-        host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/")
+    keys = _config_keys(host)
     helpers = config.get("credHelpers") if isinstance(config.get("credHelpers"), dict) else {}
     helper = next((helpers[k] for k in keys if k in helpers), None)
     if helper:
         return True, f"credential helper docker-credential-{helper} ({path}; not read)"
-    auths = config.get("auths") if isinstance(config.get("auths"), dict) else {}
-    entry = next((auths[k] for k in keys if k in auths), None)
+    entry = _login_entry(config, host)
     if isinstance(entry, dict) and (entry.get("auth") or entry.get("identitytoken")):
         return True, f"a login in {path}"
     store = config.get("credsStore")

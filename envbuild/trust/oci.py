@@ -4,7 +4,6 @@ as Docker allows; Basic or Bearer-token authentication with the credentials publ
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import urljoin
 
-from ..registry.credentials import Scrubber, docker_config_path, from_env
+from ..registry.credentials import Scrubber, config_login, from_env
 from ..imageref import DIGEST, Reference, api_host, is_loopback as _loopback
 from . import TrustError
 
@@ -65,17 +64,8 @@ class Client:
         return cls(ref.registry, environ), ref.path
 
     def _credentials(self, environ: Mapping[str, str] | None) -> tuple[str, str] | None:
-        creds = from_env(self.host, environ)
-        if creds:
-            return creds.username, creds.password
-        try:  # a `docker login` kept in the config itself (credential helpers are not asked)
-            config = json.loads(docker_config_path(environ).read_text(encoding="utf-8"))
-            keys = (self.host, f"https://{self.host}", f"http://{self.host}", "https://index.docker.io/v1/")
-            entry = next(config["auths"][k] for k in keys if k in config.get("auths", {}))
-            user, _, password = base64.b64decode(entry["auth"]).decode("utf-8").partition(":")
-            return (user, password) if user else None
-        except (OSError, ValueError, KeyError, TypeError, StopIteration, AttributeError):
-            return None
+        creds = from_env(self.host, environ) or config_login(self.host, environ)
+        return (creds.username, creds.password) if creds else None
 
     def _token(self, challenge: str, scope: str) -> str | None:
         """A Bearer token from the realm the registry named (Docker's token flow)."""

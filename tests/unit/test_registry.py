@@ -574,3 +574,25 @@ def ci_host_is_amd64() -> bool:
     from envbuild.host.platform import host_platform
 
     return host_platform() == "linux/amd64"
+
+
+def test_the_docker_config_s_login_goes_to_its_own_host_only(tmp_path):
+    """One reader of the Docker config's logins for doctor, the registry API and signing: a host's own entry (any
+    of the forms docker writes), Docker Hub's only for docker.io, never another host's."""
+    import base64
+
+    from envbuild.registry.api import Registry
+    from envbuild.trust.oci import Client
+
+    def auth(pair: str) -> dict:
+        return {"auth": base64.b64encode(pair.encode()).decode()}
+
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {
+        "https://index.docker.io/v1/": auth("hubuser:hubpass"), "https://ghcr.io": auth("ghuser:ghpass")}}))
+    env = {"DOCKER_CONFIG": str(tmp_path)}
+    assert credentials.config_login("docker.io", env).username == "hubuser"
+    assert credentials.config_login("ghcr.io", env).password == "ghpass"
+    assert credentials.config_login("quay.io", env) is None  # not Docker Hub's login
+    assert Registry("quay.io/org/img", env).creds is None and Registry("org/img", env).creds.username == "hubuser"
+    assert Client("quay.io", env)._basic is None and Client("ghcr.io", env)._basic == ("ghuser", "ghpass")
+    assert credentials.config_login("ghcr.io", {"DOCKER_CONFIG": str(tmp_path / "none")}) is None

@@ -107,9 +107,8 @@ def check_platform(backend: Backend, platform: str | None, what: str = "building
     if not platform:
         return False
     for p in platform.split(","):
-        if p not in backend.platforms:
-            raise InvalidInput(f"--platform {p}: backend {backend.name} lists {', '.join(backend.platforms)} "
-                               "(matrix.yaml, its `platforms`)")
+        if why := backend.unlisted(p):
+            raise InvalidInput(f"{why} (matrix.yaml, its `platforms`)")
     if "," in platform:
         raise InvalidInput(f"--platform {platform}: build one platform at a time (each installs its own lock, "
                            f"locks/{backend.name}/OS-ARCH.txt); `envbuild publish` joins them in one image index")

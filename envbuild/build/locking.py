@@ -198,9 +198,8 @@ def _checked_platforms(backend: Backend, opts: BuildOptions) -> list[str]:
     """--platform's platforms, refused unless the backend lists them; else every platform it lists."""
     chosen = platforms(backend, opts)
     for p in chosen:
-        if p not in backend.platforms:
-            raise InvalidInput(f"--platform {p}: backend {backend.name} lists {', '.join(backend.platforms)} "
-                               "(matrix.yaml, its `platforms`)")
+        if why := backend.unlisted(p):
+            raise InvalidInput(f"{why} (matrix.yaml, its `platforms`)")
     return chosen
 
 

@@ -188,6 +188,12 @@ class Backend:
         """The backend its variants share settings with: itself, or the one it is a variant of."""
         return self.variant_of or self.name
 
+    def unlisted(self, platform: str) -> str | None:
+        """Why `--platform platform` is refused for this backend (its `platforms` do not list it), or None."""
+        if platform in self.platforms:
+            return None
+        return f"--platform {platform}: backend {self.name} lists {', '.join(self.platforms)}"
+
     @property
     def pins(self) -> dict[str, str]:
         """Distribution -> version for what this backend's image must carry (plus the shared pins)."""

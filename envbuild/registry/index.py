@@ -113,8 +113,8 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
         done = {p: done[p] for p in wanted if p in done}
     else:
         for p in opts.platforms:
-            if p not in backend.platforms:
-                raise PublishError(f"--platform {p}: backend {backend.name} lists {', '.join(backend.platforms)}")
+            if why := backend.unlisted(p):
+                raise PublishError(why)
             try:
                 done[p] = _push_platform(m, backend, registry, session, p, smoke_results, opts, echo)
             except (RegistryAuthError, RegistryUnreachableError):

@@ -119,8 +119,8 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
     from ..host.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
 
-    if platform and platform not in backend.platforms:
-        raise InvalidInput(f"--platform {platform}: backend {backend.name} lists {', '.join(backend.platforms)}")
+    if platform and (why := backend.unlisted(platform)):
+        raise InvalidInput(why)
     image = image or matrix.tags(backend, foreign_arch(platform))[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
     mounted_cache = cache_source(cache) if cache is not None else None

@@ -148,26 +148,33 @@ def smoke_summary(result: Any) -> str:
     return "\n".join(lines)
 
 
+def smoke_docs(f: Path, doc: Any, strict: bool) -> list[dict[str, Any]]:
+    """The `smoke --json` results in one JSON document read from `f`; [] for other JSON in a folder (strict: a file
+    given by name, which must be one; refused otherwise, naming it: exit 2)."""
+    from .errors import InvalidInput
+    from .smoke.runner import result_problem
+    from .text import shown
+
+    items = doc if isinstance(doc, list) else [doc]
+    if not strict and not any(isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys() for d in items):
+        return []  # another JSON file in an artifacts folder
+    why = next((w for w in map(result_problem, items) if w), None) if items else "an empty list"
+    if why:
+        raise InvalidInput(f"{shown(str(f))}: not the output of `envbuild smoke --json`: {why}")
+    return items
+
+
 def read_smoke_results(paths: list[Path] | tuple[Path, ...]) -> list[dict[str, Any]]:
     """`smoke --json` documents from files, or folders searched for *.json (another JSON file in an artifacts
     folder is passed over); a file given by name that is not such a document is refused, naming it (exit 2)."""
     from .errors import InvalidInput
     from .files import read_json
-    from .smoke.runner import result_problem
+    from .text import shown
 
     docs: list[dict[str, Any]] = []
     for path in paths:
-        files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
-        for f in files:
-            doc = read_json(f, str(f), InvalidInput)
-            items = doc if isinstance(doc, list) else [doc]
-            looks = [d for d in items if isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys()]
-            if not looks and path.is_dir():
-                continue
-            why = next((w for w in map(result_problem, items) if w), None) if items else "an empty list"
-            if why:
-                raise InvalidInput(f"{f}: not the output of `envbuild smoke --json`: {why}")
-            docs += items
+        for f in sorted(path.rglob("*.json")) if path.is_dir() else [path]:
+            docs += smoke_docs(f, read_json(f, shown(str(f)), InvalidInput), strict=not path.is_dir())
     return docs
 
 

@@ -26,7 +26,6 @@ from ..errors import EnvbuildError, InvalidInput
 from ..files import read_json
 from ..matrix import Backend, Matrix, not_containerizable_message
 from ..registry import manifest as manifests
-from ..smoke.runner import result_problem
 from ..text import shown
 
 HERE = Path(__file__).parent
@@ -81,24 +80,13 @@ def run_date(name: str) -> str | None:
     return f"{day}T{hh or '00'}:{mm or '00'}:{ss or '00'}Z"
 
 
-def _smoke_docs(f: Path, doc: Any, strict: bool) -> list[dict[str, Any]]:
-    """The `smoke --json` results in a document; [] for other JSON in a folder (strict: it must be one)."""
-    items = doc if isinstance(doc, list) else [doc]
-    if not strict and not any(isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys() for d in items):
-        return []  # another JSON file in an artifacts folder
-    why = next((w for w in map(result_problem, items) if w), None) if items else "an empty list"
-    if why:
-        raise InvalidInput(f"{shown(str(f))}: not the output of `envbuild smoke --json`: {why}")
-    return items
-
-
 def load_smoke(paths: list[Path] | tuple[Path, ...]) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """`smoke --json` reports from files, or folders searched for *.json (as `envbuild summary` reads them)."""
     results: dict[str, dict[str, Any]] = {}
     files: list[str] = []
     for path in paths:
         for f in sorted(path.rglob("*.json")) if path.is_dir() else [path]:
-            docs = _smoke_docs(f, read_json(f, shown(str(f)), InvalidInput), strict=not path.is_dir())
+            docs = report.smoke_docs(f, read_json(f, shown(str(f)), InvalidInput), strict=not path.is_dir())
             for d in docs:
                 results[d["backend"]] = d
             if docs:
@@ -116,7 +104,7 @@ def load_run(folder: Path, date: str) -> Run:
                 raise InvalidInput(f"{shown(str(f))}: a second manifest in the history run {folder.name} (one per run)")
             run.manifest = manifests.load(f, must_exist=True)
         else:
-            docs = _smoke_docs(f, doc, strict=False)
+            docs = report.smoke_docs(f, doc, strict=False)
             run.smoke.update({d["backend"]: d for d in docs})
             if not docs:
                 continue

@@ -11,19 +11,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import urljoin
 
+from ..registry.api import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST  # noqa: F401 (the media types, one list)
 from ..registry.credentials import Scrubber, config_login, from_env
 from ..imageref import DIGEST, Reference, api_host, is_loopback as _loopback
 from . import TrustError
 
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-ACCEPT = ", ".join([OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST])
 TIMEOUT = 60
 MAX_DOC = 16 << 20  # a manifest or an attestation; a larger answer is refused, not read whole
-
-
 
 
 def sha256(data: bytes) -> str:

@@ -122,14 +122,6 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
 
-# Every timed envbuild command is the clean venv's (`pip install` of this checkout, as a user has it, bytecode
-# compiled at install): a checkout run with `python -m` compiles its sources on every start where bytecode is
-# not written (PYTHONDONTWRITEBYTECODE), 70 ms that no user pays.
-ENVBUILD: list[str] = [sys.executable, "-m", "envbuild.cli"]
-
-
-def envbuild_argv(*args: str) -> list[str]:
-    return [*ENVBUILD, *args]
 
 
 def run(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 3600,
@@ -315,10 +307,15 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     reps = 3 if args.quick else 7
     cli_reps = 5 if args.quick else 15
     smoke_reps = 1 if args.quick else 3
-    global ENVBUILD
+    # Every timed envbuild command is the clean venv's (`pip install` of this checkout, as a user has it, bytecode
+    # compiled at install): a checkout run with `python -m` compiles its sources on every start where bytecode is
+    # not written (PYTHONDONTWRITEBYTECODE), 70 ms that no user pays.
     print("bench: a clean venv with envbuild installed from this checkout ...", file=sys.stderr)
     venv = clean_venv(cache_dir("bench") / "venv")
-    ENVBUILD = [str(venv / "bin" / "envbuild")]
+
+    def envbuild_argv(*args: str) -> list[str]:
+        return [str(venv / "bin" / "envbuild"), *args]
+
     env = _env()
     # A folder that stays from run to run: the build context lives under it, and BuildKit keeps one record
     # of a context per folder (a new folder each run would leave 200 MB of wheelhouse behind every time).
@@ -421,14 +418,13 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
                     round(smoke, 2), round(bare, 2), "s", 8.0, {"runs": smoke_runs, "baseline_runs": bare_runs, "where": parts}))
 
     print("bench: CLI start-up (a clean venv, envbuild installed from this checkout) ...", file=sys.stderr)
-    clean_env = env
-    bare_py, py_runs = median_time([str(venv / "bin" / "python"), "-c", "pass"], cli_reps, env=clean_env)
+    bare_py, py_runs = median_time([str(venv / "bin" / "python"), "-c", "pass"], cli_reps, env=env)
     out = s.work / "rendered"
     # Interleaved, so that a moment of load elsewhere falls on every command alike.
     timed = interleaved({"click": [str(venv / "bin" / "python"), "-c", "import click"],
                          "help": [str(venv / "bin" / "envbuild"), "--help"],
                          "render": [str(venv / "bin" / "envbuild"), "render", "--matrix", str(s.matrix), "--output", str(out)]},
-                        cli_reps, env=clean_env, cwd=cwd)
+                        cli_reps, env=env, cwd=cwd)
     (click_t, click_runs), (help_t, help_runs), (render_t, render_runs) = timed["click"], timed["help"], timed["render"]
     rows.append(Row("help", '`envbuild --help`, / `python -c "import click"` (clean venv, not editable)', round(help_t, 3),
                     round(click_t, 3), "s", 1.5, {"runs": help_runs, "baseline_runs": click_runs, "python_start": round(bare_py, 3)}))

@@ -174,7 +174,37 @@ def read(path: str | Path) -> Facts | None:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("distributions"), dict):
         raise MatrixError([Problem(str(p), None, f"not a metadata cache of format {FORMAT}: write it again with "
                                    "`envbuild metadata --refresh`")])
+    where = _not_written_here(doc["distributions"])
+    if where:
+        raise MatrixError([Problem(str(p), None, f"not a metadata cache envbuild wrote: {where} is not what "
+                                   "`envbuild metadata --refresh` writes; write it again with that command")])
     return Facts(str(p), doc["distributions"])
+
+
+def _not_written_here(dists: dict[str, Any]) -> str | None:
+    """The first field of a (hand-edited) cache whose type is not what envbuild writes; None: every field is."""
+    text = (str, type(None))
+    for dist, d in dists.items():
+        if not isinstance(d, dict) or not all(isinstance(d.get(k), text) for k in ("index", "extra")):
+            return f"distributions.{dist}"
+        releases = d.get("releases")
+        if not isinstance(releases, (dict, type(None))):
+            return f"distributions.{dist}.releases"
+        for version, release in (releases or {}).items():
+            at = f"distributions.{dist}.releases.{version}"
+            try:
+                Version(version)
+            except InvalidVersion:
+                return at
+            tags, wheels = (release.get("tags"), release.get("wheels")) if isinstance(release, dict) else (0, 0)
+            if not isinstance(tags, (list, type(None))) or not all(isinstance(t, str) for t in tags or ()):
+                return f"{at}.tags" if isinstance(release, dict) else at
+            if not isinstance(wheels, (dict, type(None))):
+                return f"{at}.wheels"
+            for tag, wheel in (wheels or {}).items():
+                if not isinstance(wheel, dict) or not all(isinstance(wheel.get(k), text) for k in ("requires_python", "torch")):
+                    return f"{at}.wheels.{tag}"
+    return None
 
 
 def carried(matrix: Any) -> Iterator[tuple[Any, str, str, str]]:

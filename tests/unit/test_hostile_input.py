@@ -8,6 +8,7 @@ knows and the other characters that would inject into a Dockerfile, a script or 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -1175,3 +1176,25 @@ def test_the_fast_path_of_unsafe_char_agrees_with_its_definition_for_every_code_
     wrong = [(hex(cp), allow) for cp in range(0x110000) for allow in ("", "\n\t")
              if unsafe_char(f"a{chr(cp)}b\n", allow) != by_definition(f"a{chr(cp)}b\n", allow)]
     assert not wrong, wrong[:10]
+
+
+BAD_METADATA = [
+    {"transformers": []},
+    {"transformers": {"releases": []}},
+    {"transformers": {"releases": {"not a version": {}}}},
+    {"transformers": {"releases": {"5.0.0": "x"}}},
+    {"transformers": {"releases": {"5.0.0": {"tags": "py3"}}}},
+    {"transformers": {"releases": {"5.0.0": {"tags": [1]}}}},
+    {"transformers": {"releases": {"5.0.0": {"wheels": []}}}},
+    {"transformers": {"releases": {"5.0.0": {"wheels": {"py3": {"torch": 2}}}}}},
+    {"transformers": {"index": ["x"]}},
+]
+
+
+@pytest.mark.parametrize("dists", BAD_METADATA, ids=range(len(BAD_METADATA)))
+def test_a_hand_edited_metadata_cache_is_refused_with_its_field_not_a_crash(dists, tmp_path, invoke):
+    (tmp_path / "matrix.yaml").write_text(MATRIX.read_text())
+    (tmp_path / "matrix.metadata.json").write_text(json.dumps({"format": 1, "distributions": dists}))
+    result = invoke("validate", "--matrix", tmp_path / "matrix.yaml")
+    assert result.exit_code == 2, result.stderr
+    assert "matrix.metadata.json: not a metadata cache envbuild wrote: distributions.transformers" in result.stderr

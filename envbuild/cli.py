@@ -238,19 +238,22 @@ def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Render only this backend (repeatable; default: all).")
 @click.option("--output", "-o", default="dockerfiles", show_default=True, type=click.Path(file_okay=False), help="Where to write the Dockerfiles.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file is stale, missing or extra.")
+@click.option("--no-cache", is_flag=True, help="Render afresh: neither read nor keep the render cache.")
 @_matrix_options
-def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
+def render(backends: tuple[str, ...], output: str, check: bool, no_cache: bool, matrix_path: str,
+           overrides: tuple[str, ...]) -> None:
     """Render dockerfiles/<backend>.Dockerfile for each containerizable backend.
 
-    Output is deterministic and written atomically; unchanged files are not touched.
+    Output is deterministic and written atomically; unchanged files are not touched. What was rendered is
+    kept in ~/.cache/envbuild/render, keyed on every input (the matrix and its metadata file, --set, the
+    backends, envbuild's code and templates, the libraries that render and validate): a change to any of
+    them renders afresh.
     """
     from pathlib import Path
 
     from . import render as r
 
-    m = _load(matrix_path, overrides)
-    chosen = m.select(backends)
-    rendered = r.render(m, chosen)
+    rendered = r.rendered_for(matrix_path, overrides, backends, cache=not no_cache)
     out = Path(output)
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--output {output}: not a folder")

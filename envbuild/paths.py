@@ -21,6 +21,12 @@ def default_matrix() -> str:
     return str(PACKAGED_MATRIX)
 
 
+def metadata_path(matrix_path: str | os.PathLike[str]) -> Path:
+    """The metadata cache beside a matrix: matrix.yaml -> matrix.metadata.json (envbuild/matrix/facts.py)."""
+    p = Path(matrix_path)
+    return p.with_name(p.stem + ".metadata.json")
+
+
 def cache_dir(*parts: str) -> Path:
     """envbuild's per-user cache: $XDG_CACHE_HOME/envbuild, else ~/.cache/envbuild (never needed for correctness)."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

@@ -21,16 +21,14 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import MatrixError, Problem
+from ..paths import metadata_path
+
+path_for = metadata_path  # where callers of this module look for it
 
 FORMAT = 1
 MAX_FACTS = 8 << 20  # bytes
 # transformers declares torch through its `torch` extra; the others (accelerate, plugins) unconditionally
 EXTRA = {"transformers": "torch"}
-
-
-def path_for(matrix_path: str | Path) -> Path:
-    p = Path(matrix_path)
-    return p.with_name(p.stem + ".metadata.json")
 
 
 def wheel_tag(python: str) -> str:

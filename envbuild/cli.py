@@ -64,9 +64,34 @@ def _error_lines(text: str) -> list[str]:
     return lines + ([f"... and {more} more problem(s) like these"] if more > 0 else [])
 
 
+MAX_WIDTH = 100  # of help text
+
+
+def _help_width() -> int:
+    """The width click gives help text (the terminal's columns, at most MAX_WIDTH, less 2, at least 50), worked
+    out as shutil.get_terminal_size does but without importing shutil: a tenth of what `--help` adds to click."""
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return max(min(columns if columns > 0 else 80, MAX_WIDTH) - 2, 50)
+
+
 class Group(click.Group):
     """Turns every envbuild error into 'Error: ...' and its exit code: one place, no tracebacks. What a message
     echoes of the user's input is escaped: it can neither repaint the terminal nor forge another line."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        extra.setdefault("terminal_width", _help_width())  # every command's context inherits it
+        return super().make_context(info_name, args, parent, **extra)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
@@ -206,7 +231,7 @@ def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH})
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error (for bug reports).")
 @click.option("--yes", "-y", is_flag=True, help="Answer yes to envbuild's questions: where no Docker engine answers (Debian, Ubuntu), install docker.io and start it without asking.")
 @click.version_option(package_name="envbuild")

@@ -8,8 +8,8 @@ are shown escaped, and what an error quotes is capped.
 
 from __future__ import annotations
 
-import base64
 import contextlib
+import functools
 import errno
 import io
 import os
@@ -29,16 +29,22 @@ SECRET_NAME = re.compile(rf"(?:^|[_.-])(?:{SECRET_WORDS})(?:$|[_.-])|^(?:{SECRET
 
 # Without the bare word KEY (CACHE_KEY, PARTITION_KEY are names, not secrets): what a matrix may not name at all.
 _WORDS_STRICT = SECRET_WORDS.removesuffix("|key")
-SECRET_NAME_STRICT = re.compile(rf"(?:^|[_.-])(?:{_WORDS_STRICT})(?:$|[_.-])|^(?:{_WORDS_STRICT})$", re.IGNORECASE)
+
+
+@functools.cache
+def _secret_name_strict() -> re.Pattern:  # compiled when first asked: only a matrix's names are held to it
+    return re.compile(rf"(?:^|[_.-])(?:{_WORDS_STRICT})(?:$|[_.-])|^(?:{_WORDS_STRICT})$", re.IGNORECASE)
 
 
 def secret_name(name: str, strict: bool = False) -> bool:
     """Whether a variable called `name` holds a secret (HF_TOKEN, MY_PAT, DB_PASSWORD, AWS_SECRET_ACCESS_KEY); with
     `strict`, only names that cannot mean anything else (not a bare *_KEY)."""
-    return bool((SECRET_NAME_STRICT if strict else SECRET_NAME).search(name))
+    return bool((_secret_name_strict() if strict else SECRET_NAME).search(name))
 
 
 def _basic(match: re.Match) -> str:
+    import base64  # only where a Basic authorization is printed
+
     try:
         decoded = base64.b64decode(match.group(2) + "=" * (-len(match.group(2)) % 4), validate=True)
     except (ValueError, TypeError):

@@ -1,5 +1,6 @@
 """The registry's own HTTP API (OCI distribution spec), for what the engine cannot do: read a manifest list
-without pulling, resolve a platform's digest in it, and PUT an image index.
+without pulling, resolve a platform's digest in it, PUT an image index, and (for signatures) upload a blob and
+PUT a manifest. envbuild's one HTTP client of a registry: trust.oci says these calls in signing's terms.
 
 Docker's engine knows one platform per tag and pushes single manifests; an index is assembled here from the
 digests it pushed. Tokens follow the registry's WWW-Authenticate challenge (Bearer or Basic) with the same
@@ -27,6 +28,7 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 INDEXES = (OCI_INDEX, DOCKER_LIST)
 ACCEPT = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
 TIMEOUT = 30.0
+MAX_DOC = 16 << 20  # a manifest, a config or a signature; a larger answer is refused, not read whole
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,10 @@ class _Response:
         return json.loads(self.content)
 
 
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None, context: Any,
           authorization: str | None) -> _Response:
     """One request through the standard library's client (no `requests` to import: a no-op build asks the
@@ -105,10 +111,10 @@ def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None,
         req.add_unredirected_header("Authorization", authorization)
     try:
         with urllib.request.urlopen(req, timeout=TIMEOUT, context=context) as resp:
-            return _Response(resp.status, resp.headers, resp.read())
+            return _Response(resp.status, resp.headers, resp.read(MAX_DOC + 1))
     except urllib.error.HTTPError as exc:
         with exc:
-            return _Response(exc.code, exc.headers, exc.read())
+            return _Response(exc.code, exc.headers, exc.read(MAX_DOC + 1))
     except http.client.HTTPException as exc:  # a cut or garbled answer: unreachable, as a refused connection is
         raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
 
@@ -133,22 +139,29 @@ class Registry:
         self._tokens: dict[str, str] = {}
 
     def _request(self, method: str, repo: str, path: str, *, push: bool = False, data: bytes | None = None,
-                 headers: Mapping[str, str] | None = None) -> _Response:
-        url = f"{self.base}/v2/{repo}/{path}"
+                 headers: Mapping[str, str] | None = None, url: str | None = None) -> _Response:
+        """`path` under /v2/REPO/, or `url` (an upload's Location); the token goes only to this registry."""
+        from urllib.parse import urljoin, urlsplit
+
+        url = urljoin(self.base + "/", url) if url else f"{self.base}/v2/{repo}/{path}"
+        ours = urlsplit(url)[:2] == urlsplit(self.base)[:2]
         scope = f"repository:{repo}:{'pull,push' if push else 'pull'}"
         for attempt in range(2):
-            auth = self._tokens.get(scope)
+            auth = self._tokens.get(scope) if ours else None
             try:
                 resp = _http(method, url, headers or {}, data, self._context(url), auth)
             except OSError as exc:
                 raise RegistryUnreachableError(f"registry {self.host} unreachable ({_reason(exc)}): is it running, and "
                                                "is the address right?") from None
-            if resp.status_code == 401 and attempt == 0:
+            if resp.status_code == 401 and attempt == 0 and ours:
                 self._tokens[scope] = self._authorize(resp.headers.get("WWW-Authenticate", ""), scope)
                 continue
             if resp.status_code in (401, 403):
                 used = f"the credentials from {self.creds.source}" if self.creds else "no credentials"
                 raise RegistryAuthError(f"registry {self.host} refused {method} {repo} ({resp.status_code}); used {used}")
+            if len(resp.content) > MAX_DOC:
+                raise PublishError(f"registry {self.host}: the answer to {method} {repo} is larger than "
+                                   f"{MAX_DOC >> 20} MiB; not read")
             return resp
         raise AssertionError("unreachable")
 
@@ -188,7 +201,10 @@ class Registry:
     # -- reading ------------------------------------------------------------------------------------------------
     def manifest(self, ref: str) -> Manifest | None:
         """What the registry serves for a tag or digest; None when it has no such manifest."""
-        repo, reference = split(ref)
+        return self.read_manifest(*split(ref))
+
+    def read_manifest(self, repo: str, reference: str) -> Manifest | None:
+        """The manifest `reference` (a tag or digest) names in `repo` (its path on this registry); None: none."""
         resp = self._request("GET", repo, f"manifests/{reference}", headers={"Accept": ACCEPT})
         if resp.status_code == 404:
             return None
@@ -196,14 +212,31 @@ class Registry:
             raise PublishError(f"registry {self.host}: GET manifest {repo}:{reference} answered {resp.status_code}: "
                                f"{resp.text[:200]}")
         raw = resp.content
-        media = (resp.headers.get("Content-Type") or "").split(";")[0].strip() or json.loads(raw).get("mediaType", "")
-        return Manifest(media, "sha256:" + hashlib.sha256(raw).hexdigest(), raw)
+        digest = _sha256(raw)  # of the bytes served: a registry's header is not trusted
+        if reference.startswith("sha256:") and reference != digest:
+            raise PublishError(f"registry {self.host} served content of digest {digest} for {repo}@{reference}")
+        try:
+            media = (resp.headers.get("Content-Type") or "").split(";")[0].strip() or json.loads(raw).get("mediaType", "")
+        except (ValueError, AttributeError):
+            raise PublishError(f"registry {self.host}: {repo}:{reference} is not a manifest (not a JSON object)") from None
+        return Manifest(media, digest, raw)
 
     def blob(self, repo_ref: str, digest: str) -> bytes:
         repo, _ = split(repo_ref)
+        found = self.read_blob(repo, digest)
+        if found is None:
+            raise PublishError(f"registry {self.host}: blob {digest} of {repo} answered 404")
+        return found
+
+    def read_blob(self, repo: str, digest: str) -> bytes | None:
+        """The blob's bytes, checked against its digest (content addressing is the point); None: not there."""
         resp = self._request("GET", repo, f"blobs/{digest}")
+        if resp.status_code == 404:
+            return None
         if resp.status_code != 200:
             raise PublishError(f"registry {self.host}: blob {digest} of {repo} answered {resp.status_code}")
+        if _sha256(resp.content) != digest:
+            raise PublishError(f"registry {self.host} served a blob that is not {digest}")
         return resp.content
 
     def platform_digest(self, ref: str, platform: str) -> tuple[str, Manifest]:
@@ -245,13 +278,32 @@ class Registry:
                 entry["platform"]["variant"] = variant
             entries.append(entry)
         body = json.dumps({"schemaVersion": 2, "mediaType": media, "manifests": entries}, indent=3).encode()
-        repo, reference = split(ref)
-        resp = self._request("PUT", repo, f"manifests/{reference}", push=True, data=body,
-                             headers={"Content-Type": media})
+        return self.put_manifest(*split(ref), body, media, what=f"the index for {ref}")
+
+    def put_manifest(self, repo: str, reference: str, data: bytes, media_type: str, *, what: str = "") -> str:
+        """PUT a manifest (or index) at a tag; its digest, which the registry must confirm if it says one."""
+        what = what or f"manifest {repo}:{reference}"
+        resp = self._request("PUT", repo, f"manifests/{reference}", push=True, data=data,
+                             headers={"Content-Type": media_type})
         if resp.status_code not in (200, 201):
-            raise PublishError(f"registry {self.host} refused the index for {ref} ({resp.status_code}): {resp.text[:300]}")
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+            raise PublishError(f"registry {self.host} refused {what} ({resp.status_code}): {resp.text[:300]}")
+        digest = _sha256(data)
         said = resp.headers.get("Docker-Content-Digest")
         if said and said != digest:
-            raise PublishError(f"registry {self.host} stored the index of {ref} as {said}, not {digest}")
+            raise PublishError(f"registry {self.host} stored {what} as {said}, not {digest}")
+        return digest
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        """Upload a blob (monolithically: signatures and attestations are small) unless the registry has it."""
+        digest = _sha256(data)
+        if self._request("HEAD", repo, f"blobs/{digest}", push=True).status_code == 200:
+            return digest
+        start = self._request("POST", repo, "blobs/uploads/", push=True, data=b"")
+        location = start.headers.get("Location")
+        if start.status_code != 202 or not location:
+            raise PublishError(f"registry {self.host} refused an upload to {repo} ({start.status_code})")
+        done = self._request("PUT", repo, "", push=True, data=data, url=f"{location}{'&' if '?' in location else '?'}digest={digest}",
+                             headers={"Content-Type": "application/octet-stream"})
+        if done.status_code != 201:
+            raise PublishError(f"registry {self.host} refused blob {digest} in {repo} ({done.status_code})")
         return digest

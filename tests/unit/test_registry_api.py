@@ -3,6 +3,7 @@ of two platforms resolved per platform, an index PUT, skopeo's independent readi
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -84,8 +85,9 @@ def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_doe
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     seen: list[tuple[str, str | None]] = []
+    config = b'{"os": "linux", "architecture": "amd64"}'
     manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": {"digest": "sha256:" + "c" * 64}}).encode()
+                           "config": {"digest": "sha256:" + hashlib.sha256(config).hexdigest()}}).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -99,7 +101,7 @@ def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_doe
                 ok = auth == "Basic " + base64.b64encode(b"alice:s3cret").decode()
                 return self._send(200 if ok else 401, json.dumps({"token": "tok"}).encode())
             if self.path == "/storage/blob":
-                return self._send(200, b'{"os": "linux", "architecture": "amd64"}')
+                return self._send(200, config)
             if auth != "Bearer tok":
                 self.send_response(401)
                 self.send_header("WWW-Authenticate", f'Bearer realm="http://{host}/token",service="reg",scope="x"')
@@ -140,3 +142,155 @@ def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_doe
 
     with pytest.raises(RegistryUnreachableError, match=f"registry {host} unreachable"):
         Registry(host, env).manifest(f"{host}/org/img:1")
+
+
+def test_blobs_and_manifests_are_put_and_read_back_by_digest_and_signing_speaks_through_the_same_client(registry):
+    """What signing needs of a registry (an upload, a manifest PUT, reading both back), on the real registry,
+    through registry.api and through trust.oci, which only says it in signing's terms."""
+    from envbuild.trust import TrustError
+    from envbuild.trust.oci import Client, NotFound
+
+    api = Registry(registry.host)
+    layer = b'{"critical": "a signature payload"}'
+    digest = api.put_blob("envbuild-test/signed", layer)
+    assert api.put_blob("envbuild-test/signed", layer) == digest  # there already: not uploaded again
+    assert api.read_blob("envbuild-test/signed", digest) == layer
+    assert api.read_blob("envbuild-test/signed", "sha256:" + "0" * 64) is None
+    config = api.put_blob("envbuild-test/signed", b"{}")
+    body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": 2, "digest": config},
+                       "layers": [{"mediaType": "application/octet-stream", "size": len(layer), "digest": digest}]}).encode()
+    put = api.put_manifest("envbuild-test/signed", "sha256-abc.sig", body, "application/vnd.oci.image.manifest.v1+json")
+    assert api.read_manifest("envbuild-test/signed", "sha256-abc.sig").raw == body
+    assert api.read_manifest("envbuild-test/signed", put).digest == put
+
+    client, path = Client.for_repository(f"{registry.host}/envbuild-test/signed")
+    assert path == "envbuild-test/signed" and client.manifest(path, put).json()["layers"][0]["digest"] == digest
+    assert client.blob(path, digest) == layer
+    with pytest.raises(NotFound):
+        client.manifest(path, "sha256-none.sig")
+    with pytest.raises(NotFound):
+        client.blob(path, "sha256:" + "0" * 64)
+    assert client.put_blob(path, b"another") == "sha256:" + hashlib.sha256(b"another").hexdigest()
+    with pytest.raises(TrustError, match="unreachable"):
+        Client("127.0.0.1:9").manifest(path, "x")
+
+
+def _serve(handler_body):
+    """A small HTTP server whose GET/HEAD/POST/PUT answers come from handler_body(handler, method)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def send(self, code, body=b"", headers=()):
+            self.send_response(code)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+    for method in ("GET", "HEAD", "POST", "PUT"):
+        setattr(Handler, f"do_{method}", lambda self, m=method: handler_body(self, m))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"127.0.0.1:{server.server_address[1]}"
+
+
+def test_a_registry_that_serves_other_bytes_than_asked_or_too_many_is_refused(monkeypatch):
+    """Content addressing is checked, not trusted: a manifest asked by digest and a blob must hash to it; an
+    answer past MAX_DOC is not read whole. Signing hears each as a TrustError."""
+    import envbuild.registry.api as api_mod
+    from envbuild.trust import TrustError
+    from envbuild.trust.oci import Client
+
+    def answer(h, method):
+        if "/manifests/" in h.path:
+            return h.send(200, b'{"schemaVersion": 2}', [("Content-Type", "application/vnd.oci.image.manifest.v1+json")])
+        return h.send(200, b"x" * 100)
+
+    server, host = _serve(answer)
+    try:
+        reg = Registry(host)
+        wanted = "sha256:" + "a" * 64
+        with pytest.raises(PublishError, match="served content of digest sha256:.* for org/img@" + wanted):
+            reg.read_manifest("org/img", wanted)
+        assert reg.read_manifest("org/img", "tag").raw == b'{"schemaVersion": 2}'  # a tag names whatever it names
+        with pytest.raises(PublishError, match="served a blob that is not " + wanted):
+            reg.read_blob("org/img", wanted)
+        with pytest.raises(TrustError, match="served a blob that is not"):
+            Client(host).blob("org/img", wanted)
+        monkeypatch.setattr(api_mod, "MAX_DOC", 50)
+        with pytest.raises(PublishError, match="larger than"):
+            reg.read_blob("org/img", "sha256:" + hashlib.sha256(b"x" * 100).hexdigest())
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_upload_location_on_another_host_gets_no_token():
+    """The registry's token goes to the registry only: an upload it sends elsewhere (storage) goes without it."""
+    seen: list[tuple[str, str, str | None]] = []
+
+    def storage(h, method):
+        seen.append(("storage", method, h.headers.get("Authorization")))
+        return h.send(201)
+
+    store, store_host = _serve(storage)
+
+    def registry(h, method):
+        seen.append(("registry", method, h.headers.get("Authorization")))
+        if h.headers.get("Authorization") != "Bearer tok" and not h.path.startswith("/token"):
+            return h.send(401, headers=[("WWW-Authenticate", f'Bearer realm="http://{reg_host}/token",service="reg"')])
+        if h.path.startswith("/token"):
+            return h.send(200, b'{"token": "tok"}')
+        if method == "HEAD":
+            return h.send(404)
+        if method == "POST":
+            return h.send(202, headers=[("Location", f"http://{store_host}/upload?id=1")])
+        return h.send(500)
+
+    server, reg_host = _serve(registry)
+    try:
+        digest = Registry(reg_host).put_blob("org/img", b"payload")
+        assert digest == "sha256:" + hashlib.sha256(b"payload").hexdigest()
+        assert ("storage", "PUT", None) in seen
+        assert ("registry", "POST", "Bearer tok") in seen
+    finally:
+        for s in (server, store):
+            s.shutdown()
+            s.server_close()
+
+
+def test_signing_uploads_to_a_registry_that_asks_for_credentials(tmp_path):
+    """htpasswd (a Basic challenge): the upload and the manifest go with the credentials of the environment; none
+    given, the error says how to give them."""
+    from envbuild.errors import RegistryAuthError
+    from envbuild.trust import TrustError
+    from envbuild.trust.oci import Client
+
+    try:
+        reg = testbed.start_registry(tmp_path / "auth", auth=("signer", "pa55word"))
+    except testbed.Unavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    try:
+        env = {"ENVBUILD_REGISTRY_USER": "signer", "ENVBUILD_REGISTRY_PASSWORD": "pa55word"}
+        client = Client(reg.host, env)
+        digest = client.put_blob("org/signed", b"payload")
+        body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": 7, "digest": digest},
+                           "layers": []}).encode()
+        put = client.put_manifest("org/signed", "sha256-abc.sig", body)
+        assert client.manifest("org/signed", "sha256-abc.sig").digest == put
+        with pytest.raises(RegistryAuthError, match="asks for credentials: set ENVBUILD_REGISTRY_USER"):
+            Registry(reg.host, {}).put_manifest("org/signed", "x", body, "application/vnd.oci.image.manifest.v1+json")
+        with pytest.raises(TrustError, match="asks for credentials"):
+            Client(reg.host, {}).put_blob("org/signed", b"other")
+    finally:
+        reg.stop()

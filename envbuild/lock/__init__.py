@@ -56,7 +56,7 @@ def base_digest(backend: Backend, base_image: str, platform: str, opts: BuildOpt
     if "@sha256:" in base_image:
         return base_image.rpartition("@")[2]
     try:
-        digest, _ = Registry(base_image, environ, opts.ca_bundle).platform_digest(base_image, platform)
+        digest, _ = Registry(base_image, environ, opts.ca_bundle, publish=False).platform_digest(base_image, platform)
     except PublishError as exc:
         raise LockError(f"{backend.name}: cannot resolve the base image {base_image} for {platform} in its registry "
                         f"({exc}); a lock names its base by the registry's digest: pin it by digest "

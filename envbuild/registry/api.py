@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import PublishError, RegistryAuthError, RegistryUnreachableError
-from .credentials import Credentials, config_login, from_env
+from .credentials import Credentials, config_login, from_env, github_token
 from ..imageref import Reference, api_host, is_loopback as _loopback
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -131,9 +131,14 @@ def _basic(creds: Credentials) -> str:
 class Registry:
     """One registry host, spoken to over HTTP(S): loopback hosts in plain HTTP (as Docker treats them), others TLS."""
 
-    def __init__(self, ref: str, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None):
+    def __init__(self, ref: str, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None, *,
+                 publish: bool = True):
+        """`publish`: this is the registry envbuild publishes to, whose credentials ENVBUILD_REGISTRY_USER and
+        _PASSWORD are. False for one it only reads a base image from: then only what is that host's own (its
+        Docker config login, GHCR's GitHub token) is offered, as the engine pulling the base would."""
         self.host = _host(ref)
-        self.creds = from_env(self.host, environ) or config_login(self.host, environ)
+        self.creds = ((from_env if publish else github_token)(self.host, environ)
+                      or config_login(self.host, environ))
         self.base = f"{'http' if _loopback(self.host) else 'https'}://{api_host(self.host)}"
         self.verify: Any = str(ca_bundle) if ca_bundle else True
         self._tokens: dict[str, str] = {}

@@ -38,6 +38,12 @@ def from_env(host: str, environ: Mapping[str, str] | None = None) -> Credentials
             missing = PASSWORD_ENV if user else USER_ENV
             raise RegistryAuthError(f"{missing} is not set: set both {USER_ENV} and {PASSWORD_ENV}, or neither to use the Docker config")
         return Credentials(user, password, f"{USER_ENV}/{PASSWORD_ENV}")
+    return github_token(host, env)
+
+
+def github_token(host: str, environ: Mapping[str, str] | None = None) -> Credentials | None:
+    """GitHub Actions' token, for ghcr.io only (None for any other host, or without one)."""
+    env = os.environ if environ is None else environ
     if host == "ghcr.io" and env.get("GITHUB_TOKEN"):
         if not env.get("GITHUB_ACTOR"):
             raise RegistryAuthError("GITHUB_TOKEN is set but GITHUB_ACTOR is not: GHCR needs both (the user and the token)")

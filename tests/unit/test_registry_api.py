@@ -294,3 +294,51 @@ def test_signing_uploads_to_a_registry_that_asks_for_credentials(tmp_path):
             Client(reg.host, {}).put_blob("org/signed", b"other")
     finally:
         reg.stop()
+
+
+def test_the_publish_credentials_never_go_to_a_base_images_registry(monkeypatch):
+    """ENVBUILD_REGISTRY_USER/_PASSWORD are the publish registry's. Resolving a base's digest for a lock asks the
+    base's registry (Docker Hub, nvcr.io, ...): its token service must not be sent them."""
+    import base64
+
+    import envbuild.registry.api as api_mod
+    from envbuild.lock import base_digest
+
+    token_auth: list[str | None] = []
+
+    def answer(h, method):
+        if h.path.startswith("/token"):
+            token_auth.append(h.headers.get("Authorization"))
+            return h.send(200, b'{"token": "anonymous"}')
+        if h.headers.get("Authorization") != "Bearer anonymous":
+            return h.send(401, headers=[("WWW-Authenticate", f'Bearer realm="http://{host}/token",service="hub"')])
+        return h.send(404)
+
+    server, host = _serve(answer)
+    env = {"ENVBUILD_REGISTRY_USER": "robot", "ENVBUILD_REGISTRY_PASSWORD": "publish-secret", "DOCKER_CONFIG": "/nonexistent"}
+    try:
+        assert Registry(host, env, publish=False).manifest(f"{host}/library/debian:12") is None
+        assert token_auth == [None]
+        Registry(host, env).manifest(f"{host}/library/debian:12")  # the publish registry itself: they go
+        assert token_auth[1] == "Basic " + base64.b64encode(b"robot:publish-secret").decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    made = []
+
+    class Spy(api_mod.Registry):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+        def platform_digest(self, ref, platform):
+            return "sha256:" + "1" * 64, None
+
+    monkeypatch.setattr(api_mod, "Registry", Spy)
+
+    class Opts:
+        ca_bundle = None
+
+    assert base_digest(None, "nvcr.io/nvidia/cuda:13.0-base", "linux/amd64", Opts(), env) == "sha256:" + "1" * 64
+    assert made == [{"publish": False}]

@@ -594,5 +594,5 @@ def test_the_docker_config_s_login_goes_to_its_own_host_only(tmp_path):
     assert credentials.config_login("ghcr.io", env).password == "ghpass"
     assert credentials.config_login("quay.io", env) is None  # not Docker Hub's login
     assert Registry("quay.io/org/img", env).creds is None and Registry("org/img", env).creds.username == "hubuser"
-    assert Client("quay.io", env)._basic is None and Client("ghcr.io", env)._basic == ("ghuser", "ghpass")
+    assert Client("quay.io", env).registry.creds is None and Client("ghcr.io", env).registry.creds.password == "ghpass"
     assert credentials.config_login("ghcr.io", {"DOCKER_CONFIG": str(tmp_path / "none")}) is None

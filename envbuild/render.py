@@ -171,26 +171,24 @@ def _library_root(name: str) -> str | None:
 
 
 def _file_input(path: Path) -> dict[str, Any] | None:
-    """A file's bytes (hashed) and its stat; None when there is none. Read with the limits a matrix is read
-    with, so that the cache never reads what the loader would refuse to."""
-    import hashlib
-
+    """A file's whole text and its stat; None when there is none. Read with the limits the loader reads with
+    (a file it would refuse, or one that is not UTF-8, raises: the loader then says why)."""
     if not os.path.lexists(path):
         return None
     st = os.stat(path)
-    data = read_user(path, str(path), limit=MAX_CACHED)
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": [st.st_dev, st.st_ino],
-            "sha256": hashlib.sha256(data).hexdigest()}
+    text = read_user(path, str(path), limit=MAX_CACHED).decode("utf-8")
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": [st.st_dev, st.st_ino], "text": text}
 
 
 def cache_inputs(matrix_path: str, overrides: Iterable[str], backends: Iterable[str]) -> dict[str, Any]:
     """Everything that decides what `rendered_for` returns, or whether it refuses: a cached answer is taken only
-    when every one of these is unchanged. Raises OSError or EnvbuildError when a file cannot be read."""
+    when every one of these is equal to what it was kept with (compared whole, not by a hash of them). Raises
+    OSError, UnicodeDecodeError or EnvbuildError when a file cannot be read."""
     return {
         "format": CACHE_FORMAT,
         "python": sys.version,
         "envbuild": _tree_stamp(str(PACKAGE)),  # its code, the templates among it
-        "libraries": {name: (root, _tree_stamp(root) if os.path.isdir(root) else _file_input(Path(root)))
+        "libraries": {name: [root, _tree_stamp(root) if os.path.isdir(root) else _file_input(Path(root))]
                       if (root := _library_root(name)) else None for name in LIBRARIES},
         "matrix_as_given": matrix_path,  # the Dockerfile names the file as given
         "matrix": os.path.realpath(matrix_path),  # a trust key's path is taken relative to it
@@ -201,30 +199,30 @@ def cache_inputs(matrix_path: str, overrides: Iterable[str], backends: Iterable[
     }
 
 
-def _cache_key(inputs: dict[str, Any]) -> str:
-    import hashlib
+def _cache_path(inputs: dict[str, Any]) -> Path:
+    """Where the entry for these inputs is kept: named by a checksum of them (two inputs that share a name
+    only take turns in it: what decides a hit is the comparison of the inputs themselves)."""
     import json
+    import zlib
 
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-
-def _cache_path(key: str) -> Path:
-    return (CACHE_DIR or cache_dir("render")) / f"{key}.json"
+    name = f"{zlib.crc32(json.dumps(inputs, sort_keys=True).encode()):08x}.json"
+    return (CACHE_DIR or cache_dir("render")) / name
 
 
-def _cache_read(key: str) -> dict[str, str] | None:
-    """The entry for `key`; None when there is none or it is not one envbuild wrote (never an error)."""
+def _cache_read(inputs: dict[str, Any]) -> dict[str, str] | None:
+    """The Dockerfiles kept for exactly these inputs; None when there are none, or the entry is not one envbuild
+    wrote (never an error)."""
     import json
     import re
 
-    path = _cache_path(key)
+    path = _cache_path(inputs)
     if not os.path.lexists(path):
         return None
     try:
         doc = json.loads(read_user(path, str(path), limit=MAX_CACHED).decode("utf-8"))
     except (EnvbuildError, ValueError, RecursionError):
         return None
-    files = doc.get("files") if isinstance(doc, dict) and doc.get("key") == key else None
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("inputs") == inputs else None
     if not isinstance(files, dict) or not all(
             isinstance(n, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*\.Dockerfile", n) and isinstance(t, str)
             for n, t in files.items()):
@@ -232,17 +230,17 @@ def _cache_read(key: str) -> dict[str, str] | None:
     return files
 
 
-def _cache_write(key: str, rendered: dict[str, str]) -> None:
-    """Keep `rendered` under `key`, and no more than CACHE_KEEP entries. A cache that cannot be written is
+def _cache_write(inputs: dict[str, Any], rendered: dict[str, str]) -> None:
+    """Keep `rendered` for `inputs`, and no more than CACHE_KEEP entries. A cache that cannot be written is
     skipped, never an error."""
     import json
 
     from .files import write_atomic
 
-    path = _cache_path(key)
+    path = _cache_path(inputs)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps({"format": CACHE_FORMAT, "key": key, "files": rendered}), mode=0o600)
+        write_atomic(path, json.dumps({"format": CACHE_FORMAT, "inputs": inputs, "files": rendered}), mode=0o600)
         entries = sorted(path.parent.glob("*.json"), key=lambda e: e.stat().st_mtime_ns)
         for old in entries[:-CACHE_KEEP]:
             old.unlink()
@@ -256,27 +254,27 @@ def rendered_for(matrix_path: str | None, overrides: Iterable[str] = (), backend
     as `envbuild validate` does; from the render cache when none of its inputs changed (cache_inputs)."""
     path = matrix_path or default_matrix()
     overrides, backends = tuple(overrides), tuple(backends)
-    key = None
+    inputs = None
     if cache:
         try:
-            key = _cache_key(cache_inputs(path, overrides, backends))
-        except (OSError, EnvbuildError):  # unreadable: the loader says why
-            key = None
-        hit = _cache_read(key) if key else None
+            inputs = cache_inputs(path, overrides, backends)
+        except (OSError, UnicodeDecodeError, EnvbuildError):  # unreadable: the loader says why
+            inputs = None
+        hit = _cache_read(inputs) if inputs else None
         if hit is not None:
             return hit
     from . import matrix
 
     m = matrix.load(path, overrides)
     rendered = render(m, m.select(backends))
-    # Kept only if no input moved while it rendered: the entry must hold what its key's inputs give.
-    if key:
+    # Kept only if no input moved while it rendered: the entry must hold what its inputs give.
+    if inputs:
         try:
-            again = _cache_key(cache_inputs(path, overrides, backends))
-        except (OSError, EnvbuildError):
+            again = cache_inputs(path, overrides, backends)
+        except (OSError, UnicodeDecodeError, EnvbuildError):
             again = None
-        if again == key:
-            _cache_write(key, rendered)
+        if again == inputs:
+            _cache_write(inputs, rendered)
     return rendered
 
 

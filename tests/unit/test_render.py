@@ -698,6 +698,7 @@ def test_every_input_of_the_render_cache_has_a_mutation_below() -> None:
     inputs = r.cache_inputs(str(FIXED), (), ())
     assert set(inputs) == {k.split(" ")[0] for k in MUTATIONS}
     assert "templates/Dockerfile.j2" in [p for p, *_ in inputs["envbuild"]]  # the templates are envbuild's code
+    assert inputs["matrix_file"]["text"] == FIXED.read_text()  # compared whole, not by a hash
     assert "render.py" in [p for p, *_ in inputs["envbuild"]]
     for name in r.LIBRARIES:  # found where Python imports them from, without importing them
         assert inputs["libraries"][name] and inputs["libraries"][name][1], name
@@ -717,8 +718,8 @@ def test_changing_any_input_of_the_render_cache_changes_its_key(change: str, tmp
            "other": tmp_path / "b" / "matrix.yaml", "code": code, "library": library,
            "path": str(tmp_path / "a" / "matrix.yaml"), "overrides": (), "backends": ()}
 
-    def key() -> str:
-        return r._cache_key(r.cache_inputs(ctx["path"], ctx["overrides"], ctx["backends"]))
+    def key() -> dict:
+        return r.cache_inputs(ctx["path"], ctx["overrides"], ctx["backends"])
 
     before = key()
     assert key() == before  # nothing changed: the same key
@@ -764,9 +765,11 @@ def test_a_corrupt_or_foreign_cache_entry_is_ignored(tmp_path: Path, invoke) -> 
     args = ("render", "--matrix", tmp_path / "matrix.yaml", "--output", tmp_path / "out", "-b", "cpu")
     assert invoke(*args).exit_code == 0
     (entry,) = list(r.CACHE_DIR.glob("*.json"))
-    for bad in ("{not json", json.dumps({"format": 1, "key": "another", "files": {"cpu.Dockerfile": "FROM evil\n"}}),
-                json.dumps({"format": 1, "key": entry.stem, "files": {"../../etc/passwd": "x"}}),
-                json.dumps({"format": 1, "key": entry.stem, "files": {"cpu.Dockerfile": 1}})):
+    inputs = json.loads(entry.read_text())["inputs"]
+    other = {**inputs, "overrides": ["transformers.version=5.0.0"]}  # another run's inputs, in this name
+    for bad in ("{not json", json.dumps({"format": 1, "inputs": other, "files": {"cpu.Dockerfile": "FROM evil\n"}}),
+                json.dumps({"format": 1, "inputs": inputs, "files": {"../../etc/passwd": "x"}}),
+                json.dumps({"format": 1, "inputs": inputs, "files": {"cpu.Dockerfile": 1}})):
         entry.write_text(bad)
         (tmp_path / "out" / "cpu.Dockerfile").unlink()
         assert invoke(*args).exit_code == 0

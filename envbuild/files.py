@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -22,6 +21,8 @@ def stage(files: dict[Path, str | bytes], mode: int = 0o644) -> dict[Path, Path]
             if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
+            import tempfile  # only when something is written: an unchanged render writes nothing
+
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
             staged[path] = Path(tmp)
             with os.fdopen(fd, "wb") as fh:
@@ -70,6 +71,8 @@ def commit(staged: dict[Path, Path]) -> None:
 
 def _keep_aside(target: Path) -> Path:
     """A second name for the target's current file, beside it (the replacement leaves this one untouched)."""
+    import tempfile
+
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.old.", dir=target.parent)
     os.close(fd)
     backup = Path(name)

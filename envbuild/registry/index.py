@@ -59,17 +59,9 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
     if smoke and smoke.get("platform") and smoke["platform"] != platform and not opts.force:
         raise PublishError(f"the smoke result given for {platform} ran on {smoke['platform']}")
     ref = platform_ref(m, backend, registry, platform)
-    made = engine.image_id(ref) != image.id
-    engine.tag(image.id, [ref])
-    try:
+    with session.tagged(image.id, [ref], keep=False):
         echo(f"[{backend.name}] pushing {platform}: {ref}")
         digest = session.push(ref, lambda s: echo(f"[{backend.name}] {s}"))
-    finally:
-        if made:
-            try:
-                engine.untag(ref)
-            except EnvbuildError:
-                pass
     return {"platform": platform, "digest": digest, "ref": ref, "image_id": image.id, "size": image.size or None,
             "requires": manifest.image_requires(image.labels, image_arch(engine, image.id)),
             "versions": manifest.image_versions(image.labels), "smoke": smoke,

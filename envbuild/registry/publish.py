@@ -169,22 +169,13 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
         )
     smoke = _smoke(backend, image, source, smoke_results, opts, echo)
     refs = with_tags(registry, m.tags(backend))
-    created = [r for r in refs if engine.image_id(r) != image.id]
-    engine.tag(image.id, created)
     digests: dict[str, str] = {}
-    try:
+    with session.tagged(image.id, refs, keep=True):  # tags made only for this push go with it if it fails
         # The pinned tag first, the moving REG:BACKEND last: a publish cut short never moves the tag users pull
         # to an image whose pinned tag (and manifest entry) does not exist.
         for ref in sorted(refs, key=lambda r: r == refs[0]):
             echo(f"[{backend.name}] pushing {ref}")
             digests[ref] = session.push(ref, lambda s: echo(f"[{backend.name}] {s}"))
-    except BaseException:
-        for ref in created:  # tags made only for this push: gone with it
-            try:
-                engine.untag(ref)
-            except EnvbuildError:
-                pass
-        raise
     if len(set(digests.values())) != 1:
         raise PublishError(f"the registry confirmed different digests for the tags of {backend.name}: {digests}; nothing was recorded")
     digest = next(iter(digests.values()))

@@ -3,6 +3,7 @@ one clear error (authentication, unreachable, or what the registry said), with s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import queue
@@ -10,10 +11,10 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from ..engine import EngineError, StreamBroken
-from ..errors import PublishError, RegistryAuthError, RegistryUnreachableError
+from ..errors import EnvbuildError, PublishError, RegistryAuthError, RegistryUnreachableError
 from .credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
 from ..imageref import DIGEST, Reference, api_host
 
@@ -160,6 +161,24 @@ class Session:
                 raise self.error(exc.explanation, "logging in") from None
 
         self._retrying(f"logging in to {self.host}", login, echo)
+
+    @contextlib.contextmanager
+    def tagged(self, image_id: str, refs: list[str], *, keep: bool) -> Iterator[None]:
+        """The image tagged with `refs` for a push: the tags this made are removed after it (keep=False: a
+        platform's tag of an index), or only when it fails or is interrupted (keep=True: publish's own tags)."""
+        made = [r for r in refs if self.engine.image_id(r) != image_id]
+        self.engine.tag(image_id, made)
+        pushed = False
+        try:
+            yield
+            pushed = True
+        finally:
+            if not (pushed and keep):
+                for ref in made:
+                    try:
+                        self.engine.untag(ref)
+                    except EnvbuildError:
+                        pass
 
     def push(self, ref: str, echo: Callable[[str], None]) -> str:
         """Push one reference; the digest the registry confirmed, or an error (nothing confirmed)."""

@@ -596,3 +596,27 @@ def test_the_docker_config_s_login_goes_to_its_own_host_only(tmp_path):
     assert Registry("quay.io/org/img", env).creds is None and Registry("org/img", env).creds.username == "hubuser"
     assert Client("quay.io", env).registry.creds is None and Client("ghcr.io", env).registry.creds.password == "ghpass"
     assert credentials.config_login("ghcr.io", {"DOCKER_CONFIG": str(tmp_path / "none")}) is None
+
+
+def test_tags_made_for_a_push_go_with_it_and_tags_already_there_stay():
+    """One rule for the tags a push makes (publish's, an index's platforms): kept after a publish that landed,
+    removed after one that failed or was interrupted, and after a platform's push always; a tag the image had
+    before is never removed."""
+    from envbuild.registry import session as sessions
+
+    engine = FakeEngine()
+    engine.add_image("sha256:" + "a" * 64, ["reg.test:5000/e:cpu"])
+    session = sessions.Session(engine, "reg.test:5000/e", {})
+    iid = "sha256:" + "a" * 64
+    with session.tagged(iid, ["reg.test:5000/e:cpu", "reg.test:5000/e:pinned"], keep=True):
+        assert engine.image_id("reg.test:5000/e:pinned") == iid
+    assert engine.image_id("reg.test:5000/e:pinned") == iid and engine.removed == []
+    for failure in (PublishError("push broke off"), KeyboardInterrupt()):
+        with pytest.raises(type(failure)):
+            with session.tagged(iid, ["reg.test:5000/e:cpu", "reg.test:5000/e:other"], keep=True):
+                raise failure
+        assert engine.image_id("reg.test:5000/e:other") is None and engine.image_id("reg.test:5000/e:cpu") == iid
+    with session.tagged(iid, ["reg.test:5000/e:cpu-arm64"], keep=False):
+        pass
+    assert engine.image_id("reg.test:5000/e:cpu-arm64") is None
+    assert "reg.test:5000/e:cpu" not in engine.removed

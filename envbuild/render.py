@@ -1,7 +1,7 @@
 """Validated backends -> Dockerfile text, written atomically and checked for staleness.
 
-`rendered_for` keeps what it rendered in a cache keyed on every input (cache_inputs): a repeated `render` or
-`render --check` then needs neither PyYAML, Jinja nor the matrix model, which are most of its time.
+`rendered_for` keeps what it rendered with every input it was rendered from (cache_inputs): a repeated `render`
+or `render --check` then needs neither PyYAML, Jinja nor the matrix model, which are most of its time.
 """
 
 from __future__ import annotations
@@ -170,6 +170,16 @@ def _library_root(name: str) -> str | None:
     return spec.origin
 
 
+def _library_stamp(root: str) -> Any:
+    """A library's files (a folder) or its one module; one that is neither (inside a zip) cannot be stamped, and
+    then nothing is cached (OSError)."""
+    if os.path.isdir(root):
+        return _tree_stamp(root)
+    if os.path.isfile(root):
+        return _file_input(Path(root))
+    raise FileNotFoundError(f"{root}: not a folder or a file, cannot tell when it changes")
+
+
 def _file_input(path: Path) -> dict[str, Any] | None:
     """A file's whole text and its stat; None when there is none. Read with the limits the loader reads with
     (a file it would refuse, or one that is not UTF-8, raises: the loader then says why)."""
@@ -188,8 +198,8 @@ def cache_inputs(matrix_path: str, overrides: Iterable[str], backends: Iterable[
         "format": CACHE_FORMAT,
         "python": sys.version,
         "envbuild": _tree_stamp(str(PACKAGE)),  # its code, the templates among it
-        "libraries": {name: [root, _tree_stamp(root) if os.path.isdir(root) else _file_input(Path(root))]
-                      if (root := _library_root(name)) else None for name in LIBRARIES},
+        "libraries": {name: [root, _library_stamp(root)] if (root := _library_root(name)) else None
+                      for name in LIBRARIES},
         "matrix_as_given": matrix_path,  # the Dockerfile names the file as given
         "matrix": os.path.realpath(matrix_path),  # a trust key's path is taken relative to it
         "matrix_file": _file_input(Path(matrix_path)),

@@ -800,3 +800,10 @@ def test_the_render_cache_keeps_a_bounded_number_of_entries_and_an_unwritable_on
     blocked.write_text("")
     monkeypatch.setattr(r, "CACHE_DIR", blocked / "render")
     assert r.rendered_for(str(tmp_path / "matrix.yaml"), (), ["cpu"]) == {"cpu.Dockerfile": RENDERED["cpu.Dockerfile"]}
+
+
+def test_a_library_that_cannot_be_stamped_turns_the_cache_off_not_the_render(tmp_path: Path, monkeypatch) -> None:
+    shutil.copyfile(FIXED, tmp_path / "matrix.yaml")
+    monkeypatch.setattr(r, "_library_root", lambda name: str(tmp_path / "site.zip" / name))  # zipimported
+    assert r.rendered_for(str(tmp_path / "matrix.yaml"), (), ["cpu"]) == {"cpu.Dockerfile": RENDERED["cpu.Dockerfile"]}
+    assert list(r.CACHE_DIR.glob("*.json")) == []

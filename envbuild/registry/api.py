@@ -93,7 +93,8 @@ class _Response:
         return json.loads(self.content)
 
 
-def _sha256(data: bytes) -> str:
+def sha256(data: bytes) -> str:
+    """The OCI digest of `data`: sha256:HEX."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
@@ -217,7 +218,7 @@ class Registry:
             raise PublishError(f"registry {self.host}: GET manifest {repo}:{reference} answered {resp.status_code}: "
                                f"{resp.text[:200]}")
         raw = resp.content
-        digest = _sha256(raw)  # of the bytes served: a registry's header is not trusted
+        digest = sha256(raw)  # of the bytes served: a registry's header is not trusted
         if reference.startswith("sha256:") and reference != digest:
             raise PublishError(f"registry {self.host} served content of digest {digest} for {repo}@{reference}")
         try:
@@ -240,7 +241,7 @@ class Registry:
             return None
         if resp.status_code != 200:
             raise PublishError(f"registry {self.host}: blob {digest} of {repo} answered {resp.status_code}")
-        if _sha256(resp.content) != digest:
+        if sha256(resp.content) != digest:
             raise PublishError(f"registry {self.host} served a blob that is not {digest}")
         return resp.content
 
@@ -292,7 +293,7 @@ class Registry:
                              headers={"Content-Type": media_type})
         if resp.status_code not in (200, 201):
             raise PublishError(f"registry {self.host} refused {what} ({resp.status_code}): {resp.text[:300]}")
-        digest = _sha256(data)
+        digest = sha256(data)
         said = resp.headers.get("Docker-Content-Digest")
         if said and said != digest:
             raise PublishError(f"registry {self.host} stored {what} as {said}, not {digest}")
@@ -300,7 +301,7 @@ class Registry:
 
     def put_blob(self, repo: str, data: bytes) -> str:
         """Upload a blob (monolithically: signatures and attestations are small) unless the registry has it."""
-        digest = _sha256(data)
+        digest = sha256(data)
         if self._request("HEAD", repo, f"blobs/{digest}", push=True).status_code == 200:
             return digest
         start = self._request("POST", repo, "blobs/uploads/", push=True, data=b"")

@@ -5,20 +5,15 @@ TLS, authentication, size caps and digest checks are the registry stage's one cl
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ..errors import PublishError
-from ..registry.api import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry  # noqa: F401 (the media types, one list)
-from ..registry.credentials import Scrubber, from_env
+from ..registry.api import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry, sha256  # noqa: F401 (the media types and the digest, one of each)
+from ..registry.credentials import Scrubber
 from ..imageref import Reference
 from . import TrustError
-
-
-def sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -41,7 +36,7 @@ class Client:
     def __init__(self, host: str, environ: Mapping[str, str] | None = None):
         self.host = host
         self.registry = Registry(host, environ)
-        self.scrub = Scrubber(from_env(host, environ))
+        self.scrub = Scrubber(self.registry.creds)  # what it may send, masked in what it says
 
     @classmethod
     def for_repository(cls, repository: str, environ: Mapping[str, str] | None = None) -> tuple["Client", str]:

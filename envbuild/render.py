@@ -181,8 +181,9 @@ def _library_stamp(root: str) -> Any:
 
 
 def _file_input(path: Path) -> dict[str, Any] | None:
-    """A file's whole text and its stat; None when there is none. Read with the limits the loader reads with
-    (a file it would refuse, or one that is not UTF-8, raises: the loader then says why)."""
+    """A file's whole text and its stat; None when there is none. Read as files a user names are (a regular
+    file, at most MAX_CACHED bytes); one that cannot be read, or is not UTF-8, raises and turns the cache off
+    for this run: the loader then says why, or renders it uncached."""
     if not os.path.lexists(path):
         return None
     st = os.stat(path)

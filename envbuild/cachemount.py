@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .errors import InvalidInput
+from envbuild.errors import InvalidInput
 
 CACHE = "/cache"  # the image's one cache root (HF_HOME, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR under it)
 DEFAULT_CACHE = "envbuild-cache"  # a named volume, shared by every backend's image

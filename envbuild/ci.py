@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from .matrix import Backend, Matrix
+from envbuild.matrix import Backend, Matrix
 
 # What a CI smoke runs: the synthetic model needs no hub access; the timeout covers a cold image on a slow runner.
 SMOKE_MODEL = "synthetic"

@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .owner import remove_left_behind
+from envbuild.owner import remove_left_behind
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from envbuild.engine import Engine
 
 IMAGE_LABEL = "dev.envbuild.backend"
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .errors import EnvbuildError, InvalidInput
-from .text import shown
+from envbuild.errors import EnvbuildError, InvalidInput
+from envbuild.text import shown
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -47,7 +47,7 @@ def _sigterm_as_interrupt() -> None:
 
 def _scrub(text: str) -> str:
     """No secret (by name or by shape) reaches the terminal, even in an unexpected error."""
-    from .output import scrub
+    from envbuild.output import scrub
 
     return scrub(text)
 
@@ -56,7 +56,7 @@ MAX_ERROR_LINES = 50  # problems printed of one error; the rest are counted
 
 
 def _error_lines(text: str) -> list[str]:
-    from .output import capped
+    from envbuild.output import capped
 
     lines = text.split("\n")
     more = len(lines) - MAX_ERROR_LINES
@@ -95,7 +95,7 @@ class Group(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
-        from .output import OutputFault, guarded
+        from envbuild.output import OutputFault, guarded
 
         try:
             with guarded():  # every line printed from here on: secrets masked, escapes shown
@@ -117,7 +117,7 @@ class Group(click.Group):
         except EnvbuildError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            from .output import OutputFault
+            from envbuild.output import OutputFault
 
             if isinstance(exc, OutputFault):
                 ctx.exit(_output_fault(exc))
@@ -156,7 +156,7 @@ def _output_fault(exc) -> int:
 
 def _image_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--image: a reference (REPO[:TAG][@DIGEST]) or an image id, never something the engine would misread."""
-    from .matrix.schema import check_str
+    from envbuild.matrix.schema import check_str
 
     if value is None or re.fullmatch(r"(?:sha256:)?[0-9a-f]{12,64}", value):
         return value
@@ -180,7 +180,7 @@ class _Inputs:
         self.ca_bundle, self.no_ca_bundle = ca_bundle, no_ca_bundle
 
     def options(self, **more: Any):
-        from .build.plan import options
+        from envbuild.build.plan import options
 
         return options(ca_bundle=self.ca_bundle, no_ca_bundle=self.no_ca_bundle, **self.values, **more)
 
@@ -209,8 +209,8 @@ def _input_options(f):
 
 def _engine():
     """The engine the command works on; where none answers (Debian, Ubuntu), offer to install and start one."""
-    from .engine import Engine
-    from .host.engine_setup import ensure_engine
+    from envbuild.engine import Engine
+    from envbuild.host.engine_setup import ensure_engine
 
     engine = Engine()
     ctx = click.get_current_context()
@@ -220,7 +220,7 @@ def _engine():
 
 
 def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
-    from . import matrix
+    from envbuild import matrix
 
     return matrix.load(matrix_path or matrix.default_path(), overrides)
 
@@ -276,7 +276,7 @@ def render(backends: tuple[str, ...], output: str, check: bool, no_cache: bool, 
     """
     from pathlib import Path
 
-    from . import render as r
+    from envbuild import render as r
 
     rendered = r.rendered_for(matrix_path, overrides, backends, cache=not no_cache)
     out = Path(output)
@@ -312,18 +312,18 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
     Dockerfiles.
     """
 
-    from . import report
+    from envbuild import report
 
     m = _load(matrix_path, overrides)
     if (markdown or manifest or check_path) and not compat:
         raise click.UsageError("--markdown, --manifest and --check go with --compat")
     if compat:
-        from .registry import manifest as manifests
+        from envbuild.registry import manifest as manifests
 
         rows = report.compat_rows(m, manifests.load(manifest, must_exist=True) if manifest else None)
         text = report.compat_markdown(rows)
         if check_path:
-            from .files import read_host
+            from envbuild.files import read_host
 
             if read_host(check_path) != text:
                 click.secho(f"{check_path} is not the current compatibility table: run `envbuild list --compat "
@@ -350,7 +350,7 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
 @_matrix_options
 def show(backend: str, as_json: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
     """One backend in full, with the exact `docker run` flags that expose its device."""
-    from . import report
+    from envbuild import report
 
     m = _load(matrix_path, overrides)
     b = m.backend(backend)
@@ -364,7 +364,7 @@ def show(backend: str, as_json: bool, matrix_path: str, overrides: tuple[str, ..
 def _auto(m, *, native: bool = False) -> str:
     """`--backend auto`: the backend detected on this host (cpu when none), said on stderr with the evidence.
     Several accelerators, or (unless native) only a non-containerizable one, are errors that ask for a choice."""
-    from .host import detect as d
+    from envbuild.host import detect as d
 
     runtimes = None if native else d.docker_runtimes_from_engine()
     name, reason = d.choose(d.detect(m, docker_runtimes=runtimes), m, native=native)
@@ -388,8 +388,8 @@ def _choose(m, backends: tuple[str, ...]) -> list:
 def _write_output(path: str, text: str) -> None:
     from pathlib import Path
 
-    from .files import write_atomic
-    from .output import scrub
+    from envbuild.files import write_atomic
+    from envbuild.output import scrub
 
     write_atomic(Path(path), scrub(text))  # a report holds no secret either
 
@@ -433,7 +433,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
       envbuild build --backend cpu --set backends.cpu.base_image=localhost:5000/debian:bookworm \\
           --set backends.cpu.torch.version=2.13.0 --wheelhouse ./wheels
     """
-    from . import build as b
+    from envbuild import build as b
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
@@ -444,7 +444,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     engine = _engine()
     if jobs > 1 and len(chosen) > 1:
-        from .build.status import StatusBoard
+        from envbuild.build.status import StatusBoard
 
         # -v wants every line of every builder: then no live board, only prefixed lines
         live = False if verbose else None
@@ -481,8 +481,8 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
       envbuild lock --backend cpu --upgrade-package huggingface-hub
       envbuild lock --check            # CI: are the locks this repository carries current?
     """
-    from . import report
-    from .build import locking
+    from envbuild import report
+    from envbuild.build import locking
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else m.containerizable()
@@ -522,13 +522,13 @@ def _source_options(f):
 
 
 def _sources(mirrors, ca_bundle, netrc):
-    from .sources import Sources
+    from envbuild.sources import Sources
 
     return Sources.checked(mirrors, ca_bundle, netrc)
 
 
 def _outdated(m, backends, sources, quiet: bool):
-    from .sources import outdated
+    from envbuild.sources import outdated
 
     chosen = _choose(m, backends) if backends else m.containerizable()
     say = None if quiet else (lambda line: click.echo(f"envbuild: {line}", err=True))
@@ -558,7 +558,7 @@ def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc,
       envbuild outdated --backend cuda --json
       envbuild outdated --exit-code --markdown > outdated.md   # CI
     """
-    from . import report
+    from envbuild import report
 
     m = _load(matrix_path, overrides)
     findings = _outdated(m, backends, _sources(mirrors, ca_bundle, netrc), quiet=as_json)
@@ -589,14 +589,14 @@ def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> Non
       envbuild metadata              # offline: exit 1 naming each pin the cache lacks
       envbuild metadata --refresh    # ask the indexes, write matrix.metadata.json, validate against it
     """
-    from . import matrix as matrix_mod
-    from .matrix import facts
+    from envbuild import matrix as matrix_mod
+    from envbuild.matrix import facts
 
     if overrides:
         raise click.UsageError("metadata reads the matrix file itself: it takes no --set")
     path = matrix_path or matrix_mod.default_path()
     if refresh:
-        from .sources import metadata
+        from envbuild.sources import metadata
 
         sources = _sources(mirrors, ca_bundle, netrc)
         cache, errors, changed = metadata.update(path, sources.index, say=lambda line: click.echo(f"envbuild: {line}", err=True))
@@ -643,8 +643,8 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     """
     from pathlib import Path
 
-    from . import matrix as matrix_mod
-    from .sources import bump as bumping
+    from envbuild import matrix as matrix_mod
+    from envbuild.sources import bump as bumping
 
     if overrides:
         raise click.UsageError("bump edits the matrix file itself: it takes no --set")
@@ -689,7 +689,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
     import json
 
-    from . import report
+    from envbuild import report
 
     for result in results:
         if result.ok:
@@ -730,8 +730,8 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
     """
     import json
 
-    from . import report
-    from . import smoke as s
+    from envbuild import report
+    from envbuild import smoke as s
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
@@ -767,7 +767,7 @@ def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
     the way out when a build fails in a way a broken cache can cause."""
     import json
 
-    from . import clean as c
+    from envbuild import clean as c
 
     done = c.clean(_engine(), images=not containers_only, build_cache=build_cache)
     if as_json:
@@ -805,7 +805,7 @@ def _prompt():
 
 
 def _signing_key(given: str | None):
-    from .trust import keys
+    from envbuild.trust import keys
 
     return keys.signing_key(given, prompt=_prompt())
 
@@ -813,7 +813,7 @@ def _signing_key(given: str | None):
 def _verify_key(given: str | None, skip: bool, matrix=None):
     """The public key pull and run verify with (--key, $ENVBUILD_VERIFY_KEY, the matrix's trust.public_key), or
     None; with --insecure-skip-verify, None and a warning."""
-    from .trust import keys
+    from envbuild.trust import keys
 
     public = keys.verify_key(given, default=matrix.trust_key if matrix is not None else None)
     if skip:
@@ -855,8 +855,8 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
       envbuild run -e HF_TOKEN --cache ./cache -- python -c "import torch; print(torch.cuda.is_available())"
       envbuild run --dry-run --backend rocm
     """
-    from . import run as runner
-    from .engine import Engine
+    from envbuild import run as runner
+    from envbuild.engine import Engine
 
     m = _load(matrix_path, overrides)
     b = m.select([_auto(m) if backend == "auto" else backend])[0]
@@ -879,8 +879,8 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     `--backend auto` would choose.
     """
 
-    from . import report
-    from .host import detect as d
+    from envbuild import report
+    from envbuild.host import detect as d
 
     m = _load(matrix_path, overrides)
     det = d.detect_host(m, root)
@@ -917,15 +917,15 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     Exits 1 when a blocking check fails (warnings do not).
     """
 
-    from . import report as reports
-    from .host import doctor as doc
+    from envbuild import report as reports
+    from envbuild.host import doctor as doc
 
     m = _load(matrix_path, overrides)
     name = _auto(m, native=True) if backend == "auto" else backend
     if publish and not registry:
         registry = m.image.repository
     if registry:
-        from .imageref import check_repository
+        from envbuild.imageref import check_repository
 
         registry = check_repository(registry)
     report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
@@ -966,8 +966,8 @@ def env(backend: str, directory: Path, python: str | None, force: bool, no_probe
       envbuild env --backend cpu --dir .venv-cpu
     """
 
-    from . import report
-    from .host import venv
+    from envbuild import report
+    from envbuild.host import venv
 
     m = _load(matrix_path, overrides)
     b = m.backend(_auto(m, native=True) if backend == "auto" else backend)
@@ -993,7 +993,7 @@ MANIFEST_HELP = "The manifest of published images [default: ./envbuild-manifest.
 
 def _append_output(path: str, text: str) -> None:
     """Append (a CI job summary collects every step's lines)."""
-    from .output import safe
+    from envbuild.output import safe
 
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(safe(text))
@@ -1036,10 +1036,10 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     """
     from pathlib import Path
 
-    from . import report
-    from .engine import Engine
-    from .registry import manifest as manifests
-    from .registry import publish as p
+    from envbuild import report
+    from envbuild.engine import Engine
+    from envbuild.registry import manifest as manifests
+    from envbuild.registry import publish as p
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
@@ -1092,9 +1092,9 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key,
     Example:
       envbuild pull --backend cpu && envbuild smoke --backend cpu
     """
-    from . import report
-    from .engine import Engine
-    from .registry import pull as p
+    from envbuild import report
+    from envbuild.engine import Engine
+    from envbuild.registry import pull as p
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
@@ -1125,8 +1125,8 @@ def sbom_(backend, image, output, matrix_path, overrides) -> None:
     (those it locked with their sha256, and those of its base), its labels and its base image. `publish`
     writes one beside the manifest. Read one with `jq '.components[] | [.name, .version] | @tsv'`.
     """
-    from .engine import Engine
-    from .sbom import sbom
+    from envbuild.engine import Engine
+    from envbuild.sbom import sbom
 
     m = _load(matrix_path, overrides)
     b = m.select([backend])[0]
@@ -1149,7 +1149,7 @@ def keygen(prefix: Path, force: bool) -> None:
     commit cosign.pub.
     """
 
-    from .trust import keys
+    from envbuild.trust import keys
 
     secret = keys.passphrase(prompt=_prompt(), confirm=True)
     private, public = keys.write_pair(prefix, secret, force=force)
@@ -1170,8 +1170,8 @@ def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
     signed by the key whose in-toto subject is that digest; the signed smoke result passed. Exit 1 naming
     the reason otherwise: unsigned, other-key, tampered, smoke-missing, smoke-failed, attestation.
     """
-    from .trust import keys
-    from .trust.verify import split_image, verify
+    from envbuild.trust import keys
+    from envbuild.trust.verify import split_image, verify
 
     repo, reference = split_image(image)
     public = keys.verify_key(key)
@@ -1198,9 +1198,9 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
 
     The result must be of that very image: its image id is the registry manifest's config digest.
     """
-    from .registry import manifest as manifests
-    from .imageref import Reference, check_repository
-    from .trust.attest import attest_smoke
+    from envbuild.registry import manifest as manifests
+    from envbuild.imageref import Reference, check_repository
+    from envbuild.trust.attest import attest_smoke
 
     m = _load(matrix_path, overrides)
     b = m.select([backend])[0]
@@ -1231,7 +1231,7 @@ def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
     """
     import json
 
-    from . import ci, report
+    from envbuild import ci, report
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else None
@@ -1257,7 +1257,7 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
     Example (a nightly run's artifacts):
       envbuild summary results/ --backend all --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
-    from . import report
+    from envbuild import report
 
     docs = report.read_smoke_results(results)
     expected = [b.name for b in _choose(_load(matrix_path, overrides), backends)] if backends else []
@@ -1289,8 +1289,8 @@ def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -
     Example (a nightly run):
       envbuild site --manifest envbuild-manifest.json --smoke-json results --history history --output site
     """
-    from . import matrix as matrices
-    from . import site
+    from envbuild import matrix as matrices
+    from envbuild import site
 
     if not (manifest or smoke_json or history):
         raise click.UsageError("give something to show: --manifest, --smoke-json or --history")

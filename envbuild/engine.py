@@ -19,12 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from .errors import DockerError
-from .imageref import Reference
-from .owner import Container
+from envbuild.errors import DockerError
+from envbuild.imageref import Reference
+from envbuild.owner import Container
 
 if TYPE_CHECKING:
-    from .matrix import RunSpec
+    from envbuild.matrix import RunSpec
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 TIMEOUT = 600  # seconds for one API call ($ENVBUILD_DOCKER_TIMEOUT): a push of a large layer takes a while

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .text import shown
+from envbuild.text import shown
 
 
 class EnvbuildError(Exception):

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .errors import EnvbuildError
+from envbuild.errors import EnvbuildError
 
 
 def stage(files: dict[Path, str | bytes], mode: int = 0o644) -> dict[Path, Path]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .errors import InvalidInput
+from envbuild.errors import InvalidInput
 
 DOCKER_HUB = "docker.io"
 _LEGACY_HUB = "index.docker.io"

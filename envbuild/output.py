@@ -16,8 +16,8 @@ import os
 import re
 from typing import Callable, Iterator, Mapping
 
-from .errors import EnvbuildError
-from .text import shown
+from envbuild.errors import EnvbuildError
+from envbuild.text import shown
 
 MASK = "***"
 
@@ -86,7 +86,7 @@ SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
 
 def _env_secrets(environ: Mapping[str, str]) -> list[str]:
     """Values of this environment's secret-named variables, and registry credentials in every form."""
-    from .credential_env import environment_forms
+    from envbuild.credential_env import environment_forms
 
     values = environment_forms(environ)
     for name, value in environ.items():

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from envbuild.engine import Engine
 
 OWNED_LABEL = "dev.envbuild.owned"  # on every container and volume envbuild starts: what leftovers are
 OWNER_LABEL = "dev.envbuild.owner"  # "HOST BOOT PID START" of the process that started it

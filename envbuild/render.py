@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from .errors import EnvbuildError
-from .files import read_user, write_all
-from .paths import PACKAGE, cache_dir, default_matrix, metadata_path
-from .text import shown
+from envbuild.errors import EnvbuildError
+from envbuild.files import read_user, write_all
+from envbuild.paths import PACKAGE, cache_dir, default_matrix, metadata_path
+from envbuild.text import shown
 
 if TYPE_CHECKING:
-    from .matrix import Backend, Matrix
+    from envbuild.matrix import Backend, Matrix
 
 TEMPLATES = Path(__file__).parent / "templates"
 VENV = "/opt/venv"
@@ -73,8 +73,8 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
     """The Dockerfile for one containerizable backend; same input, same bytes."""
     # torch from pip goes into a venv of our own; a vendor's torch stays in the vendor's environment
     # (a venv made on top of it would not see packages of a base that is itself a venv).
-    from .imageref import Reference
-    from .matrix import stacks
+    from envbuild.imageref import Reference
+    from envbuild.matrix import stacks
 
     own_venv = backend.torch.source == "pip"
     expect = [("torch", backend.torch.version)]
@@ -246,7 +246,7 @@ def _cache_write(inputs: dict[str, Any], rendered: dict[str, str]) -> None:
     skipped, never an error."""
     import json
 
-    from .files import write_atomic
+    from envbuild.files import write_atomic
 
     path = _cache_path(inputs)
     try:
@@ -274,7 +274,7 @@ def rendered_for(matrix_path: str | None, overrides: Iterable[str] = (), backend
         hit = _cache_read(inputs) if inputs else None
         if hit is not None:
             return hit
-    from . import matrix
+    from envbuild import matrix
 
     m = matrix.load(path, overrides)
     rendered = render(m, m.select(backends))

@@ -6,14 +6,14 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from .matrix import Backend, Matrix, not_containerizable_message
+from envbuild.matrix import Backend, Matrix, not_containerizable_message
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .host.detect import Detection, Finding
-    from .host.doctor import Report
-    from .host.venv import EnvResult
+    from envbuild.host.detect import Detection, Finding
+    from envbuild.host.doctor import Report
+    from envbuild.host.venv import EnvResult
 
 
 def backend_summary(b: Backend) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def backend_detail(m: Matrix, b: Backend) -> dict[str, Any]:
 
 
 def _needs(b: Backend) -> Any:
-    from .host import compat
+    from envbuild.host import compat
 
     return compat.needs(b)
 
@@ -151,9 +151,9 @@ def smoke_summary(result: Any) -> str:
 def smoke_docs(f: Path, doc: Any, strict: bool) -> list[dict[str, Any]]:
     """The `smoke --json` results in one JSON document read from `f`; [] for other JSON in a folder (strict: a file
     given by name, which must be one; refused otherwise, naming it: exit 2)."""
-    from .errors import InvalidInput
-    from .smoke.runner import result_problem
-    from .text import shown
+    from envbuild.errors import InvalidInput
+    from envbuild.smoke.runner import result_problem
+    from envbuild.text import shown
 
     items = doc if isinstance(doc, list) else [doc]
     if not strict and not any(isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys() for d in items):
@@ -167,9 +167,9 @@ def smoke_docs(f: Path, doc: Any, strict: bool) -> list[dict[str, Any]]:
 def read_smoke_results(paths: list[Path] | tuple[Path, ...]) -> list[dict[str, Any]]:
     """`smoke --json` documents from files, or folders searched for *.json (another JSON file in an artifacts
     folder is passed over); a file given by name that is not such a document is refused, naming it (exit 2)."""
-    from .errors import InvalidInput
-    from .files import read_json
-    from .text import shown
+    from envbuild.errors import InvalidInput
+    from envbuild.files import read_json
+    from envbuild.text import shown
 
     docs: list[dict[str, Any]] = []
     for path in paths:

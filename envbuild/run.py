@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import EnvbuildError, InvalidInput
-from . import text
-from .output import scrub, secret_name
-from .text import unsafe_char
-from . import owner
-from .cachemount import CACHE, DEFAULT_CACHE, VOLUME_NAME as _VOLUME_NAME  # noqa: F401
-from .cachemount import cache_mount as _cache_mount, is_folder as _is_folder
+from envbuild.errors import EnvbuildError, InvalidInput
+from envbuild import text
+from envbuild.output import scrub, secret_name
+from envbuild.text import unsafe_char
+from envbuild import owner
+from envbuild.cachemount import CACHE, DEFAULT_CACHE, VOLUME_NAME as _VOLUME_NAME  # noqa: F401
+from envbuild.cachemount import cache_mount as _cache_mount, is_folder as _is_folder
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .matrix import Backend, Matrix
+    from envbuild.engine import Engine
+    from envbuild.matrix import Backend, Matrix
 
 WORKDIR = "/workspace"
 RUN_LABEL = "dev.envbuild.run"
@@ -131,7 +131,7 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
         out=None, ignore_host: bool = False, key=None) -> int:
     """Run `docker run ...` on this terminal and return the command's exit status (the terminal and the signals
     are the command's); with dry_run, print that line instead. A flag the host refuses is explained."""
-    from .smoke import preflight
+    from envbuild.smoke import preflight
 
     call = invocation(matrix, backend, opts, interactive=sys.stdin.isatty() and sys.stdout.isatty())
     if dry_run:
@@ -139,7 +139,7 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
         return 0
     preflight.require(backend, engine)
     if not ignore_host:
-        from .host.compat import host_driver, image_arch
+        from envbuild.host.compat import host_driver, image_arch
 
         host = host_driver(backend)
         preflight.require_host(backend, host, matrix=matrix)
@@ -164,8 +164,8 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
 
 def verify_local(engine: Engine, image: str, key) -> object:
     """A local image verifies when one of its registry digests does (signature, attestations, smoke passed)."""
-    from .trust import VerifyError
-    from .trust.verify import verify
+    from envbuild.trust import VerifyError
+    from envbuild.trust.verify import verify
 
     found = engine.image(image)
     pulled = [d.split("@", 1) for d in (found.repo_digests if found else []) if "@" in d]

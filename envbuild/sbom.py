@@ -12,11 +12,11 @@ import json
 import uuid
 from typing import TYPE_CHECKING
 
-from .errors import EnvbuildError
-from .lock.lockfile import parse
+from envbuild.errors import EnvbuildError
+from envbuild.lock.lockfile import parse
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from envbuild.engine import Engine
 
 LOCK = "/opt/envbuild/lock.txt"
 INSTALLED = "/opt/envbuild/installed.json"

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import BuildError, LockError, StaleLock
-from . import builder, locking, records
-from .plan import BuildOptions, BuildPlan, default_ca_bundle, make_plan, write_context
+from envbuild.errors import BuildError, LockError, StaleLock
+from envbuild.build import builder, locking, records
+from envbuild.build.plan import BuildOptions, BuildPlan, default_ca_bundle, make_plan, write_context
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-    from ..matrix import Backend, Matrix
-    from .status import StatusBoard
+    from envbuild.engine import Engine
+    from envbuild.matrix import Backend, Matrix
+    from envbuild.build.status import StatusBoard
 
 __all__ = ["BuildError", "BuildOptions", "BuildPlan", "BuildResult", "build", "build_many", "default_ca_bundle", "make_plan"]
 
@@ -101,8 +101,8 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
 def check_platform(backend: Backend, platform: str | None, what: str = "building") -> bool:
     """Refuse a platform the backend does not list (with the list) or this host can neither run nor emulate (with
     the fix); True when the platform is emulated here."""
-    from ..errors import InvalidInput
-    from ..host.platform import require_runnable
+    from envbuild.errors import InvalidInput
+    from envbuild.host.platform import require_runnable
 
     if not platform:
         return False

@@ -15,8 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import engine
-from ..errors import BuildError, DockerError
+from envbuild import engine
+from envbuild.errors import BuildError, DockerError
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def _builder_key(candidates: list[str]) -> list:
 def _remembered(key: list) -> Builder | None:
     import json
 
-    from ..paths import cache_dir
+    from envbuild.paths import cache_dir
 
     try:
         doc = json.loads(cache_dir("builder.json").read_text(encoding="utf-8"))
@@ -69,8 +69,8 @@ def _remembered(key: list) -> Builder | None:
 def _remember(key: list, found: Builder) -> None:
     import json
 
-    from ..files import write_atomic
-    from ..paths import cache_dir
+    from envbuild.files import write_atomic
+    from envbuild.paths import cache_dir
 
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
@@ -220,7 +220,7 @@ def base_failure(error: str, base: str, backend: str) -> str | None:
         return None
     low = error.lower()
     why = next((w for key, w in _BASE_WHY if key in low), "its registry did not serve it")
-    from ..imageref import InvalidReference, Reference
+    from envbuild.imageref import InvalidReference, Reference
 
     try:
         host = Reference.parse(base).registry
@@ -250,7 +250,7 @@ def cache_failure(error: str) -> str | None:
 def environment(keep: tuple[str, ...] = ()) -> dict[str, str]:
     """The builder's environment: this process's without envbuild's registry credentials (unless a --build-arg
     names one, in `keep`), with what the client needs to build with BuildKit."""
-    from ..credential_env import CREDENTIAL_ENV
+    from envbuild.credential_env import CREDENTIAL_ENV
 
     env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_ENV or k in keep}
     return {**env, **dict(find_builder().env)}
@@ -294,7 +294,7 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
     """Run the builder (started by `start`: the engine's Engine.start_client; none: a client process of its own);
     None when it succeeded, else the line that says why. The log keeps everything but the `secrets` (build-arg
     values), masked wherever they appear."""
-    from ..output import Scrubber
+    from envbuild.output import Scrubber
 
     scrub = Scrubber(extra=secrets)  # the build-arg values, the environment's secrets, every token's shape
 

@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, Any, Callable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ..errors import InvalidInput, LockError, StaleLock
-from ..files import write_all, write_atomic
-from ..imageref import mirror
-from ..lock import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
-from ..lock.lockfile import LockFile, from_report
-from . import builder, records
-from .plan import DIGESTS, lock_command, make_plan, wheels, write_context
+from envbuild.errors import InvalidInput, LockError, StaleLock
+from envbuild.files import write_all, write_atomic
+from envbuild.imageref import mirror
+from envbuild.lock import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
+from envbuild.lock.lockfile import LockFile, from_report
+from envbuild.build import builder, records
+from envbuild.build.plan import DIGESTS, lock_command, make_plan, wheels, write_context
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-    from ..matrix import Backend, Matrix
-    from .plan import BuildOptions, BuildPlan
+    from envbuild.engine import Engine
+    from envbuild.matrix import Backend, Matrix
+    from envbuild.build.plan import BuildOptions, BuildPlan
 
 __all__ = ["LockOptions", "LockResult", "check", "ensure", "lock", "resolve"]
 
@@ -64,7 +64,7 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
             engine: Engine | None = None, *, platform: str, digest: str) -> LockFile:
     """Run the Dockerfile's `lock` target on the engine (for `platform`: the plan's --platform) and turn pip's
     report into the lock."""
-    from ..host.platform import require_runnable
+    from envbuild.host.platform import require_runnable
 
     require_runnable(platform, f"locking {backend.name} for {platform}")
     wanted = inputs(matrix, backend, plan, platform, digest)
@@ -94,7 +94,7 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
         status = json.loads((out / "status.json").read_text(encoding="utf-8"))
     torch_roots = [r for r in wanted["requirements"][:2] if not r.startswith(("transformers==", "accelerate=="))]
     env = report.get("environment") or {}
-    from ..host.platform import arch
+    from envbuild.host.platform import arch
 
     resolved = {"resolver": status.get("resolver"), "python": env.get("python_full_version"),
                 "platform": f"{env.get('sys_platform')}/{arch(str(env.get('platform_machine') or '?'))}"}
@@ -126,7 +126,7 @@ def _conflict(backend: Backend, matrix: Matrix, requirements: list[str], said: s
 
 def _platform_opts(opts: BuildOptions, platform: str) -> BuildOptions:
     """The options of one platform's build: --platform for any but this host's own."""
-    from ..host.platform import host_platform
+    from envbuild.host.platform import host_platform
 
     return opts if platform == (opts.platform or host_platform()) else dataclasses.replace(opts, platform=platform)
 
@@ -135,7 +135,7 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
            echo: Callable[[str], None], verbose: bool = False) -> LockFile:
     """The lock to build from (the platform's: --platform, else this host's): the current one, or (unless
     --locked) a fresh one, written and said so. A GPU backend's lock whose torch is a CPU-only build is refused."""
-    from ..host.platform import host_platform
+    from envbuild.host.platform import host_platform
 
     platform = opts.platform or host_platform()
     file = path(opts, backend, platform)

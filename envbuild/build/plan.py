@@ -19,17 +19,17 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..engine import buildx_selection
-from ..errors import BuildError, InvalidInput
-from ..files import write_atomic
-from ..paths import PROBE
-from ..imageref import InvalidReference, Reference, mirror, parse_mirror
-from ..text import unsafe_char, unsafe_message
-from .builder import Builder, find_builder
+from envbuild.engine import buildx_selection
+from envbuild.errors import BuildError, InvalidInput
+from envbuild.files import write_atomic
+from envbuild.paths import PROBE
+from envbuild.imageref import InvalidReference, Reference, mirror, parse_mirror
+from envbuild.text import unsafe_char, unsafe_message
+from envbuild.build.builder import Builder, find_builder
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-    from ..matrix import Backend, Matrix
+    from envbuild.engine import Engine
+    from envbuild.matrix import Backend, Matrix
 
 WHEEL_SUFFIXES = (".whl", ".gz", ".zip")
 DIGESTS = ".wheel-digests.json"  # in the context folder: content digests by file identity, so a no-op rehashes nothing
@@ -124,7 +124,7 @@ def options(*, ca_bundle: Path | None = None, no_ca_bundle: bool = False, netrc:
     regular files (a FIFO or a device would hang the builder), the netrc readable (a bad one is named here, never
     quoted: pip would quote it), the CA bundle by default the host's (a variable naming a missing file is an
     error, not a silent build without it), and every value the builder reads (BuildOptions.check)."""
-    from ..files import read_netrc
+    from envbuild.files import read_netrc
 
     for option, given in (("--ca-bundle", ca_bundle), ("--netrc", netrc)):
         if given is not None and not given.is_file():
@@ -195,7 +195,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
               environ: Mapping[str, str] | None = None, lock: bytes = b"", write_cache: bool = True) -> BuildPlan:
     """Read every input of one backend's build, once. Without an engine the base image's id is unknown;
     without write_cache nothing is written (`lock --check`)."""
-    from ..render import render_backend
+    from envbuild.render import render_backend
 
     env = os.environ if environ is None else environ
     base = mirror(backend.base_image, opts.mirrors) if backend.base_image else ""
@@ -206,7 +206,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
             raise BuildError(f"{what} {path}: no such file")
     builder = find_builder()
     multi_platform = bool(opts.platform and "," in opts.platform)
-    from ..host.platform import foreign_arch
+    from envbuild.host.platform import foreign_arch
 
     tags: tuple[str, ...] = tuple(opts.tags) or tuple(matrix.tags(backend, foreign_arch(opts.platform)))
     if multi_platform:
@@ -369,8 +369,8 @@ def lock_command(plan: BuildPlan, out: Path, run: str) -> list[str]:
 def write_context(plan: BuildPlan) -> None:
     """Dockerfile, probe and wheelhouse, from the plan. Unchanged files keep their size and mtime, so the
     docker client sends nothing for them again (a 200 MB torch wheel costs seconds per build otherwise)."""
-    from ..lock.lockfile import LAYERS, parse
-    from .records import RECORD
+    from envbuild.lock.lockfile import LAYERS, parse
+    from envbuild.build.records import RECORD
 
     into = plan.context_path
     into.mkdir(parents=True, exist_ok=True)

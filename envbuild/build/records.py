@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager
 
-from ..files import exclusive, write_atomic
+from envbuild.files import exclusive, write_atomic
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-    from .plan import BuildPlan
+    from envbuild.engine import Engine
+    from envbuild.build.plan import BuildPlan
 
 RECORD = "last-build.json"  # in the backend's context folder
 

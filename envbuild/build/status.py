@@ -13,8 +13,8 @@ import threading
 import time
 from typing import TextIO
 
-from ..output import scrub
-from ..text import shown
+from envbuild.output import scrub
+from envbuild.text import shown
 
 _UP = "\x1b[{n}F"  # cursor to the start of the line n lines up
 _CLEAR = "\x1b[2K"  # clear the whole line

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checks import Check
-from ..matrix.stacks import ARCH_FILE, Needs, needs  # noqa: F401 (the image's needs, for the host's check)
-from . import drivers
+from envbuild.checks import Check
+from envbuild.matrix.stacks import ARCH_FILE, Needs, needs  # noqa: F401 (the image's needs, for the host's check)
+from envbuild.host import drivers
 
 if TYPE_CHECKING:
-    from ..matrix import Backend, Matrix
+    from envbuild.matrix import Backend, Matrix
 
 NAME = "host driver"
 

@@ -25,10 +25,10 @@ from glob import escape, glob
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput, NotContainerizableError
-from ..files import read_host
-from ..matrix import Backend, Detect, Matrix, not_containerizable_message
-from .platform import arch as arch_name
+from envbuild.errors import InvalidInput, NotContainerizableError
+from envbuild.files import read_host
+from envbuild.matrix import Backend, Detect, Matrix, not_containerizable_message
+from envbuild.host.platform import arch as arch_name
 
 DISPLAY, PROCESSING_ACCELERATOR = 0x03, 0x12
 # Cloud vendors' own chips (AWS Trainium, Google TPU) enumerate as "system peripheral"/"unassigned" classes;
@@ -259,7 +259,7 @@ def _find(b: Backend, root: Path, pci: list[PciDevice] | None, env: dict[str, An
 def _driver(b: Backend, root: Path, env: dict[str, Any], f: Finding) -> None:
     """The detected device's driver version and architectures: evidence when known, a hint when not (never a
     reason to call the device absent)."""
-    from . import drivers
+    from envbuild.host import drivers
 
     stack = drivers.STACKS[b.host.stack]
     cache = env.setdefault("drivers", {})
@@ -313,8 +313,8 @@ def detect_host(matrix: Matrix, root: str | os.PathLike[str] | None = None) -> D
 
 def docker_runtimes_from_engine() -> set[str] | None:
     """Runtimes registered with the Docker daemon (e.g. {'runc', 'nvidia'}); None when none is reachable."""
-    from ..engine import Engine
-    from ..smoke.preflight import daemon_runtimes
+    from envbuild.engine import Engine
+    from envbuild.smoke.preflight import daemon_runtimes
 
     engine = Engine(timeout=5)
     try:
@@ -365,7 +365,7 @@ def newest_variant(variants: list[Backend], root: Path = Path("/")) -> tuple[str
     refuse (its driver and devices, read under `root`), and why; the newest of all when the host says nothing."""
     from packaging.version import InvalidVersion, Version
 
-    from .compat import host_check
+    from envbuild.host.compat import host_check
 
     def stack(b: Backend) -> Version:
         try:

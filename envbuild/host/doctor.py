@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
-from .. import engine as engines
-from ..errors import DockerError, RegistryAuthError
-from ..matrix import Backend, Matrix, not_containerizable_message
-from ..registry import credentials
-from ..imageref import Reference
-from ..smoke import preflight
-from ..checks import Check, skip as _skip
-from . import compat
-from .platform import host_platform
+from envbuild import engine as engines
+from envbuild.errors import DockerError, RegistryAuthError
+from envbuild.matrix import Backend, Matrix, not_containerizable_message
+from envbuild.registry import credentials
+from envbuild.imageref import Reference
+from envbuild.smoke import preflight
+from envbuild.checks import Check, skip as _skip
+from envbuild.host import compat
+from envbuild.host.platform import host_platform
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from envbuild.engine import Engine
 
 DOCTOR_TIMEOUT = 20  # seconds for each question to the daemon: a doctor must not hang on a dead engine
 MIN_SERVER = "18.09"  # the first engine with BuildKit (RUN --mount, secrets)
@@ -110,7 +110,7 @@ def connect(timeout: int = DOCTOR_TIMEOUT) -> tuple[Engine | None, Check]:
 
 
 def check_builder() -> Check:
-    from ..build.builder import find_builder
+    from envbuild.build.builder import find_builder
 
     try:
         builder = find_builder()
@@ -137,7 +137,7 @@ def needed_gib(backend: Backend) -> int:
 
 def check_devices(matrix: Matrix, backend: Backend, root: Path, path_env: str | None) -> list[Check]:
     """The accelerator itself (the detection rules of envbuild.detect) and the nodes `docker run --device` passes."""
-    from .detect import detect
+    from envbuild.host.detect import detect
 
     if backend.device == "cpu":
         return [Check("device", True, "the CPU is always there")]
@@ -191,7 +191,7 @@ def check_disk(backend: Backend, engine: Engine | None) -> Check:
 def check_leftovers(engine: Engine | None) -> Check | None:
     if engine is None:
         return None
-    from ..owner import left_behind
+    from envbuild.owner import left_behind
 
     try:
         names = left_behind(engine)
@@ -248,7 +248,7 @@ def native_checks(backend: Backend, system: str | None = None, machine: str | No
 def check_platforms(backend: Backend, root: str = "/", host: str | None = None) -> Check:
     """Which of the backend's platforms this host builds and runs: natively, under QEMU (binfmt_misc), or not. A
     warning only: this host's own platform is what build and smoke use by default."""
-    from .platform import can_run, emulation_fix
+    from envbuild.host.platform import can_run, emulation_fix
 
     here = host or host_platform()
     said, missing = [], []

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..files import read_host
-from ..matrix.stacks import (  # noqa: F401 (the stack facts, for the host's checks)
+from envbuild.files import read_host
+from envbuild.matrix.stacks import (  # noqa: F401 (the stack facts, for the host's checks)
     ARCH_RULES, STACKS, Stack, cuda_arch_runs, gfx_name, gfx_runs, image_release, minimum_driver, newest_supported,
     parse_version, release, torch_index,
 )

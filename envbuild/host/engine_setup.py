@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import engine as engines
-from ..errors import DockerError
-from ..files import read_host
+from envbuild import engine as engines
+from envbuild.errors import DockerError
+from envbuild.files import read_host
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from envbuild.engine import Engine
 
 LOG = "/var/log/envbuild-dockerd.log"
 

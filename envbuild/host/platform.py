@@ -88,7 +88,7 @@ def can_run(p: str, root: str = "/", host: str | None = None) -> tuple[bool, boo
 
 def require_runnable(p: str, what: str, root: str = "/", host: str | None = None) -> bool:
     """Refuse a platform this host can neither run nor emulate, naming the fix; True when it is emulated."""
-    from ..errors import PlatformError
+    from envbuild.errors import PlatformError
 
     runs, emulated, how = can_run(p, root, host)
     if not runs:

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import EnvError, InvalidInput, NativeEnvRefused
-from ..matrix import Backend, Matrix
-from ..paths import PROBE as PROBE_FILE
-from ..text import unsafe_char, unsafe_message
-from .platform import describe as _describe_platform
-from .platform import host_platform
+from envbuild.errors import EnvError, InvalidInput, NativeEnvRefused
+from envbuild.matrix import Backend, Matrix
+from envbuild.paths import PROBE as PROBE_FILE
+from envbuild.text import unsafe_char, unsafe_message
+from envbuild.host.platform import describe as _describe_platform
+from envbuild.host.platform import host_platform
 
 ENV_FILE = "envbuild-env.json"
 CONSTRAINTS = "envbuild-constraints.txt"

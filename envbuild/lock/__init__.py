@@ -18,13 +18,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LockError
-from ..files import read_user
-from .lockfile import FORMAT, LockFile, parse
+from envbuild.errors import LockError
+from envbuild.files import read_user
+from envbuild.lock.lockfile import FORMAT, LockFile, parse
 
 if TYPE_CHECKING:
-    from ..build.plan import BuildOptions, BuildPlan
-    from ..matrix import Backend, Matrix
+    from envbuild.build.plan import BuildOptions, BuildPlan
+    from envbuild.matrix import Backend, Matrix
 
 RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.build.locking
 
@@ -34,7 +34,7 @@ __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms",
 
 def path(opts: BuildOptions, backend: Backend, platform: str | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
-    from ..host.platform import host_platform
+    from envbuild.host.platform import host_platform
 
     return opts.locks_dir / backend.name / f"{(platform or host_platform()).replace('/', '-')}.txt"
 
@@ -50,8 +50,8 @@ def base_digest(backend: Backend, base_image: str, platform: str, opts: BuildOpt
                 environ: Any = None) -> str:
     """The registry's digest of the base image for `platform`: given by a digest-pinned reference (nothing is
     asked), else resolved from the registry's index (manifest list) for that platform."""
-    from ..errors import PublishError
-    from ..registry.api import Registry
+    from envbuild.errors import PublishError
+    from envbuild.registry.api import Registry
 
     if "@sha256:" in base_image:
         return base_image.rpartition("@")[2]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..paths import DEFAULT_MATRIX, PACKAGED_MATRIX, default_matrix as default_path
-from .load import load, loads
-from .model import (
+from envbuild.paths import DEFAULT_MATRIX, PACKAGED_MATRIX, default_matrix as default_path
+from envbuild.matrix.load import load, loads
+from envbuild.matrix.model import (
     Backend,
     Compile,
     Detect,

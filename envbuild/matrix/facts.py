@@ -20,8 +20,8 @@ from typing import Any, Iterator
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ..errors import MatrixError, Problem
-from ..paths import metadata_path
+from envbuild.errors import MatrixError, Problem
+from envbuild.paths import metadata_path
 
 path_for = metadata_path  # where callers of this module look for it
 
@@ -159,7 +159,7 @@ def _abi3(tag: str, python: str) -> bool:
 
 def read(path: str | Path) -> Facts | None:
     """The cache at `path`; None when there is none; a located MatrixError when it is not one."""
-    from ..files import read_user
+    from envbuild.files import read_user
 
     p = Path(path)
     if not p.exists():

@@ -13,14 +13,14 @@ from typing import Any, Iterable
 import yaml
 from packaging.version import Version
 
-from ..errors import EnvbuildError, MatrixError, Problem
-from ..files import read_user
-from ..paths import DEFAULT_MATRIX
-from ..text import shown, unsafe_char
-from . import rules, stacks
-from .facts import Facts, path_for, problems as fact_problems, read as read_facts
-from .model import Backend, Compile, Detect, HostNeeds, Image, Index, Matrix, Pin, Plugin, Python, RunSpec, Torch
-from .schema import BACKEND, TOP, Field, check_str, type_message
+from envbuild.errors import EnvbuildError, MatrixError, Problem
+from envbuild.files import read_user
+from envbuild.paths import DEFAULT_MATRIX
+from envbuild.text import shown, unsafe_char
+from envbuild.matrix import rules, stacks
+from envbuild.matrix.facts import Facts, path_for, problems as fact_problems, read as read_facts
+from envbuild.matrix.model import Backend, Compile, Detect, HostNeeds, Image, Index, Matrix, Pin, Plugin, Python, RunSpec, Torch
+from envbuild.matrix.schema import BACKEND, TOP, Field, check_str, type_message
 
 # --------------------------------------------------------------------------------------------------
 # Loading YAML with locations, and rejecting duplicate keys (loaders silently keep the last one).
@@ -170,7 +170,7 @@ def _set_value(raw: str, path: Path_, where: str, loc: _Located) -> Any:
 
 
 def _holds_secret(value: Any) -> bool:
-    from ..output import scrub
+    from envbuild.output import scrub
 
     text = value if isinstance(value, str) else repr(value)
     return scrub(text[:100_000]) != text[:100_000]

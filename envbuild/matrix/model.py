@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..errors import NotContainerizableError, UnknownBackendError
+from envbuild.errors import NotContainerizableError, UnknownBackendError
 
 @dataclass(frozen=True)
 class Torch:

@@ -13,10 +13,10 @@ from typing import Any, Callable
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ..errors import InvalidInput
-from ..imageref import Reference
-from ..text import unsafe_char, unsafe_message
-from .rules import RULES
+from envbuild.errors import InvalidInput
+from envbuild.imageref import Reference
+from envbuild.text import unsafe_char, unsafe_message
+from envbuild.matrix.rules import RULES
 
 # --------------------------------------------------------------------------------------------------
 # Value checkers. Each returns (value, None) or (None, "why").
@@ -104,7 +104,7 @@ _SECRET_WAY = ("a matrix is committed, written into every Dockerfile and printed
 
 
 def _check_env_key(value: Any) -> tuple[Any, str | None]:
-    from ..output import secret_name
+    from envbuild.output import secret_name
 
     value, why = check_str("env_key")(value)
     if why is None and value.upper().startswith(RESERVED_ENV):
@@ -116,7 +116,7 @@ def _check_env_key(value: Any) -> tuple[Any, str | None]:
 
 
 def _check_env_value(value: Any) -> tuple[Any, str | None]:
-    from ..output import scrub
+    from envbuild.output import scrub
 
     value, why = check_str("env_value")(value)
     if why is None and scrub(value, environ={}) != value:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from packaging.version import InvalidVersion, Version
 
 if TYPE_CHECKING:
-    from .model import Backend
+    from envbuild.matrix.model import Backend
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import PublishError, RegistryAuthError, RegistryUnreachableError
-from .credentials import Credentials, config_login, from_env, github_token
-from ..imageref import Reference, api_host, is_loopback as _loopback
+from envbuild.errors import PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.registry.credentials import Credentials, config_login, from_env, github_token
+from envbuild.imageref import Reference, api_host, is_loopback as _loopback
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..credential_env import CREDENTIAL_ENV, PASSWORD_ENV, USER_ENV, environment_forms, forms  # noqa: F401 (names of this module too)
-from ..errors import EnvbuildError, RegistryAuthError
-from ..files import read_user
+from envbuild.credential_env import CREDENTIAL_ENV, PASSWORD_ENV, USER_ENV, environment_forms, forms  # noqa: F401 (names of this module too)
+from envbuild.errors import EnvbuildError, RegistryAuthError
+from envbuild.files import read_user
 
 _DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
@@ -52,7 +52,7 @@ def github_token(host: str, environ: Mapping[str, str] | None = None) -> Credent
 
 
 def docker_config_path(environ: Mapping[str, str] | None = None) -> Path:
-    from ..engine import config_file
+    from envbuild.engine import config_file
 
     return config_file(environ)
 

@@ -12,17 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..errors import EnvbuildError, PublishError, RegistryAuthError, RegistryUnreachableError
-from ..host.compat import image_arch
-from ..host.platform import foreign_arch, platform_arch
-from . import manifest
-from .api import Registry
-from ..imageref import with_tags
+from envbuild.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.host.compat import image_arch
+from envbuild.host.platform import foreign_arch, platform_arch
+from envbuild.registry import manifest
+from envbuild.registry.api import Registry
+from envbuild.imageref import with_tags
 
 if TYPE_CHECKING:
-    from ..matrix import Backend, Matrix
-    from .publish import PublishOptions, Published
-    from .session import Session
+    from envbuild.matrix import Backend, Matrix
+    from envbuild.registry.publish import PublishOptions, Published
+    from envbuild.registry.session import Session
 
 
 def platform_ref(m: Matrix, backend: Backend, registry: str, platform: str) -> str:
@@ -39,7 +39,7 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
                    smoke_results: dict[str, dict[str, Any]], opts: PublishOptions,
                    echo: Callable[[str], None]) -> dict[str, Any]:
     """Check and push one platform's image; what the manifest records of it."""
-    from .publish import _smoke, label_mismatches
+    from envbuild.registry.publish import _smoke, label_mismatches
 
     engine = session.engine
     source = opts.image if opts.image and len(opts.platforms) == 1 else local_image(m, backend, platform)
@@ -92,7 +92,7 @@ def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: 
 def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Session,
                       smoke_results: dict[str, dict[str, Any]], opts: PublishOptions, echo: Callable[[str], None],
                       joined: list[dict[str, Any]], environ: Mapping[str, str] | None) -> Published:
-    from .publish import Published, _write_sbom
+    from envbuild.registry.publish import Published, _write_sbom
 
     failed: dict[str, str] = {}
     done: dict[str, dict[str, Any]] = {}
@@ -180,8 +180,8 @@ def _sign(m: Matrix, backend: Backend, registry: str, session: Session, done: di
     """Sign every digest pushed (each platform's manifest, then the index) and attest each platform's image that
     is on this engine (SBOM, its own smoke result, provenance); a platform joined from another runner's publish
     was signed and attested there. A failure records nothing."""
-    from ..trust.attest import predicates
-    from ..trust.sign import sign_published
+    from envbuild.trust.attest import predicates
+    from envbuild.trust.sign import sign_published
 
     environ = session.environ
     attest = {}

@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..errors import InvalidInput, ManifestError
-from ..files import exclusive, read_json, write_atomic
-from ..imageref import DIGEST
+from envbuild.errors import InvalidInput, ManifestError
+from envbuild.files import exclusive, read_json, write_atomic
+from envbuild.imageref import DIGEST
 
 SCHEMA = 1
 DEFAULT = "envbuild-manifest.json"
@@ -58,7 +58,7 @@ def record(path: Path, entry: dict[str, Any], echo: Callable[[str], None] | None
 
 def load_smoke_results(path: Path) -> dict[str, dict[str, Any]]:
     """`envbuild smoke --json` output (one result or a list) -> {backend: result}."""
-    from ..smoke.runner import result_problem
+    from envbuild.smoke.runner import result_problem
 
     doc = read_json(path, f"--smoke-json {path}", InvalidInput)
     docs = doc if isinstance(doc, list) else [doc]

@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
-from ..host.compat import image_arch
-from . import manifest
-from ..imageref import check_repository, with_tags
-from .session import Session
+from envbuild.errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.host.compat import image_arch
+from envbuild.registry import manifest
+from envbuild.imageref import check_repository, with_tags
+from envbuild.registry.session import Session
 
 if TYPE_CHECKING:
-    from ..engine import Engine, Image
-    from ..matrix import Backend, Matrix
+    from envbuild.engine import Engine, Image
+    from envbuild.matrix import Backend, Matrix
 
 
 @dataclass
@@ -82,8 +82,8 @@ def _write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOp
     """The image's SBOM beside the manifest; what the manifest records of it (its file and sha256)."""
     import hashlib
 
-    from ..files import write_atomic
-    from ..sbom import sbom
+    from envbuild.files import write_atomic
+    from envbuild.sbom import sbom
 
     try:
         text = sbom(engine, image_id)
@@ -113,7 +113,7 @@ def publish(m: Matrix, backends: list[Backend], opts: PublishOptions, engine: En
     for backend in backends:
         try:
             if opts.platforms or opts.index_from:
-                from .index import publish_platforms
+                from envbuild.registry.index import publish_platforms
 
                 results.append(publish_platforms(m, backend, registry, session, smoke_results, opts, echo, joined,
                                                  environ))
@@ -215,7 +215,7 @@ def _sign(m: Matrix, backend: Backend, image: Image, registry: str, digests: lis
           smoke_results: dict[str, dict[str, Any]], session: Session, opts: PublishOptions,
           echo: Callable[[str], None]) -> dict[str, Any]:
     """Sign every digest pushed for this backend and attest the image; a failure records nothing."""
-    from ..trust.attest import sign_publish
+    from envbuild.trust.attest import sign_publish
 
     try:
         return sign_publish(m, backend, session.engine, image, registry, digests, entry,

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..errors import DigestMismatchError, EnvbuildError, InvalidInput, ManifestError
-from . import manifest as manifests
-from ..imageref import TAG, Reference, check_repository
-from .session import Session
+from envbuild.errors import DigestMismatchError, EnvbuildError, InvalidInput, ManifestError
+from envbuild.registry import manifest as manifests
+from envbuild.imageref import TAG, Reference, check_repository
+from envbuild.registry.session import Session
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-    from ..matrix import Backend, Matrix
+    from envbuild.engine import Engine
+    from envbuild.matrix import Backend, Matrix
 
 
 @dataclass
@@ -51,10 +51,10 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     the digest verified is the one that must arrive. A tag naming an image index gives this host's platform (or
     `platform`: another architecture only where QEMU runs it), pulled by that platform's digest, which must be the
     one the manifest records (an index's platforms are verified with it)."""
-    from ..smoke import preflight
+    from envbuild.smoke import preflight
 
     if not ignore_host:
-        from ..host.compat import host_driver
+        from envbuild.host.compat import host_driver
 
         preflight.require_host(backend, host_driver(backend, root), matrix=m, echo=echo)
 
@@ -75,7 +75,7 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     against_manifest = expected is not None
     signature = None
     if key is not None:
-        from ..trust.verify import verify
+        from envbuild.trust.verify import verify
 
         proved = verify(registry, tag, key, environ=environ)
         echo(f"[{backend.name}] verified {ref}: signed by {key.source}, smoke attestation passed ({proved.digest})")
@@ -136,14 +136,14 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None
                      environ: Mapping[str, str] | None, missing: str) -> tuple[str, str, bool] | None:
     """(platform, its digest, emulated) when `ref` names an image index; None for a single image (pulled as before).
     Everything is decided from the registry's index and the manifest, before a layer is downloaded."""
-    from ..errors import PlatformError, PublishError
-    from ..host.platform import can_run, emulation_fix, host_platform
-    from .api import Registry
+    from envbuild.errors import PlatformError, PublishError
+    from envbuild.host.platform import can_run, emulation_fix, host_platform
+    from envbuild.registry.api import Registry
 
     entry = manifests.load(manifest, must_exist=True)["images"].get(backend.name) if manifest else None
     if manifest and entry is None:
         raise ManifestError(f"manifest {manifest} has no image for backend '{backend.name}' (it was never published there)")
-    from ..errors import RegistryUnreachableError
+    from envbuild.errors import RegistryUnreachableError
 
     try:
         top = Registry(ref, environ).manifest(ref)
@@ -179,7 +179,7 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None
 
 def _pull_platform(m: Matrix, backend: Backend, engine: Engine, session: Session, ref: str, manifest: Path | None,
                    echo: Callable[[str], None], missing: str, platform: str, digest: str, emulated: bool) -> Pulled:
-    from ..host.platform import foreign_arch
+    from envbuild.host.platform import foreign_arch
 
     repo = ref.rpartition(":")[0]
     by_digest = f"{repo}@{digest}"

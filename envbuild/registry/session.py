@@ -13,13 +13,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-from ..engine import EngineError, StreamBroken
-from ..errors import EnvbuildError, PublishError, RegistryAuthError, RegistryUnreachableError
-from .credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
-from ..imageref import DIGEST, Reference, api_host
+from envbuild.engine import EngineError, StreamBroken
+from envbuild.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.registry.credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
+from envbuild.imageref import DIGEST, Reference, api_host
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from envbuild.engine import Engine
 
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|forbidden|\b40[13]\b", re.IGNORECASE)
 _NETWORK = re.compile(

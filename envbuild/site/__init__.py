@@ -21,12 +21,12 @@ from typing import Any, Callable
 
 import jinja2
 
-from .. import report
-from ..errors import EnvbuildError, InvalidInput
-from ..files import read_json
-from ..matrix import Backend, Matrix, not_containerizable_message
-from ..registry import manifest as manifests
-from ..text import shown
+from envbuild import report
+from envbuild.errors import EnvbuildError, InvalidInput
+from envbuild.files import read_json
+from envbuild.matrix import Backend, Matrix, not_containerizable_message
+from envbuild.registry import manifest as manifests
+from envbuild.text import shown
 
 HERE = Path(__file__).parent
 MARKER = ".envbuild-site"  # in every site written: only such a folder (or an empty one) is replaced
@@ -374,7 +374,7 @@ def _lines(m: Matrix, b: Backend | None) -> dict[str, Any]:
     """The `docker run` and `envbuild run` lines, from the functions `show` and `run --dry-run` use."""
     if b is None or not b.containerizable:
         return {"docker_run": None, "envbuild_run": None, "envbuild_run_docker": None, "run_flags": None, "tags": []}
-    from ..run import RunOptions, invocation
+    from envbuild.run import RunOptions, invocation
 
     command = ("python", "train.py")
     inv = invocation(m, b, RunOptions(mount_workdir=False, command=command), interactive=False)
@@ -449,7 +449,7 @@ def build(m: Matrix, inputs: Inputs, output: Path, echo: Callable[[str], None] =
 
 
 def _write(data: dict[str, Any], inputs: Inputs, out: Path) -> None:
-    from . import charts
+    from envbuild.site import charts
 
     (out / "backend").mkdir()
     (out / "charts").mkdir()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import EnvbuildError
+from envbuild.errors import EnvbuildError
 
 PASS_COLOUR, FAIL_COLOUR, LINE_COLOUR = "#1a7f37", "#cf222e", "#0969da"
 

@@ -12,13 +12,13 @@ from typing import Any, Callable, Iterable, Mapping
 
 from packaging.version import Version
 
-from ..host import drivers
-from ..matrix import rules
-from ..matrix.facts import Facts
-from ..matrix.model import Backend, Matrix
-from ..imageref import Reference, mirror
-from .index import IndexClient, SourceError
-from .tags import RegistryClient, follow, newer_tags
+from envbuild.host import drivers
+from envbuild.matrix import rules
+from envbuild.matrix.facts import Facts
+from envbuild.matrix.model import Backend, Matrix
+from envbuild.imageref import Reference, mirror
+from envbuild.sources.index import IndexClient, SourceError
+from envbuild.sources.tags import RegistryClient, follow, newer_tags
 
 __all__ = ["Finding", "Sources", "SourceError", "outdated"]
 
@@ -75,9 +75,9 @@ class Sources:
         """The sources of `outdated`, `bump` and `metadata --refresh` from what the user gave, refused before
         anything is asked: --ca-bundle and --netrc regular files, each --mirror FROM=TO (exit 2). The CA bundle
         defaults to the host's, as for build."""
-        from ..build.plan import default_ca_bundle
-        from ..errors import InvalidInput
-        from ..imageref import parse_mirror
+        from envbuild.build.plan import default_ca_bundle
+        from envbuild.errors import InvalidInput
+        from envbuild.imageref import parse_mirror
 
         for given, option in ((ca_bundle, "--ca-bundle"), (netrc, "--netrc")):
             if given is not None and not given.is_file():
@@ -88,7 +88,7 @@ class Sources:
 
     def cannot(self, index_url: str, dist: str, version: Version | str, backend: Backend, torch: str) -> list[str]:
         """Why this backend (its Python, this torch) cannot carry `dist version`, from the release's own metadata."""
-        from .metadata import record
+        from envbuild.sources.metadata import record
 
         python = backend.python.version
         if self.facts.why_not(dist, str(version), python, torch) is None:

@@ -8,21 +8,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import files, render
-from ..errors import EnvbuildError, InvalidInput
-from ..matrix import edit, facts
-from ..matrix.load import MAX_MATRIX, loads
-from ..paths import PACKAGE
-from ..matrix.model import Matrix
-from ..matrix.rules import torch_required
-from ..matrix.schema import check_field
-from . import Finding, Sources
+from envbuild import files, render
+from envbuild.errors import EnvbuildError, InvalidInput
+from envbuild.matrix import edit, facts
+from envbuild.matrix.load import MAX_MATRIX, loads
+from envbuild.paths import PACKAGE
+from envbuild.matrix.model import Matrix
+from envbuild.matrix.rules import torch_required
+from envbuild.matrix.schema import check_field
+from envbuild.sources import Finding, Sources
 
 if TYPE_CHECKING:
-    from ..build.locking import LockResult
-    from ..build.plan import BuildOptions
-    from ..engine import Engine
-    from ..matrix.model import Backend
+    from envbuild.build.locking import LockResult
+    from envbuild.build.plan import BuildOptions
+    from envbuild.engine import Engine
+    from envbuild.matrix.model import Backend
 
 # --only takes a dotted field or one of these kinds
 KINDS = {"transformers": "transformers.", "accelerate": "accelerate.", "uv": "uv.", "torch": ".torch.version",
@@ -96,7 +96,7 @@ def changes(findings: list[Finding], only: tuple[str, ...] = (), to: str | None 
     out = {f.field: to}
     dist = f.field.split(".")[0]
     if dist in ("transformers", "accelerate") and matrix is not None and sources is not None:
-        from . import _needs_torch
+        from envbuild.sources import _needs_torch
 
         spec = _needs_torch(sources, matrix, dist, to)
         if spec:
@@ -174,7 +174,7 @@ def _bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run:
     cache_path = facts.path_for(matrix_path)
     cache = facts.read(cache_path)
     if cache is not None and index is not None:
-        from .metadata import refresh
+        from envbuild.sources.metadata import refresh
 
         errors = refresh(loads(text, str(matrix_path)), cache, index)
         if errors:
@@ -191,7 +191,7 @@ def _bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run:
         derived[cache_path] = cache.text()
     compat = Path(matrix_path).parent / "COMPATIBILITY.md"
     if compat.is_file():  # what `list --compat --check COMPATIBILITY.md` compares with
-        from .. import report
+        from envbuild import report
 
         derived[compat] = report.compat_markdown(report.compat_rows(result.matrix))
     # all or nothing; unchanged files are left out: what is listed was written
@@ -206,8 +206,8 @@ def refresh_locks(result: Bump, opts: BuildOptions, engine: Callable[[], Engine]
     change, refreshed, and those left as they were, each with why. A backend that cannot be resolved here (its
     vendor's registry, no engine) is named, not fatal; with `no_lock` none is refreshed. `engine` is asked for the
     engine only when a lock is to be resolved."""
-    from .. import lock as locks
-    from ..build import locking
+    from envbuild import lock as locks
+    from envbuild.build import locking
 
     refreshed: list[LockResult] = []
     left: list[str] = []
@@ -249,7 +249,7 @@ def run(matrix_path: Path, matrix: Matrix, backends: list[Backend], sources: Sou
     edit the matrix and write what derives from it (unless `dry_run`), then refresh the locks that exist of the
     images that change (refresh_locks). --only and --to are checked (check_only, check_to) and the matrix is one of
     a working folder (working) before any source is asked: the caller does that before loading `matrix`."""
-    from . import outdated
+    from envbuild.sources import outdated
 
     findings = outdated(matrix, backends, sources, progress=progress)
     new = changes(findings, only, to, matrix=matrix, sources=sources)

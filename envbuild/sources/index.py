@@ -19,10 +19,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from ..errors import EnvbuildError
-from ..files import read_netrc, read_user
-from ..paths import cache_dir
-from ..text import shown
+from envbuild.errors import EnvbuildError
+from envbuild.files import read_netrc, read_user
+from envbuild.paths import cache_dir
+from envbuild.text import shown
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 TIMEOUT = 30.0

@@ -9,9 +9,9 @@ from typing import Callable
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from ..matrix.facts import EXTRA, Facts, Wheel, carried, wheel_tag
-from ..matrix.model import Matrix
-from .index import File, IndexClient, SourceError, requirement_of
+from envbuild.matrix.facts import EXTRA, Facts, Wheel, carried, wheel_tag
+from envbuild.matrix.model import Matrix
+from envbuild.sources.index import File, IndexClient, SourceError, requirement_of
 
 MAX_RELEASES = 40  # per distribution and refresh: enough to reach back past a Python or torch a vendor base lags
 
@@ -100,9 +100,9 @@ def update(matrix_path: str, index: IndexClient, *, dry_run: bool = False,
     """`envbuild metadata --refresh`: the cache beside `matrix_path` refreshed from the indexes and written (unless
     `dry_run`); returns it, what could not be asked, and whether the file changed. The matrix is then validated
     against it by the caller."""
-    from .. import files
-    from ..matrix import facts as facts_mod
-    from ..matrix.load import load
+    from envbuild import files
+    from envbuild.matrix import facts as facts_mod
+    from envbuild.matrix.load import load
 
     matrix = load(matrix_path, with_facts=False)
     path = facts_mod.path_for(matrix_path)

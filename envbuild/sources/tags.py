@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..registry.credentials import from_env
-from ..imageref import Reference, api_host, is_loopback as _loopback
-from ..registry.session import unreachable_reason
-from .index import SourceError, read_capped
+from envbuild.registry.credentials import from_env
+from envbuild.imageref import Reference, api_host, is_loopback as _loopback
+from envbuild.registry.session import unreachable_reason
+from envbuild.sources.index import SourceError, read_capped
 
 _MANIFESTS = ", ".join([
     "application/vnd.oci.image.index.v1+json",

@@ -4,7 +4,7 @@ before pull and run (verify)."""
 
 from __future__ import annotations
 
-from ..errors import EnvbuildError, InvalidInput
+from envbuild.errors import EnvbuildError, InvalidInput
 
 
 class TrustError(EnvbuildError):

@@ -7,14 +7,14 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from . import TrustError
-from .keys import SigningKey
-from .oci import Client, NotFound
-from .sign import PROVENANCE, SBOM, SMOKE, Signed, provenance_predicate, sbom_predicate, sign_published, smoke_predicate
+from envbuild.trust import TrustError
+from envbuild.trust.keys import SigningKey
+from envbuild.trust.oci import Client, NotFound
+from envbuild.trust.sign import PROVENANCE, SBOM, SMOKE, Signed, provenance_predicate, sbom_predicate, sign_published, smoke_predicate
 
 if TYPE_CHECKING:
-    from ..engine import Engine, Image
-    from ..matrix import Backend, Matrix
+    from envbuild.engine import Engine, Image
+    from envbuild.matrix import Backend, Matrix
 
 
 def _version() -> str:
@@ -47,8 +47,8 @@ def predicates(m: Matrix, backend: Backend, engine: Engine, image: Image, entry:
                smoke_result: Mapping[str, Any] | None, manifest_dir: Path, environ: Mapping[str, str]) -> list[tuple[str, Any]]:
     """(predicateType, predicate) for one pushed image: its SBOM (the file publish wrote), its smoke result (when
     publish was given one) and SLSA provenance."""
-    from ..render import render_backend
-    from ..sbom import LOCK
+    from envbuild.render import render_backend
+    from envbuild.sbom import LOCK
 
     out: list[tuple[str, Any]] = []
     sbom = entry.get("sbom")

@@ -7,8 +7,8 @@ import base64
 import json
 from typing import Any
 
-from . import VerifyError
-from .keys import PublicKey, SigningKey
+from envbuild.trust import VerifyError
+from envbuild.trust.keys import PublicKey, SigningKey
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_V1 = "https://in-toto.io/Statement/v1"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from . import KeyError_
+from envbuild.trust import KeyError_
 
 PRIVATE_PEM = "ENCRYPTED SIGSTORE PRIVATE KEY"
 PRIVATE_PEM_OLD = "ENCRYPTED COSIGN PRIVATE KEY"  # what cosign wrote before 2.0; still read
@@ -222,7 +222,7 @@ def load_public(text: bytes, source: str) -> PublicKey:
 
 
 def _read(path: str, what: str) -> bytes:
-    from ..files import read_user
+    from envbuild.files import read_user
 
     return read_user(Path(path), f"{what} {path}", KeyError_, limit=64 << 10)
 

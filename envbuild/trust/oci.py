@@ -9,11 +9,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from ..errors import PublishError
-from ..registry.api import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry, sha256  # noqa: F401 (the media types and the digest, one of each)
-from ..registry.credentials import Scrubber
-from ..imageref import Reference
-from . import TrustError
+from envbuild.errors import PublishError
+from envbuild.registry.api import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry, sha256  # noqa: F401 (the media types and the digest, one of each)
+from envbuild.registry.credentials import Scrubber
+from envbuild.imageref import Reference
+from envbuild.trust import TrustError
 
 
 @dataclass(frozen=True)

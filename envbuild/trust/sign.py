@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from . import TrustError
-from . import dsse
-from .keys import SigningKey
-from .oci import OCI_MANIFEST, Client, NotFound, sha256
+from envbuild.trust import TrustError
+from envbuild.trust import dsse
+from envbuild.trust.keys import SigningKey
+from envbuild.trust.oci import OCI_MANIFEST, Client, NotFound, sha256
 
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 DSSE_LAYER = "application/vnd.dsse.envelope.v1+json"

@@ -9,11 +9,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from . import TrustError, VerifyError
-from . import dsse
-from .keys import PublicKey
-from .oci import DOCKER_LIST, OCI_INDEX, Client, NotFound
-from .sign import DSSE_LAYER, PROVENANCE, SBOM, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, SMOKE, tag_for
+from envbuild.trust import TrustError, VerifyError
+from envbuild.trust import dsse
+from envbuild.trust.keys import PublicKey
+from envbuild.trust.oci import DOCKER_LIST, OCI_INDEX, Client, NotFound
+from envbuild.trust.sign import DSSE_LAYER, PROVENANCE, SBOM, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, SMOKE, tag_for
 
 NAMES = {SBOM: "SBOM (CycloneDX)", PROVENANCE: "provenance (SLSA v1)", SMOKE: "smoke result"}
 
@@ -107,9 +107,9 @@ def _smoke_of(statements: list[dict[str, Any]], digest: str) -> dict[str, Any] |
 def split_image(value: str) -> tuple[str, str]:
     """`verify IMAGE`: REPOSITORY:TAG or REPOSITORY@sha256:DIGEST -> (REPOSITORY, TAG or DIGEST); anything else is
     refused (exit 2), the value quoted safely."""
-    from ..errors import InvalidInput
-    from ..imageref import DIGEST, TAG
-    from ..text import shown
+    from envbuild.errors import InvalidInput
+    from envbuild.imageref import DIGEST, TAG
+    from envbuild.text import shown
 
     if "@" in value:
         repo, _, reference = value.partition("@")

@@ -183,7 +183,7 @@ def steps_from(output: str) -> list[dict[str, Any]]:
 
 
 def _docker_client():
-    from envbuild.engine import Engine
+    from envbuild.core.engine import Engine
 
     return Engine.connect().client  # the SDK client itself: the benchmark asks what envbuild never needs
 
@@ -228,7 +228,7 @@ def _cache_bytes(client, ids: set[str]) -> int | None:
 
 
 def _prune_cache_records(client, ids: set[str]) -> int:
-    from envbuild.engine import Engine
+    from envbuild.core.engine import Engine
 
     engine, freed = Engine(client=client), 0  # envbuild's own prune by record id (`clean --build-cache` uses it)
     for rid in sorted(ids):
@@ -301,11 +301,11 @@ def cleanup(client, setup: Setup | None, info: dict[str, Any]) -> None:
 def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) -> list[Row]:
     from support import testbed
 
-    from envbuild import build as build_mod
+    from envbuild import imagebuild as build_mod
     from envbuild import matrix as matrix_mod
-    from envbuild.build import builder as builder_mod
-    from envbuild.engine import Engine
-    from envbuild.paths import cache_dir
+    from envbuild.imagebuild import builder as builder_mod
+    from envbuild.core.engine import Engine
+    from envbuild.core.paths import cache_dir
 
     reps = 3 if args.quick else 7
     cli_reps = 5 if args.quick else 15
@@ -461,7 +461,7 @@ def _fmt(value: float | None, unit: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    from envbuild.report import table as render_table
+    from envbuild.tools.report import table as render_table
 
     out = []
     for r in rows:

@@ -73,7 +73,7 @@ def closed_socket(tmp_path, monkeypatch) -> str:
 @pytest.fixture
 def fake_docker():
     """Writes a fake `docker` client into a folder: answers `--version` and whether `buildx` works, and
-    logs every call to DIR/calls. For the engine module's own client discovery (envbuild.engine.client_executables,
+    logs every call to DIR/calls. For the engine module's own client discovery (envbuild.core.engine.client_executables,
     build.builder.find_builder); everything behind the engine is faked by support/fakes.py's FakeEngine."""
 
     def make(dirpath: Path, version: str, buildx: bool) -> Path:

@@ -4,7 +4,7 @@ Like cargo's and uv's lock files: the build installs the lock; the lock changes 
 or when asked to (--upgrade, --upgrade-package); `--locked` (CI, publish) refuses a lock that is missing or
 stale instead of resolving. This package is the lock's format and its inputs, and decides staleness from the
 lock's header alone; it runs no builder. Resolving a lock does (the Dockerfile's `lock` target runs resolve.py
-in the backend's own base, on the engine that builds): that is envbuild.build.locking, which imports this.
+in the backend's own base, on the engine that builds): that is envbuild.imagebuild.locking, which imports this.
 
 One file per platform, locks/<backend>/<os>-<arch>.txt: wheels and their hashes differ per platform, each
 file is a complete hashed requirements file that its platform's build installs as it is, and the native
@@ -16,42 +16,57 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
-from envbuild.errors import LockError
-from envbuild.files import read_user
+from envbuild.core.errors import LockError
+from envbuild.core.files import read_user
 from envbuild.lock.lockfile import FORMAT, LockFile, parse
 
 if TYPE_CHECKING:
-    from envbuild.build.plan import BuildOptions, BuildPlan
     from envbuild.matrix import Backend, Matrix
 
-RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.build.locking
+
+class Settings(Protocol):
+    """What the lock reads of a build's options (the image stage's BuildOptions has these): the lock sits below the
+    image stage and names none of its types."""
+
+    locks_dir: Path
+    platform: str | None
+    ca_bundle: Path | None
+
+
+class Wheel(Protocol):
+    """A wheel of the build's wheelhouse, as the lock records it."""
+
+    name: str
+    sha256: str
+
+RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.imagebuild.locking
 
 __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms", "read", "requirements", "stale",
            "torch_problem"]
 
 
-def path(opts: BuildOptions, backend: Backend, platform: str | None = None) -> Path:
+def path(opts: Settings, backend: Backend, platform: str | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
-    from envbuild.host.platform import host_platform
+    from envbuild.core.platform import host_platform
 
     return opts.locks_dir / backend.name / f"{(platform or host_platform()).replace('/', '-')}.txt"
 
 
-def platforms(backend: Backend, opts: BuildOptions | None = None) -> list[str]:
+def platforms(backend: Backend, opts: Settings | None = None) -> list[str]:
     """The platforms to lock: the one asked for (--platform), else every one the backend lists."""
     if opts is not None and opts.platform:
         return [p for p in opts.platform.split(",") if p]
     return [p for p in backend.platforms if p.startswith("linux/")]
 
 
-def base_digest(backend: Backend, base_image: str, platform: str, opts: BuildOptions,
+def base_digest(backend: Backend, base_image: str, platform: str, opts: Settings,
                 environ: Any = None) -> str:
     """The registry's digest of the base image for `platform`: given by a digest-pinned reference (nothing is
     asked), else resolved from the registry's index (manifest list) for that platform."""
-    from envbuild.errors import PublishError
-    from envbuild.registry.api import Registry
+    from envbuild.core.errors import PublishError
+    from envbuild.core.regclient import Registry
 
     if "@sha256:" in base_image:
         return base_image.rpartition("@")[2]
@@ -85,7 +100,7 @@ def requirements(matrix: Matrix, backend: Backend) -> list[str]:
     return [*reqs, f"transformers=={matrix.pin('transformers', backend)}", f"accelerate=={matrix.pin('accelerate', backend)}", *matrix.packages_for(backend)]
 
 
-def inputs(matrix: Matrix, backend: Backend, plan: BuildPlan, platform: str, digest: str | None) -> dict[str, Any]:
+def inputs(matrix: Matrix, backend: Backend, wheels: Iterable[Wheel], platform: str, digest: str | None) -> dict[str, Any]:
     """Everything a lock is resolved from: a different value is a stale lock. `digest`: the base's registry digest
     for `platform` (None: not asked, e.g. by `lock --check`, which reads files only)."""
     indexes = [matrix.index.url, *matrix.index.extra_urls, backend.torch.index_url,
@@ -100,7 +115,7 @@ def inputs(matrix: Matrix, backend: Backend, plan: BuildPlan, platform: str, dig
         "base_digest": digest,
         "python": backend.python.executable if backend.torch.source == "base" else f"{backend.python.executable} (venv)",
         "indexes": list(dict.fromkeys(u for u in indexes if u)),
-        "wheelhouse": [[w.name, w.sha256] for w in plan.wheels],
+        "wheelhouse": [[w.name, w.sha256] for w in wheels],
         "uv": matrix.uv,
     }
 

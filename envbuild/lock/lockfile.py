@@ -18,7 +18,7 @@ from packaging.markers import InvalidMarker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from envbuild.errors import LockError
+from envbuild.core.errors import LockError
 
 FORMAT = 2  # 2: one lock per platform, the base named by its registry digest
 LAYERS = ("torch", "deps", "extras", "top")

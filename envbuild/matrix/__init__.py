@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envbuild.paths import DEFAULT_MATRIX, PACKAGED_MATRIX, default_matrix as default_path
+from envbuild.core.paths import DEFAULT_MATRIX, PACKAGED_MATRIX, default_matrix as default_path
 from envbuild.matrix.load import load, loads
 from envbuild.matrix.model import (
     Backend,

@@ -10,7 +10,7 @@ import io
 import re
 from typing import Any, Mapping
 
-from envbuild.errors import Problem, MatrixError
+from envbuild.core.errors import Problem, MatrixError
 
 _PLAIN_END = re.compile(r"\s+#|\s*$")
 

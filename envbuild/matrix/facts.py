@@ -3,7 +3,7 @@ from its index (PEP 691/658 metadata, else the wheel) and kept in the repository
 `validate` holds every backend to them with no network.
 
 The cache is `<matrix stem>.metadata.json` beside the matrix (matrix.yaml -> matrix.metadata.json). It is written by
-`envbuild metadata --refresh` and by `envbuild bump` (envbuild/sources/metadata.py), never by hand. Per distribution
+`envbuild metadata --refresh` and by `envbuild bump` (envbuild/tools/sources/metadata.py), never by hand. Per distribution
 it lists releases newest first, down to the oldest pinned one and to the newest that fits each backend, so that an
 error can name the newest release that would fit. A fact the cache lacks is unknown, never an error here
 (`envbuild metadata --check` names what is missing).
@@ -20,8 +20,8 @@ from typing import Any, Iterator
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envbuild.errors import MatrixError, Problem
-from envbuild.paths import metadata_path
+from envbuild.core.errors import MatrixError, Problem
+from envbuild.core.paths import metadata_path
 
 path_for = metadata_path  # where callers of this module look for it
 
@@ -159,7 +159,7 @@ def _abi3(tag: str, python: str) -> bool:
 
 def read(path: str | Path) -> Facts | None:
     """The cache at `path`; None when there is none; a located MatrixError when it is not one."""
-    from envbuild.files import read_user
+    from envbuild.core.files import read_user
 
     p = Path(path)
     if not p.exists():

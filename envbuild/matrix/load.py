@@ -13,10 +13,10 @@ from typing import Any, Iterable
 import yaml
 from packaging.version import Version
 
-from envbuild.errors import EnvbuildError, MatrixError, Problem
-from envbuild.files import read_user
-from envbuild.paths import DEFAULT_MATRIX
-from envbuild.text import shown, unsafe_char
+from envbuild.core.errors import EnvbuildError, MatrixError, Problem
+from envbuild.core.files import read_user
+from envbuild.core.paths import DEFAULT_MATRIX
+from envbuild.core.text import shown, unsafe_char
 from envbuild.matrix import rules, stacks
 from envbuild.matrix.facts import Facts, path_for, problems as fact_problems, read as read_facts
 from envbuild.matrix.model import Backend, Compile, Detect, HostNeeds, Image, Index, Matrix, Pin, Plugin, Python, RunSpec, Torch
@@ -170,7 +170,7 @@ def _set_value(raw: str, path: Path_, where: str, loc: _Located) -> Any:
 
 
 def _holds_secret(value: Any) -> bool:
-    from envbuild.output import scrub
+    from envbuild.core.output import scrub
 
     text = value if isinstance(value, str) else repr(value)
     return scrub(text[:100_000]) != text[:100_000]

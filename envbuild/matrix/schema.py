@@ -13,9 +13,9 @@ from typing import Any, Callable
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envbuild.errors import InvalidInput
-from envbuild.imageref import Reference
-from envbuild.text import unsafe_char, unsafe_message
+from envbuild.core.errors import InvalidInput
+from envbuild.core.imageref import Reference
+from envbuild.core.text import unsafe_char, unsafe_message
 from envbuild.matrix.rules import RULES
 
 # --------------------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ _SECRET_WAY = ("a matrix is committed, written into every Dockerfile and printed
 
 
 def _check_env_key(value: Any) -> tuple[Any, str | None]:
-    from envbuild.output import secret_name
+    from envbuild.core.output import secret_name
 
     value, why = check_str("env_key")(value)
     if why is None and value.upper().startswith(RESERVED_ENV):
@@ -116,7 +116,7 @@ def _check_env_key(value: Any) -> tuple[Any, str | None]:
 
 
 def _check_env_value(value: Any) -> tuple[Any, str | None]:
-    from envbuild.output import scrub
+    from envbuild.core.output import scrub
 
     value, why = check_str("env_value")(value)
     if why is None and scrub(value, environ={}) != value:
@@ -368,7 +368,7 @@ TOP = {
         "extra_urls": _list("url"),
     }),
     "backends": Field(required=True),  # a mapping of name -> BACKEND, checked below
-    # The public key (cosign.pub, relative to this file) that pull and run verify images with (envbuild/trust).
+    # The public key (cosign.pub, relative to this file) that pull and run verify images with (envbuild/ship/trust).
     "trust": Field(section={"public_key": _leaf("text")}),
 }
 

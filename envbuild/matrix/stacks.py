@@ -1,6 +1,6 @@
 """What an accelerator stack needs of the host's driver, and which torch index and device architectures go with it:
 vendor facts, each with its source. Part of the matrix (validation checks a backend against them; the rendered
-image records what it needs); the host stage reads what a host has (envbuild.host.drivers) and compares.
+image records what it needs); the host stage reads what a host has (envbuild.core.hostfacts) and compares.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from packaging.version import InvalidVersion, Version
+
+from envbuild.core.hostfacts import gfx_name  # noqa: F401 (the host's name of a gfx target, read where the host is read)
 
 if TYPE_CHECKING:
     from envbuild.matrix.model import Backend
@@ -151,16 +153,6 @@ def cuda_arch_runs(image_archs: list[str], device: str) -> bool:
 def _cc(arch: str) -> tuple[int, int] | None:
     m = re.fullmatch(r"(?:sm|compute)_(\d+?)(\d)[af]?", arch)
     return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def gfx_name(target_version: int) -> str | None:
-    """KFD's gfx_target_version (major*10000 + minor*100 + stepping) -> 'gfx942'; 0 (a CPU node) -> None.
-    Source: the amdgpu KFD topology (kfd_topology.c) encodes it so; steppings print in hex (90010 -> gfx90a)."""
-    if target_version <= 0:
-        return None
-    major, rest = divmod(target_version, 10000)
-    minor, stepping = divmod(rest, 100)
-    return f"gfx{major}{minor:x}{stepping:x}"
 
 
 def gfx_runs(image_archs: list[str], device: str) -> bool:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from envbuild.errors import SmokeError
+from envbuild.core.errors import SmokeError
 from envbuild.smoke.runner import MODEL_MOUNT, OWNED_LABEL, SMOKE_LABEL, SmokeResult, leftover_containers, model_args, smoke
 
 if TYPE_CHECKING:
-    from envbuild.engine import Engine
+    from envbuild.core.engine import Engine
     from envbuild.matrix import Backend, Matrix
 
 __all__ = ["MODEL_MOUNT", "OWNED_LABEL", "SMOKE_LABEL", "SmokeError", "SmokeResult", "leftover_containers", "model_args",

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuild.checks import Check, skip
-from envbuild.errors import DockerError, HostMismatch, SmokeError
-from envbuild.files import read_host
+from envbuild.core.checks import Check, skip
+from envbuild.core.errors import DockerError, HostMismatch, SmokeError
+from envbuild.core.files import read_host
 
 if TYPE_CHECKING:
-    from envbuild.engine import Engine
+    from envbuild.core.engine import Engine
     from envbuild.matrix import Backend
 
 # How to register each container runtime a matrix backend names (run.runtime, or nvidia for run.gpus).
@@ -133,7 +133,7 @@ def require_host(backend: Backend, host: Any, *, matrix: Any = None, measured_ar
     check). `host` is what `compat.host_driver` read, once per command: smoke and run check it again once the
     image's measured architectures are known. Unknowns and UNCONFIRMED facts are said through `echo`, never
     refused."""
-    from envbuild.host import compat
+    from envbuild.matrix import compat
 
     check = compat.check(backend, host, matrix=matrix, measured_arch=measured_arch)
     if not check.ok and check.blocking:

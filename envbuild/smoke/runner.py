@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from envbuild import owner
-from envbuild.cachemount import CACHE, cache_mount, is_folder
-from envbuild.errors import DockerError, InvalidInput, SmokeError
-from envbuild.owner import OWNED_LABEL
-from envbuild.text import shown, unsafe_char
+from envbuild.core import owner
+from envbuild.core.cachemount import CACHE, cache_mount, is_folder
+from envbuild.core.errors import DockerError, InvalidInput, SmokeError
+from envbuild.core.owner import OWNED_LABEL
+from envbuild.core.text import shown, unsafe_char
 from envbuild.smoke import preflight
 
 if TYPE_CHECKING:
-    from envbuild.engine import Engine
+    from envbuild.core.engine import Engine
     from envbuild.matrix import Backend, Matrix
 
 SMOKE_LABEL = "dev.envbuild.smoke"
@@ -117,7 +117,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
           root: Path = Path("/"), cache: str | None = None, platform: str | None = None) -> SmokeResult:
     """Run the probe once, in one container (default image: the backend's tag for `platform`, REPO:BACKEND-ARCH when
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
-    from envbuild.host.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
+    from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
 
     if platform and (why := backend.unlisted(platform)):
         raise InvalidInput(why)
@@ -126,7 +126,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     mounted_cache = cache_source(cache) if cache is not None else None
     preflight.require(backend, engine, root)  # without the device, no image would help
     if not ignore_host:  # a driver known to be too old: refused before the engine is asked anything more
-        from envbuild.host.compat import host_driver, image_arch
+        from envbuild.matrix.compat import host_driver, image_arch
 
         host = host_driver(backend, root)
         preflight.require_host(backend, host, matrix=matrix)

@@ -24,7 +24,7 @@ from support import testbed
 from support.constants import MATRIX as MATRIX_PATH
 
 from envbuild.lock import lockfile
-from envbuild.registry.api import Registry
+from envbuild.core.regclient import Registry
 
 pytestmark = pytest.mark.docker
 MATRIX = str(MATRIX_PATH)

@@ -10,7 +10,7 @@ import docker
 import pytest
 from support.refforms import FORMS
 
-from envbuild.imageref import Reference
+from envbuild.core.imageref import Reference
 
 pytestmark = pytest.mark.docker
 SOURCE = "envbuild-test/refforms:src"

@@ -142,7 +142,7 @@ def held_out_attestations(reg: Registry, repo: str, digest: str, public_pem: byt
 def envbuild(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None, timeout: int = 600):
     base = {k: v for k, v in os.environ.items() if k not in ("ENVBUILD_KEY_PASSWORD", "COSIGN_PASSWORD", "ENVBUILD_SIGNING_KEY",
                                                              "ENVBUILD_VERIFY_KEY")}
-    proc = subprocess.run([sys.executable, "-m", "envbuild.cli", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True,
                           env={**base, **(env or {})}, cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     return proc
@@ -178,7 +178,7 @@ def fake_image(reg: Registry, repo: str, tag: str, marker: str) -> str:
 
 def sign_with(keys_dir: Path, name: str, repository: str, digest: str, *, smoke_ok: bool | None = True) -> None:
     """envbuild's library signs (and attests a smoke result unless smoke_ok is None)."""
-    from envbuild.trust import keys, sign
+    from envbuild.ship.trust import keys, sign
 
     key = keys.load_private((keys_dir / f"{name}.key").read_bytes(), PASSPHRASE.encode(), name)
     claims = [] if smoke_ok is None else [
@@ -292,9 +292,9 @@ def test_smoke_missing_or_failed_is_refused(plain_registry, keypair):
 
 def test_a_later_smoke_result_is_attested_only_for_its_own_image(plain_registry, keypair):
     """`envbuild attest` (nightly): the result's image id must be the registry manifest's config digest."""
-    from envbuild.trust import TrustError
-    from envbuild.trust import keys as trust_keys
-    from envbuild.trust.attest import attest_smoke
+    from envbuild.ship.trust import TrustError
+    from envbuild.ship.trust import keys as trust_keys
+    from envbuild.ship.trust.attest import attest_smoke
 
     reg, repo = Registry(plain_registry.host), f"sig-{uuid.uuid4().hex[:8]}"
     repository = f"{plain_registry.host}/{repo}"
@@ -318,7 +318,7 @@ def test_no_secret_reaches_the_registry(plain_registry, keypair):
     """After every test above signed into it: neither the passphrase nor the private key is stored anywhere."""
     from cryptography.hazmat.primitives import serialization
 
-    from envbuild.trust import keys
+    from envbuild.ship.trust import keys
 
     key = keys.load_private((keypair / "cosign.key").read_bytes(), PASSPHRASE.encode(), "k")
     der = key._key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())

@@ -268,7 +268,7 @@ def test_a_registry_that_cannot_be_reached_fails_in_seconds(where, cpu_image, tm
 
 
 def _record(args):
-    from envbuild.registry import manifest
+    from envbuild.ship import manifest
 
     path, i = args
     manifest.record(Path(path), {"backend": f"b{i:02d}", "digest": "sha256:" + f"{i:064x}"})
@@ -342,8 +342,8 @@ def full_disk(tmp_path):
 
 
 def test_a_full_disk_gives_a_clear_error_and_keeps_the_previous_files(full_disk, cpu_image, wheelhouse, ca_bundle):
-    from envbuild.errors import ManifestError
-    from envbuild.registry import manifest as manifests
+    from envbuild.core.errors import ManifestError
+    from envbuild.ship import manifest as manifests
 
     mount, fill = full_disk
     out = mount / "dockerfiles"

@@ -13,9 +13,9 @@ import pytest
 
 from support.constants import CPU_SET, MATRIX, TORCH, VENDOR_TORCH
 
-from envbuild.host import venv
+from envbuild.tools import venv
 from envbuild.matrix import load
-from envbuild.paths import PROBE
+from envbuild.core.paths import PROBE
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def m():
 
 
 def envbuild(*args, cwd=None, timeout=1200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "envbuild.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "envbuild", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout)
 
 
@@ -253,7 +253,7 @@ def test_auto_accepts_mps_on_a_mac(invoke, tmp_path, monkeypatch):
 
     from support.hosts import make_root
 
-    from envbuild.host import detect
+    from envbuild.tools import detect
 
     (tmp_path / "bin").mkdir()
     monkeypatch.setattr(detect, "detect", functools.partial(detect.detect, root=make_root(tmp_path), path_env=str(tmp_path / "bin"),

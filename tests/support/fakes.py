@@ -1,4 +1,4 @@
-"""The one fake of envbuild.engine.Engine, for unit tests of pure logic: a daemon, its images, containers, a
+"""The one fake of envbuild.core.engine.Engine, for unit tests of pure logic: a daemon, its images, containers, a
 registry and the builder process (Engine.start_client) in memory. Never the proof that a command works:
 tests/engine/ runs the real engine.
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from envbuild.engine import EngineError, Image
-from envbuild.imageref import Reference
-from envbuild.owner import OWNED_LABEL, Container
+from envbuild.core.engine import EngineError, Image
+from envbuild.core.imageref import Reference
+from envbuild.core.owner import OWNED_LABEL, Container
 
 
 def _split(ref: str) -> tuple[str, str]:

@@ -1,5 +1,5 @@
 """Image reference forms and what Docker reads them as (the normalised name, None: refused). One table for the
-unit test (envbuild.imageref against it) and the engine test (the engine against it)."""
+unit test (envbuild.core.imageref against it) and the engine test (the engine against it)."""
 
 D = "sha256:" + "ab" * 32
 

@@ -16,10 +16,10 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 
-from envbuild import build
-from envbuild.build import builder, plan, records
-from envbuild.build.status import StatusBoard
-from envbuild.errors import BuildError, EnvbuildError
+from envbuild import imagebuild as build
+from envbuild.imagebuild import builder, plan, records
+from envbuild.imagebuild.status import StatusBoard
+from envbuild.core.errors import BuildError, EnvbuildError
 from envbuild.matrix import load
 
 MATRIX = load(MATRIX_PATH, ["backends.cpu.base_image=debian:bookworm-slim@sha256:" + "a" * 64])  # the lock asks no registry
@@ -461,7 +461,7 @@ def test_platforms_are_built_one_at_a_time_and_only_those_the_backend_lists(monk
 
 
 def test_another_architecture_without_emulation_names_the_fix(monkeypatch, tmp_path, engine, fake_builder):
-    from envbuild.host import platform as platforms
+    from envbuild.core import platform as platforms
 
     monkeypatch.setattr(platforms, "host_platform", lambda *a: "linux/amd64")
     monkeypatch.setattr(platforms, "BINFMT", str(tmp_path / "no-binfmt"))
@@ -474,7 +474,7 @@ def test_another_architecture_without_emulation_names_the_fix(monkeypatch, tmp_p
 
 
 def test_emulation_is_read_from_binfmt_misc(tmp_path):
-    from envbuild.host import platform as platforms
+    from envbuild.core import platform as platforms
 
     folder = tmp_path / "proc/sys/fs/binfmt_misc"
     folder.mkdir(parents=True)
@@ -501,7 +501,7 @@ def test_a_build_that_cannot_reach_the_daemon_says_what_to_do(monkeypatch, tmp_p
 
 
 def test_a_daemon_that_died_mid_build_is_named_whatever_the_client_said(monkeypatch, tmp_path, engine, fake_builder):
-    from envbuild import engine as engines
+    from envbuild.core import engine as engines
 
     build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)  # the lock
     engine.build_rc = 1

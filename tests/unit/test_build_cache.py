@@ -11,8 +11,8 @@ import pytest
 from support.fakes import FakeEngine
 from test_render import RENDERED, runs
 
-from envbuild import clean
-from envbuild.build import builder
+from envbuild.tools import clean
+from envbuild.imagebuild import builder
 
 UV_STEP = ('cached mount /root/.cache/uv from exec /bin/sh -c if [ -s /run/secrets/ca_bundle ]; then export '
            'SSL_CERT_FILE=/run/secrets/ca_bundle; fi && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && '

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from envbuild.build import builder
-from envbuild.build.status import StatusBoard
-from envbuild.errors import DockerError
+from envbuild.imagebuild import builder
+from envbuild.imagebuild.status import StatusBoard
+from envbuild.core.errors import DockerError
 
 
 @pytest.fixture(autouse=True)

@@ -17,8 +17,9 @@ import pytest
 
 from support.constants import ALL, CONTAINERIZABLE, DOCKERFILES, FIXED, GOLDEN, MATRIX
 
-from envbuild import files, matrix
-from envbuild.errors import MatrixError
+from envbuild.core import files
+from envbuild import matrix
+from envbuild.core.errors import MatrixError
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
@@ -433,7 +434,7 @@ print(" ".join(sorted(sys.modules)))
 @pytest.mark.parametrize("args, absent", [
     (["--help"], {"json", "jinja2", "yaml", "docker", "requests", "packaging", "envbuild.matrix", "envbuild.render",
                   "envbuild.smoke"}),
-    (["render", "--output", "{out}"], {"docker", "requests", "difflib", "envbuild.smoke", "envbuild.engine",
+    (["render", "--output", "{out}"], {"docker", "requests", "difflib", "envbuild.smoke", "envbuild.core.engine",
                                        "packaging.requirements", "ruamel"}),
 ])
 def test_start_up_imports_only_what_the_command_uses(args, absent, tmp_path):

@@ -12,14 +12,15 @@ from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 from support.hosts import VENDORS, make_root
 
-from envbuild import report, smoke
-from envbuild.build import locking, plan
-from envbuild.host import detect
-from envbuild.errors import BuildError, DockerError, EnvbuildError, InvalidInput
+from envbuild.tools import report
+from envbuild import smoke
+from envbuild.imagebuild import locking, plan
+from envbuild.tools import detect
+from envbuild.core.errors import BuildError, DockerError, EnvbuildError, InvalidInput
 from envbuild.matrix import load
-from envbuild.sources import Sources
-from envbuild.sources import bump as bumping
-from envbuild.trust.verify import split_image
+from envbuild.tools.sources import Sources
+from envbuild.tools.sources import bump as bumping
+from envbuild.ship.trust.verify import split_image
 
 MATRIX = load(MATRIX_PATH)
 
@@ -106,7 +107,7 @@ def test_published_summary():
 
 
 def test_ci_rows():
-    from envbuild import ci
+    from envbuild.tools import ci
 
     doc = ci.github_matrix(MATRIX, [MATRIX.backend("cpu")])
     (row,) = report.ci_rows(doc)
@@ -172,7 +173,7 @@ def test_smoke_results_are_read_from_files_and_folders(tmp_path):
 
 
 def test_bump_refreshes_only_the_locks_that_exist(tmp_path, monkeypatch):
-    monkeypatch.setattr("envbuild.host.platform.host_platform", lambda *a: "linux/amd64")
+    monkeypatch.setattr("envbuild.core.platform.host_platform", lambda *a: "linux/amd64")
     opts = plan.BuildOptions(locks_dir=tmp_path / "locks", context_dir=tmp_path / "ctx")
     cpu = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
     cpu.parent.mkdir(parents=True)

@@ -11,9 +11,10 @@ from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 from support.hosts import VENDORS, add_driver, kfd_nodes, make_root, nvidia_version
 
-from envbuild import report
-from envbuild.errors import HostMismatch, MatrixError
-from envbuild.host import compat, drivers
+from envbuild.tools import report
+from envbuild.core.errors import HostMismatch, MatrixError
+from envbuild.matrix import compat
+from envbuild.core import hostfacts as drivers
 from envbuild.matrix import load
 from envbuild.render import render_backend
 
@@ -198,7 +199,7 @@ def test_smoke_uses_the_architectures_the_image_recorded(tmp_path, monkeypatch):
 
 
 def test_pull_refuses_before_downloading(tmp_path):
-    from envbuild.registry import pull
+    from envbuild.ship import pull
 
     engine = FakeEngine()
     with pytest.raises(HostMismatch):
@@ -207,8 +208,8 @@ def test_pull_refuses_before_downloading(tmp_path):
 
 
 def test_doctor_lists_the_same_check(tmp_path):
-    from envbuild.host import doctor
-    from envbuild.checks import Check
+    from envbuild.tools import doctor
+    from envbuild.core.checks import Check
 
     root = host(tmp_path, "cuda", nvidia_version("535.104.05"))
     rep = doctor.diagnose(M, M.backend("cuda"), root=root, path_env=str(root / "usr/bin"),
@@ -218,7 +219,7 @@ def test_doctor_lists_the_same_check(tmp_path):
 
 
 def test_detect_reports_the_driver_and_architectures(tmp_path):
-    from envbuild.host.detect import detect
+    from envbuild.tools.detect import detect
 
     root = host(tmp_path, "cuda", nvidia_version("580.95.05"), tool="9.0")
     f = detect(M, root, path_env=str(root / "usr/bin")).finding("cuda")
@@ -278,7 +279,7 @@ VARIANT = ('backends.cuda-cu126={variant_of: cuda, description: "NVIDIA GPU (CUD
 
 
 def test_a_variant_shares_its_base_backend_and_overrides_what_it_sets():
-    from envbuild import ci
+    from envbuild.tools import ci
 
     m = load(MATRIX_PATH, [VARIANT])
     base, v = m.backend("cuda"), m.backend("cuda-cu126")
@@ -318,7 +319,7 @@ def test_a_variant_keeps_its_base_device():
     (nvidia_version("555.42.06"), "cuda", "no variant fits this host"),
 ])
 def test_auto_picks_the_newest_variant_the_hosts_driver_runs(tmp_path, files, chosen, said):
-    from envbuild.host import detect as d
+    from envbuild.tools import detect as d
 
     m = load(MATRIX_PATH, [VARIANT])
     root = host(tmp_path, "cuda", files)
@@ -329,7 +330,7 @@ def test_auto_picks_the_newest_variant_the_hosts_driver_runs(tmp_path, files, ch
 
 
 def test_variants_of_two_devices_are_still_a_choice_to_make(tmp_path):
-    from envbuild.host import detect as d
+    from envbuild.tools import detect as d
 
     m = load(MATRIX_PATH, [VARIANT])
     root = make_root(tmp_path, ["/dev/nvidiactl", "/dev/nvidia0", "/dev/dri/renderD128", "/dev/dri/renderD129"],

@@ -11,7 +11,7 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.hosts import VENDORS, make_root
 
-from envbuild.host.detect import (
+from envbuild.tools.detect import (
     AmbiguousBackendError,
     Detection,
     PciDevice,
@@ -20,8 +20,8 @@ from envbuild.host.detect import (
     detect,
     docker_runtimes_from_engine,
 )
-from envbuild.report import detect_text
-from envbuild.errors import EnvbuildError, NotContainerizableError
+from envbuild.tools.report import detect_text
+from envbuild.core.errors import EnvbuildError, NotContainerizableError
 from envbuild.matrix import load
 
 
@@ -281,8 +281,8 @@ def test_json_shape(matrix, tmp_path, empty_path):
 
 
 def test_docker_runtimes_from_engine(monkeypatch):
-    from envbuild import engine
-    from envbuild.errors import DockerError
+    from envbuild.core import engine
+    from envbuild.core.errors import DockerError
 
     monkeypatch.setattr(engine.Engine, "runtimes", lambda self: {"runc", "nvidia"})
     assert docker_runtimes_from_engine() == {"runc", "nvidia"}
@@ -303,7 +303,7 @@ def test_docker_runtimes_from_engine(monkeypatch):
 def test_import_is_light():
     import subprocess
 
-    code = "import sys, envbuild.host.detect; print('docker' in sys.modules, 'click' in sys.modules)"
+    code = "import sys, envbuild.tools.detect; print('docker' in sys.modules, 'click' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 

@@ -14,11 +14,11 @@ from support.constants import MATRIX
 from support.fakes import FakeEngine
 from support.hosts import VENDORS, add_driver, make_root, nvidia_version
 
-from envbuild import engine
-from envbuild.build import builder
-from envbuild.errors import DockerError
-from envbuild.host import doctor
-from envbuild.report import doctor_text as report_text
+from envbuild.core import engine
+from envbuild.imagebuild import builder
+from envbuild.core.errors import DockerError
+from envbuild.tools import doctor
+from envbuild.tools.report import doctor_text as report_text
 from envbuild.matrix import load
 from envbuild.smoke import preflight
 
@@ -272,7 +272,7 @@ def test_doctor_finds_credentials_where_publish_takes_them(tmp_path, registry, e
     from support.fakes import FakeEngine
 
     from envbuild.matrix import load
-    from envbuild.registry.publish import PublishOptions, publish
+    from envbuild.ship.publish import PublishOptions, publish
 
     env = {**env, "DOCKER_CONFIG": str(tmp_path / "none")}
     check = doctor.check_credentials(registry, env)

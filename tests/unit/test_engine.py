@@ -13,8 +13,8 @@ import sys
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
 
-from envbuild import engine
-from envbuild.errors import DockerError
+from envbuild.core import engine
+from envbuild.core.errors import DockerError
 from envbuild.matrix import RunSpec, load
 
 MATRIX = load(MATRIX_PATH)
@@ -111,16 +111,16 @@ def test_run_options_translate_the_matrix_flags():
 
 
 def test_only_the_engine_module_imports_the_docker_sdk():
-    from envbuild.paths import PACKAGE
+    from envbuild.core.paths import PACKAGE
 
     users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                    if "import docker" in p.read_text() or "from docker" in p.read_text())
-    assert users == ["engine.py"]
+    assert users == ["core/engine.py"]
 
 
 _LIGHT = r"""
 import http.server, json, socketserver, sys, threading
-from envbuild import engine
+from envbuild.core import engine
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):

@@ -86,7 +86,7 @@ def test_a_matrix_file_is_held_to_the_same_rule(escape, write_matrix, invoke):
 
 
 def test_bytes_that_are_not_utf8_in_a_set_value_are_refused_by_name():
-    proc = subprocess.run([sys.executable, "-m", "envbuild.cli", "validate", "--matrix", str(MATRIX),
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "validate", "--matrix", str(MATRIX),
                            "--set", os.fsdecode(b"backends.cpu.description=a\xffb")],
                           capture_output=True, text=True, errors="replace", timeout=60)
     assert proc.returncode == 2 and "lone surrogate" in proc.stderr, proc.stderr
@@ -103,7 +103,7 @@ BILLION_LAUGHS = "".join(
 
 def _timed(*args: str, timeout: int = 30) -> subprocess.CompletedProcess:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "envbuild.cli", *args], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, timeout=timeout)
     assert time.monotonic() - start < timeout and "Traceback" not in proc.stderr, proc.stderr
     return proc
 
@@ -131,8 +131,8 @@ def test_special_files_are_never_waited_on_or_read_whole(specials, tmp_path):
         for args in (["validate", "--matrix", str(special)], ["summary", str(special)]):
             proc = _timed(*args)
             assert proc.returncode == 2 and "not a regular file" in proc.stderr, (args, proc.stderr)
-    from envbuild.errors import InvalidInput
-    from envbuild.registry import manifest
+    from envbuild.core.errors import InvalidInput
+    from envbuild.ship import manifest
 
     for special in specials:
         with pytest.raises(InvalidInput, match="not a regular file"):
@@ -142,7 +142,7 @@ def test_special_files_are_never_waited_on_or_read_whole(specials, tmp_path):
 
 
 def test_files_under_root_are_read_bounded(specials, tmp_path):
-    from envbuild.files import read_host
+    from envbuild.core.files import read_host
 
     root = tmp_path / "root"
     (root / "etc").mkdir(parents=True)
@@ -260,7 +260,7 @@ def test_echoed_input_cannot_repaint_the_terminal_or_forge_a_line(invoke, write_
 
 
 def test_registry_secrets_are_masked_in_every_form(monkeypatch):
-    from envbuild.registry.credentials import Scrubber
+    from envbuild.core.credentials import Scrubber
 
     monkeypatch.setenv("ENVBUILD_REGISTRY_USER", "robot")
     monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "s3cr3t-p@ss")
@@ -286,7 +286,7 @@ def test_an_unexpected_error_is_scrubbed_too(invoke, monkeypatch):
 
 
 def test_build_arg_values_stay_out_of_logs_and_the_builder_gets_no_registry_credentials(tmp_path, monkeypatch):
-    from envbuild.build import builder
+    from envbuild.imagebuild import builder
 
     monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "registry-secret")
     monkeypatch.setenv("PROXY_FROM_ENV", "http://u:proxy-secret@proxy:3128")
@@ -314,7 +314,7 @@ def test_envbuild_variables_are_reserved(field, invoke):
 
 
 def test_a_container_whose_creation_was_interrupted_is_removed_by_name():
-    from envbuild.engine import Engine
+    from envbuild.core.engine import Engine
     from envbuild.matrix.model import RunSpec
 
     removed = []
@@ -378,7 +378,7 @@ SHAPES = sorted(SECRET_FORMS)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("context", ["{}", "value: {} (end)", '{{"auth": "{}"}}', "X={}", "'{}'", "pre {} post\nnext"])
 def test_the_scrubber_masks_every_shape_in_any_context(shape, context):
-    from envbuild.output import Scrubber
+    from envbuild.core.output import Scrubber
 
     value, hidden = SECRET_FORMS[shape]
     assert hidden not in Scrubber(environ={})(context.format(value)), (shape, context)
@@ -388,14 +388,14 @@ def test_the_scrubber_masks_every_shape_in_any_context(shape, context):
                                          ("DB_PASSWORD", "hunter2hunter2"), ("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG"),
                                          ("SERVICE_API_KEY", "k3y-value-123456"), ("CLIENT_SECRET", "cl13nt-s3cret")])
 def test_the_scrubber_masks_the_values_of_secret_named_variables(name, value):
-    from envbuild.output import Scrubber, secret_name
+    from envbuild.core.output import Scrubber, secret_name
 
     assert secret_name(name)
     assert value not in Scrubber(environ={name: value})(f"the server said {value} back")
 
 
 def test_the_scrubber_leaves_ordinary_words_alone():
-    from envbuild.output import Scrubber
+    from envbuild.core.output import Scrubber
 
     text = ("tokenizer ok; max_new_tokens=20; PATH=/usr/bin; PYTHONPATH=/x; token ids 1 2 3; cpu: built "
             "sha256:" + "a" * 64 + " in 12s; docker.io/library/debian:bookworm; https://pypi.org/simple")
@@ -436,7 +436,7 @@ def test_a_secret_in_a_variable_of_any_secret_name_is_masked_in_errors(invoke, m
 
 
 def test_builder_logs_mask_secret_shapes(tmp_path):
-    from envbuild.build import builder
+    from envbuild.imagebuild import builder
 
     fake = tmp_path / "docker"
     secret = SECRET_VALUES["huggingface"]
@@ -552,8 +552,8 @@ BAD_NETRCS = {
 def test_a_bad_netrc_is_an_error_that_quotes_nothing(kind, invoke, tmp_path, closed_socket):
     path = tmp_path / "netrc"
     path.write_bytes(BAD_NETRCS[kind])
-    from envbuild.errors import EnvbuildError
-    from envbuild.files import read_netrc
+    from envbuild.core.errors import EnvbuildError
+    from envbuild.core.files import read_netrc
 
     refused = False
     try:
@@ -571,8 +571,8 @@ def test_a_bad_netrc_is_an_error_that_quotes_nothing(kind, invoke, tmp_path, clo
 
 
 def test_a_netrc_that_is_not_a_regular_file_is_refused(tmp_path):
-    from envbuild.errors import EnvbuildError
-    from envbuild.files import read_netrc
+    from envbuild.core.errors import EnvbuildError
+    from envbuild.core.files import read_netrc
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -586,7 +586,7 @@ def test_a_netrc_that_is_not_a_regular_file_is_refused(tmp_path):
 @pytest.mark.parametrize("value", [SECRET_VALUES["github-classic"], "http://u:proxy-pw-1@proxy:3128", "plain value with spaces",
                                    "a=b=c", ""])
 def test_build_arg_values_reach_the_builder_through_its_environment_only(value, tmp_path):
-    from envbuild.build import builder, plan
+    from envbuild.imagebuild import builder, plan
 
     argv = plan.command(plan.Builder(("docker", "build"), (), False), tmp_path, plan.BuildOptions(build_args=(f"MY_ARG={value}",)), ())
     assert "--build-arg" in argv and argv[argv.index("--build-arg") + 1] == "MY_ARG"
@@ -632,7 +632,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("k", range(1, 11))
 def test_render_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tmp_path):
     from envbuild import render
-    from envbuild.errors import EnvbuildError
+    from envbuild.core.errors import EnvbuildError
     from envbuild.matrix import load
     # accelerate: one pin every image carries (mlu and musa pin their own transformers), so all 10 files change
 
@@ -650,8 +650,8 @@ def test_render_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tm
 
 @pytest.mark.parametrize("k", range(1, 12))
 def test_bump_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tmp_path):
-    from envbuild.errors import EnvbuildError
-    from envbuild.sources.bump import bump
+    from envbuild.core.errors import EnvbuildError
+    from envbuild.tools.sources.bump import bump
 
     path = tmp_path / "matrix.yaml"
     path.write_text(MATRIX.read_text())
@@ -670,8 +670,8 @@ def test_bump_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tmp_
 
 @pytest.mark.parametrize("k", range(1, 5))
 def test_write_all_puts_back_new_files_too(k, monkeypatch, tmp_path):
-    from envbuild.errors import EnvbuildError
-    from envbuild.files import write_all
+    from envbuild.core.errors import EnvbuildError
+    from envbuild.core.files import write_all
 
     (tmp_path / "a.txt").write_text("old a")
     (tmp_path / "c.txt").write_text("old c")
@@ -690,8 +690,8 @@ def test_write_all_puts_back_new_files_too(k, monkeypatch, tmp_path):
 BUMP_ONE = """
 import sys
 from pathlib import Path
-from envbuild.errors import EnvbuildError
-from envbuild.sources.bump import bump
+from envbuild.core.errors import EnvbuildError
+from envbuild.tools.sources.bump import bump
 try:
     bump(Path(sys.argv[1]), {f"backends.{sys.argv[2]}.description": f"Edited {sys.argv[2]}"}, Path(sys.argv[3]))
 except EnvbuildError as exc:
@@ -721,7 +721,7 @@ def test_concurrent_bumps_keep_every_change(tmp_path):
 def test_shared_caches_use_names_of_their_own(tmp_path):
     import threading
 
-    from envbuild.sources.index import _store
+    from envbuild.tools.sources.index import _store
 
     target = tmp_path / "cache" / "x.METADATA"
     errors = []
@@ -742,8 +742,8 @@ def test_shared_caches_use_names_of_their_own(tmp_path):
 
 
 def test_a_held_edit_lock_makes_a_bump_refuse_busy(tmp_path, monkeypatch):
-    from envbuild.errors import EnvbuildError
-    from envbuild.sources import bump as bumping
+    from envbuild.core.errors import EnvbuildError
+    from envbuild.tools.sources import bump as bumping
 
     path = tmp_path / "matrix.yaml"
     path.write_text(MATRIX.read_text())
@@ -794,9 +794,9 @@ TO_PAYLOADS = ["5.24.0\n  env: {LD_PRELOAD: /tmp/x.so}", '5.24.0"', "5.24.0'", "
 
 @pytest.mark.parametrize("payload", TO_PAYLOADS, ids=range(len(TO_PAYLOADS)))
 def test_bump_to_is_validated_like_the_matrix_before_anything_is_written(payload, tmp_path):
-    from envbuild.errors import InvalidInput
-    from envbuild.sources import Finding
-    from envbuild.sources.bump import changes
+    from envbuild.core.errors import InvalidInput
+    from envbuild.tools.sources import Finding
+    from envbuild.tools.sources.bump import changes
 
     found = [Finding("transformers.version", None, "src", "5.23.0", "5.24.0", "5.24.0")]
     with pytest.raises(InvalidInput) as err:
@@ -809,7 +809,7 @@ def test_bump_to_is_validated_like_the_matrix_before_anything_is_written(payload
                                             ("backends.cpu.description", "CPU\n    device: cuda"), ("uv.version", '0.14", "x": "1'),
                                             ("backends.cpu.base_image", "debian:12 #c")])
 def test_an_edit_that_would_change_other_fields_is_refused(field, payload, tmp_path):
-    from envbuild.errors import MatrixError
+    from envbuild.core.errors import MatrixError
     from envbuild.matrix.edit import apply
 
     text = MATRIX.read_text()
@@ -822,7 +822,7 @@ def test_an_edit_that_would_change_other_fields_is_refused(field, payload, tmp_p
 
 def _cli(*args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    return subprocess.Popen([sys.executable, "-m", "envbuild.cli", *args], env=env, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen([sys.executable, "-m", "envbuild", *args], env=env, stderr=subprocess.PIPE, text=True, **kw)
 
 
 @pytest.mark.parametrize("args", [["list", "--json"], ["list"], ["show", "cpu", "--json"], ["matrix", "--format", "json"],
@@ -865,7 +865,7 @@ class _Answer:
 
 
 def _client(answer):
-    from envbuild.sources.index import IndexClient
+    from envbuild.tools.sources.index import IndexClient
 
     client = IndexClient()
     client.session.get = lambda *a, **k: answer
@@ -877,7 +877,7 @@ def _client(answer):
                                   b"\xff\xfe", b"[" * 100000, b'{"files": [{"filename": "x-1.0-py3-none-any.whl", "url": "u", '
                                   b'"hashes": {"sha256": "../../../../etc/x"}}]}'])
 def test_malformed_index_answers_are_source_errors(body):
-    from envbuild.sources.index import SourceError
+    from envbuild.tools.sources.index import SourceError
 
     try:
         files = _client(_Answer(body=body)).files("https://idx.example/simple", "x")
@@ -887,7 +887,7 @@ def test_malformed_index_answers_are_source_errors(body):
 
 
 def test_an_endless_index_answer_is_cut_at_the_cap(monkeypatch):
-    from envbuild.sources import index
+    from envbuild.tools.sources import index
 
     monkeypatch.setattr(index, "MAX_PAGE", 1 << 20)
     answer = _Answer(endless=True)
@@ -899,8 +899,8 @@ def test_an_endless_index_answer_is_cut_at_the_cap(monkeypatch):
 @pytest.mark.parametrize("reason", ["\x1b]8;;https://evil.example\x07click\x1b]8;;\x07", "OK\r\nError: all good", "\x9b2J" * 50,
                                     "x" * 10000])
 def test_an_index_reason_phrase_reaches_no_terminal_raw(reason):
-    from envbuild.output import SafeStream, Scrubber
-    from envbuild.sources.index import SourceError
+    from envbuild.core.output import SafeStream, Scrubber
+    from envbuild.tools.sources.index import SourceError
 
     with pytest.raises(SourceError) as err:
         _client(_Answer(status=503, reason=reason)).files("https://idx.example/simple", "x")
@@ -915,8 +915,8 @@ def test_an_index_reason_phrase_reaches_no_terminal_raw(reason):
 @pytest.mark.parametrize("body", [b"{", b"[]", b'{"tags": 5}', b'{"tags": [1, null, "ok-1", "bad tag", "-x"]}', b"\xff",
                                   b"[" * 100000])
 def test_malformed_registry_answers_are_source_errors(body):
-    from envbuild.sources.index import SourceError
-    from envbuild.sources.tags import _tag_list
+    from envbuild.tools.sources.index import SourceError
+    from envbuild.tools.sources.tags import _tag_list
 
     try:
         tags = _tag_list(body, "reg.example")
@@ -932,7 +932,7 @@ def test_a_corrupt_template_cache_is_compiled_afresh(garbage, tmp_path, monkeypa
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
     def run() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "envbuild.cli", "render", "--matrix", str(MATRIX), "--backend", "cpu",
+        return subprocess.run([sys.executable, "-m", "envbuild", "render", "--matrix", str(MATRIX), "--backend", "cpu",
                                "--output", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=120)
 
     assert run().returncode == 0
@@ -948,7 +948,7 @@ def test_a_corrupt_template_cache_is_compiled_afresh(garbage, tmp_path, monkeypa
 def test_a_template_cache_that_is_a_fifo_is_not_waited_on(tmp_path):
     cache = tmp_path / "cache"
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    args = [sys.executable, "-m", "envbuild.cli", "render", "--matrix", str(MATRIX), "--backend", "cpu", "--check",
+    args = [sys.executable, "-m", "envbuild", "render", "--matrix", str(MATRIX), "--backend", "cpu", "--check",
             "--output", str(tmp_path / "out")]
     subprocess.run(args, env=env, capture_output=True, timeout=120)
     for entry in (cache / "envbuild" / "templates").iterdir():
@@ -1052,7 +1052,7 @@ def test_many_duplicate_keys_give_a_bounded_message(write_matrix):
 
 
 def test_lock_check_writes_nothing(tmp_path, monkeypatch):
-    from envbuild.build import plan
+    from envbuild.imagebuild import plan
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -1076,7 +1076,7 @@ def test_lock_check_through_the_cli_leaves_the_folder_as_it_was(invoke, tmp_path
 
 @pytest.mark.parametrize("garbage", [b"\xff\xfe\x00", b"", os.urandom(512)])
 def test_a_corrupt_metadata_cache_is_fetched_again(garbage, tmp_path):
-    from envbuild.sources.index import _cached
+    from envbuild.tools.sources.index import _cached
 
     path = tmp_path / ("a" * 64 + ".METADATA")
     path.write_bytes(garbage)
@@ -1102,7 +1102,7 @@ def test_reports_envbuild_writes_hold_no_secret(shape, tmp_path):
 def test_colours_reach_only_a_terminal(tmp_path):
     import io
 
-    from envbuild.output import SafeStream, Scrubber
+    from envbuild.core.output import SafeStream, Scrubber
 
     class Tty(io.StringIO):
         def isatty(self):
@@ -1167,7 +1167,7 @@ def test_the_fast_path_of_unsafe_char_agrees_with_its_definition_for_every_code_
     allowed characters, must get the answer the category rule gives."""
     import unicodedata
 
-    from envbuild.text import _BIDI, unsafe_char
+    from envbuild.core.text import _BIDI, unsafe_char
 
     def by_definition(value: str, allow: str) -> str | None:
         return next((ch for ch in value if ch not in allow and (

@@ -2,8 +2,8 @@
 
 import pytest
 
-from envbuild.errors import InvalidInput
-from envbuild.imageref import Reference, mirror, parse_mirror
+from envbuild.core.errors import InvalidInput
+from envbuild.core.imageref import Reference, mirror, parse_mirror
 from support.refforms import FORMS
 
 

@@ -1,8 +1,10 @@
-"""Stages without cycles: data flows matrix -> render -> lock -> build -> smoke -> registry; host and sources stand
-beside (they may use the stages, the stages never import them); the CLI and the output modules sit on top.
+"""The folders are the layers: each top-level folder of envbuild is one, in the order data flows, and a folder
+imports only the folders below it. No table re-cuts the tree: the unit of a module is its top-level folder.
 
-Every import of every envbuild module is read (ast: top level and inside functions; `if TYPE_CHECKING:` imports
-are annotations only and are skipped) and each edge is held to the layers below.
+    core (shared pieces) < matrix < render < lock < imagebuild < smoke < ship < tools < cli
+
+Every import of every envbuild module is read (ast: at top level, inside functions and under `if TYPE_CHECKING:`,
+which is a dependency all the same) and each edge between folders is held to the order; nothing closes a cycle.
 """
 
 from __future__ import annotations
@@ -14,45 +16,18 @@ import envbuild
 
 ROOT = Path(envbuild.__file__).parent
 
-# The layer of each unit; a unit may import units of lower layers only (and itself).
-LAYERS: dict[str, float] = {
-    # neutral: shared types and the one door to Docker, imported by any stage
-    "envbuild": 0, "errors": 0, "text": 0, "files": 0, "paths": 0, "imageref": 0, "owner": 0, "engine": 0,
-    "checks": 0, "credential_env": 0, "cachemount": 0,
-    # the one client of registries' HTTP API and its credentials (publish, pull, signing and the lock's base digest)
-    "regclient": 0.5,
-    "output": 0.7,  # the one output layer: every stage prints through it; it masks registry credentials
-    "matrix": 1,
-    # what is true of this host (its driver and platform, image-vs-host compatibility, against the matrix's stack
-    # facts): read by the stages after render
-    "hostfacts": 1.5,
-    "render": 2,
-    "lock": 3,
-    "build": 4,
-    "sbom": 4.5,
-    "smoke": 5,
-    "registry": 6,
-    # beside the stages
-    "host": 7, "sources": 8.5,
-    # on top: output, commands
-    "report": 8, "run": 8, "clean": 8, "ci": 8, "site": 8.5,
-    "cli": 9,
+# The layer of each top-level folder; a folder may import folders of lower layers only (and itself).
+LAYERS: dict[str, int] = {
+    "core": 0,  # errors, files, output, imageref, platform, hostfacts, regclient, credentials, the engine
+    "matrix": 1, "render": 2, "lock": 3, "imagebuild": 4, "smoke": 5, "ship": 6,  # the stages, as data flows
+    "tools": 7,  # beside the stages, using them: detect, doctor, pick, venv, run, sources, site, report, ci, clean
+    "cli": 8,
+    "envbuild": 9, "__main__": 9,  # the package itself and `python -m envbuild`
 }
-HOSTFACTS = {"envbuild.host.platform", "envbuild.host.drivers", "envbuild.host.compat"}
-REGCLIENT = {"envbuild.registry.api", "envbuild.registry.credentials"}
-NEUTRAL = {u for u, layer in LAYERS.items() if layer == 0}
-# No exception: resolving a lock runs the builder, so it lives in build (envbuild.build.locking), and lock is the
-# format and its inputs. A pair (importer, imported) here would be allowed against the layers, never in a cycle.
-ALLOWED: set[tuple[str, str]] = set()
+BUILD_OUTPUT_NAMES = {"build", "dist", "out", "target"}  # ignore templates and tools take these for build output
 
 
 def unit(module: str) -> str:
-    if module in HOSTFACTS:
-        return "hostfacts"
-    if module in REGCLIENT:
-        return "regclient"
-    if module.startswith("envbuild.trust"):  # signing is part of the registry stage: publish signs, pull verifies
-        return "registry"
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "envbuild"
 
@@ -62,45 +37,40 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _type_only(tree: ast.AST) -> set[int]:
-    """ids of the import nodes under `if TYPE_CHECKING:`."""
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return skipped
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def _import_targets(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str]]]:
+    """(imported module, the names taken from it) for every envbuild import in the module, anywhere in it."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names if a.name.split(".")[0] == "envbuild"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "envbuild":
+                continue
+            for a in node.names:  # `from envbuild.core import owner` imports the module envbuild.core.owner
+                sub = f"{target}.{a.name}"
+                found.append((sub, []) if sub in modules else (target, [a.name]))
+    return found
 
 
 def imports() -> dict[str, set[str]]:
     """module -> the envbuild modules it imports, anywhere in it."""
-    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
-    edges: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _type_only(tree)
-        found: set[str] = set()
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
-            if isinstance(node, ast.Import):
-                found |= {a.name for a in node.names if a.name.split(".")[0] == "envbuild"}
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                if target.split(".")[0] != "envbuild":
-                    continue
-                for a in node.names:  # `from . import owner` imports the module envbuild.owner
-                    found.add(f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target)
-        edges[name] = {m for m in found if m in modules and m != name}
-    return edges
+    modules = _modules()
+    return {name: {m for m, _ in _import_targets(name, path, modules) if m in modules and m != name}
+            for name, path in modules.items()}
 
 
 def problems(edges: dict[str, set[str]]) -> list[str]:
-    """Imports against the layers, and cycles between units."""
+    """Imports against the layers, and cycles between folders."""
     found = []
     graph: dict[str, set[str]] = {}
     for a, targets in edges.items():
@@ -108,20 +78,16 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
             ua, ub = unit(a), unit(b)
             if ua == ub:
                 continue
-            assert ua in LAYERS and ub in LAYERS, f"{a} or {b}: give its unit a layer in LAYERS"
+            assert ua in LAYERS and ub in LAYERS, f"{a} or {b}: give its folder a layer in LAYERS"
             graph.setdefault(ua, set()).add(ub)
-            if (ua, ub) in ALLOWED or (ua in NEUTRAL and ub in NEUTRAL):
-                continue
             if LAYERS[ua] <= LAYERS[ub]:
                 found.append(f"{a} imports {b}: {ua} (layer {LAYERS[ua]}) may not import {ub} (layer {LAYERS[ub]})")
-    # cycles between units, through any imports (the allowed exception included: it must not close a cycle either
-    # beyond the one it names)
     for start in graph:
         stack, seen = [(start, [start])], set()
         while stack:
             node, path = stack.pop()
             for nxt in graph.get(node, ()):
-                if nxt == start and len(path) > 1 and not _only_allowed(path + [nxt]):
+                if nxt == start and len(path) > 1:
                     found.append("import cycle: " + " -> ".join(path + [nxt]))
                 elif nxt not in seen and nxt != start:
                     seen.add(nxt)
@@ -129,47 +95,66 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
     return sorted(set(found))
 
 
-def _only_allowed(cycle: list[str]) -> bool:
-    """The one named exception's cycle (lock -> build -> lock), and nothing more."""
-    pairs = set(zip(cycle, cycle[1:]))
-    return any(p in ALLOWED for p in pairs) and len(set(cycle)) == 2
-
-
 def test_stages_import_only_layers_below_and_form_no_cycle():
     assert problems(imports()) == []
 
 
-def test_every_unit_has_a_layer():
+def test_every_folder_has_a_layer_and_the_tree_shows_it():
     assert {unit(m) for m in imports()} <= set(LAYERS)
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(LAYERS) - {"envbuild", "__main__"}, "a top-level folder is a layer, and each layer a folder"
+    loose = sorted(p.name for p in ROOT.glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py"], "a module at the top belongs in the folder of its layer"
+
+
+def test_no_package_folder_is_named_as_build_output():
+    named = [p for p in ROOT.rglob("*") if p.is_dir() and p.name in BUILD_OUTPUT_NAMES]
+    assert named == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    modules = _modules()
+    private = []
+    for name, path in modules.items():
+        for target, names in _import_targets(name, path, modules):
+            private += [f"{name} imports {target}.{n}" for n in names if n.startswith("_") and target != name]
+        source = path.read_text(encoding="utf-8")
+        aliases = {a.asname or a.name.rsplit(".", 1)[-1]: f"{node.module}.{a.name}" if isinstance(node, ast.ImportFrom)
+                   else a.name for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Import, ast.ImportFrom))
+                   for a in node.names}
+        for node in ast.walk(ast.parse(source)):  # module._name, where module is an envbuild module
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr.startswith("_") \
+                    and not node.attr.startswith("__") and aliases.get(node.value.id, "") in modules:
+                private.append(f"{name} reads {aliases[node.value.id]}.{node.attr}")
+    assert private == []
 
 
 def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
     edges = imports()
-    assert "envbuild.imageref" in edges["envbuild.engine"]  # the reader sees module-level imports ...
-    assert "envbuild.owner" in edges["envbuild.smoke.runner"]  # ... and `from .. import owner`
-    assert "envbuild.host.platform" in edges["envbuild.lock"]  # ... and imports inside functions
-    assert "envbuild.matrix" not in edges["envbuild.engine"]  # ... but not `if TYPE_CHECKING:` ones
-    wrong = {**edges, "envbuild.render": edges["envbuild.render"] | {"envbuild.registry.publish"}}
-    assert any("render" in p and "registry" in p for p in problems(wrong))
-    cycle = {**edges, "envbuild.smoke.runner": edges["envbuild.smoke.runner"] | {"envbuild.host.doctor"}}
-    assert any(p.startswith("import cycle") and "smoke" in p and "host" in p for p in problems(cycle))
-    compat = {**edges, "envbuild.host.compat": edges["envbuild.host.compat"] | {"envbuild.smoke.preflight"}}
+    assert "envbuild.core.imageref" in edges["envbuild.core.engine"]  # the reader sees module-level imports ...
+    assert "envbuild.core.owner" in edges["envbuild.smoke.runner"]  # ... and `from envbuild.core import owner`
+    assert "envbuild.core.platform" in edges["envbuild.lock"]  # ... and imports inside functions
+    wrong = {**edges, "envbuild.render": edges["envbuild.render"] | {"envbuild.ship.publish"}}
+    assert any("render" in p and "ship" in p for p in problems(wrong))
+    cycle = {**edges, "envbuild.smoke.runner": edges["envbuild.smoke.runner"] | {"envbuild.tools.doctor"}}
+    assert any(p.startswith("import cycle") and "smoke" in p and "tools" in p for p in problems(cycle))
+    compat = {**edges, "envbuild.matrix.compat": edges["envbuild.matrix.compat"] | {"envbuild.smoke.preflight"}}
     assert problems(compat)
-    assert "envbuild.lock" in edges["envbuild.build.locking"]  # the build resolves locks ...
-    back = {**edges, "envbuild.lock": edges["envbuild.lock"] | {"envbuild.build.builder"}}  # ... never the reverse
-    assert any("lock (layer 3) may not import build" in p for p in problems(back))
-    assert any(p.startswith("import cycle") and "lock" in p and "build" in p for p in problems(back))
+    assert "envbuild.lock" in edges["envbuild.imagebuild.locking"]  # the build resolves locks ...
+    back = {**edges, "envbuild.lock": edges["envbuild.lock"] | {"envbuild.imagebuild.builder"}}  # ... never the reverse
+    assert any("lock (layer 3) may not import imagebuild" in p for p in problems(back))
+    assert any(p.startswith("import cycle") and "lock" in p and "imagebuild" in p for p in problems(back))
 
 
 # --- one door to Docker ------------------------------------------------------------------------------------------
 
 # Who may start processes, and why: none of them a docker client (the engine starts those).
 PROCESSES = {
-    "envbuild.engine": "the docker client: builds, `envbuild run`, its version",
-    "envbuild.host.engine_setup": "installing and starting a daemon: apt-get, systemctl, dockerd",
-    "envbuild.host.drivers": "the vendors' tools (nvidia-smi, ...) where no file says the driver version",
-    "envbuild.host.venv": "python -m venv and pip for `envbuild env`",
-    "envbuild.registry.manifest": "git, for the revision the manifest records",
+    "envbuild.core.engine": "the docker client: builds, `envbuild run`, its version",
+    "envbuild.tools.engine_setup": "installing and starting a daemon: apt-get, systemctl, dockerd",
+    "envbuild.core.hostfacts": "the vendors' tools (nvidia-smi, ...) where no file says the driver version",
+    "envbuild.tools.venv": "python -m venv and pip for `envbuild env`",
+    "envbuild.ship.manifest": "git, for the revision the manifest records",
     "envbuild.lock.resolve": "pip inside the image being locked (runs there, not here)",
 }
 
@@ -189,9 +174,9 @@ def _top_level_imports(name: str) -> set[str]:
 
 def test_only_the_engine_talks_to_docker():
     modules = imports()
-    assert [m for m in modules if "docker" in _top_level_imports(m)] == ["envbuild.engine"]
+    assert [m for m in modules if "docker" in _top_level_imports(m)] == ["envbuild.core.engine"]
     starters = sorted(m for m in modules if "subprocess" in _top_level_imports(m))
-    assert starters == sorted(PROCESSES), "a new module starts processes: a docker client goes through envbuild.engine"
+    assert starters == sorted(PROCESSES), "a new module starts processes: a docker client goes through envbuild.core.engine"
 
 
 def _docker_client_named(source: str) -> list[str]:
@@ -214,10 +199,10 @@ def test_no_module_that_starts_processes_starts_a_docker_client_but_the_engine()
         path = ROOT.joinpath(*name.split(".")[1:]).with_suffix(".py")
         path = path if path.exists() else ROOT.joinpath(*name.split(".")[1:], "__init__.py")
         named = _docker_client_named(path.read_text(encoding="utf-8"))
-        assert bool(named) == (name == "envbuild.engine"), (name, named)
+        assert bool(named) == (name == "envbuild.core.engine"), (name, named)
 
 
 def test_setting_up_a_daemon_is_the_cli_s_alone():
     """host.engine_setup administers the system (apt-get, systemctl, dockerd): no stage, and nothing of the library
     but the command line, reaches it."""
-    assert [m for m, targets in imports().items() if "envbuild.host.engine_setup" in targets] == ["envbuild.cli"]
+    assert [m for m, targets in imports().items() if "envbuild.tools.engine_setup" in targets] == ["envbuild.cli"]

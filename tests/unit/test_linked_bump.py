@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from support.pyindex import SimpleIndex
 
-from envbuild import render, report
-from envbuild.errors import InvalidInput, MatrixError
+from envbuild import render
+from envbuild.tools import report
+from envbuild.core.errors import InvalidInput, MatrixError
 from envbuild.matrix import facts, load
-from envbuild.sources import Sources, outdated
-from envbuild.sources.bump import bump, changes, working
-from envbuild.sources.index import IndexClient
-from envbuild.sources.metadata import update
-from envbuild.imageref import Reference
+from envbuild.tools.sources import Sources, outdated
+from envbuild.tools.sources.bump import bump, changes, working
+from envbuild.tools.sources.index import IndexClient
+from envbuild.tools.sources.metadata import update
+from envbuild.core.imageref import Reference
 
 X86 = "cp312-cp312-manylinux_2_28_x86_64"
 
@@ -203,7 +204,7 @@ def test_a_bump_the_facts_refuse_writes_nothing(world):
 
 
 def test_bump_refuses_the_matrix_installed_with_envbuild_and_names_it(tmp_path, invoke):
-    from envbuild.paths import PACKAGED_MATRIX
+    from envbuild.core.paths import PACKAGED_MATRIX
 
     with pytest.raises(InvalidInput, match="installed with envbuild.*would have changed .*matrix.yaml"):
         working(PACKAGED_MATRIX)
@@ -222,7 +223,7 @@ def test_bump_refuses_the_matrix_installed_with_envbuild_and_names_it(tmp_path, 
 def test_the_shipped_matrix_declares_each_base_python_and_its_cache_knows_every_pin():
     from support.constants import MATRIX
 
-    from envbuild.paths import PACKAGE
+    from envbuild.core.paths import PACKAGE
 
     m = load(MATRIX)  # validated against matrix.metadata.json beside it
     assert {b.name: b.python.version for b in m.containerizable() if not b.python.version} == {}
@@ -290,8 +291,8 @@ def test_bump_names_the_locks_it_leaves_stale(world, invoke):
 def test_the_bump_command_s_library_run(world):
     """sources.bump.run, as `envbuild bump` calls it: a dry run writes nothing and says what it would do; a real one
     writes the matrix and names the locks it leaves (--no-lock), asking no engine."""
-    from envbuild.build import plan
-    from envbuild.sources import bump as bumping
+    from envbuild.imagebuild import plan
+    from envbuild.tools.sources import bump as bumping
 
     path, project = world["path"], world["project"]
     lock = project / "locks" / "old" / "linux-amd64.txt"

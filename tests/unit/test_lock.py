@@ -10,9 +10,9 @@ import pytest
 from support.constants import FIXED, MATRIX as MATRIX_PATH
 from support.fakes import REPORT, FakeEngine
 
-from envbuild import build, lock as locks
-from envbuild.build import builder, locking, plan
-from envbuild.errors import LockError, MatrixError, StaleLock
+from envbuild import imagebuild as build, lock as locks
+from envbuild.imagebuild import builder, locking, plan
+from envbuild.core.errors import LockError, MatrixError, StaleLock
 from envbuild.lock import lockfile
 from envbuild.matrix import load, loads
 
@@ -169,13 +169,13 @@ def test_locked_refuses_a_missing_or_stale_lock_without_resolving(tmp_path, monk
     monkeypatch.setattr(builder.engine, "start_client", lambda *a: pytest.fail("a builder was started around the engine"))
     engine = FakeEngine()
     opts = plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks")
-    monkeypatch.setattr("envbuild.host.platform.host_platform", lambda *a: AMD64)
+    monkeypatch.setattr("envbuild.core.platform.host_platform", lambda *a: AMD64)
     file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
     with pytest.raises(StaleLock, match=rf"{file} is missing: run `envbuild lock --backend cpu --platform linux/amd64`"):
         build.build(MATRIX, CPU, opts, engine, locked=True, echo=lambda s: None)
     p = plan.make_plan(MATRIX, CPU, opts, engine)
     file.parent.mkdir(parents=True)
-    file.write_text(made(inputs={**locks.inputs(MATRIX, CPU, p, AMD64, "sha256:" + "a" * 64), "uv": "0.0.1"}).text())
+    file.write_text(made(inputs={**locks.inputs(MATRIX, CPU, p.wheels, AMD64, "sha256:" + "a" * 64), "uv": "0.0.1"}).text())
     with pytest.raises(StaleLock, match=r"linux-amd64.txt is stale \(uv: 0.0.1 -> "):
         build.build(MATRIX, CPU, opts, engine, locked=True, echo=lambda s: None)
     assert engine.builds == []  # --locked resolves nothing
@@ -186,7 +186,7 @@ def test_lock_check_reads_files_only(invoke, tmp_path, closed_socket, monkeypatc
     """No docker client on PATH, DOCKER_HOST pointing nowhere, a base in no reachable registry: --check still answers,
     per platform."""
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    monkeypatch.setattr("envbuild.host.platform.host_platform", lambda *a: AMD64)
+    monkeypatch.setattr("envbuild.core.platform.host_platform", lambda *a: AMD64)
     locks_dir = tmp_path / "locks"
     args = ["--matrix", MATRIX_PATH, "--locks", locks_dir, "--no-ca-bundle", "--set", f"backends.cpu.base_image={PINNED}"]
     assert invoke("lock", "--check", *args).stdout.strip() == f"no locks to check in {locks_dir}/"
@@ -194,7 +194,7 @@ def test_lock_check_reads_files_only(invoke, tmp_path, closed_socket, monkeypatc
     assert missing.exit_code == 1 and f"cpu (linux/amd64): {locks_dir}/cpu/linux-amd64.txt missing" in missing.stdout
     opts = plan.BuildOptions(locks_dir=locks_dir, context_dir=tmp_path / "ctx")
     offline = locking._offline_plan(CPU, opts)
-    current = made(inputs=locks.inputs(MATRIX, CPU, offline, AMD64, "sha256:" + "a" * 64))
+    current = made(inputs=locks.inputs(MATRIX, CPU, offline.wheels, AMD64, "sha256:" + "a" * 64))
     (locks_dir / "cpu").mkdir(parents=True)
     (locks_dir / "cpu" / "linux-amd64.txt").write_text(current.text())
     # a lock for amd64 alone: arm64, which the backend lists, has none
@@ -230,7 +230,7 @@ def test_a_gpu_lock_with_a_cpu_only_torch_is_refused(invoke, tmp_path, closed_so
     torch = next(i for i in report["install"] if i["metadata"]["name"] == "torch")
     torch["metadata"]["version"] = "2.9.1"
     offline = locking._offline_plan(cuda, plan.BuildOptions(locks_dir=tmp_path / "locks", context_dir=tmp_path / "ctx"))
-    wrong = lockfile.from_report("cuda", report, locks.inputs(m, cuda, offline, "linux/arm64", "sha256:" + "a" * 64),
+    wrong = lockfile.from_report("cuda", report, locks.inputs(m, cuda, offline.wheels, "linux/arm64", "sha256:" + "a" * 64),
                                  ["torch==2.9.1"], [], {"platform": "linux/arm64"})
     why = locks.torch_problem(cuda, wrong)
     assert why and "locked torch==2.9.1 is a CPU-only build" in why and cuda.torch.index_url in why
@@ -250,7 +250,7 @@ def test_an_unreachable_registry_builds_from_a_lock_current_in_every_other_input
     """Offline: the base's digest cannot be asked, a lock current in everything else is used (said so); without
     one, the error names the registry and how to lock without asking it."""
     monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
-    monkeypatch.setattr("envbuild.host.platform.host_platform", lambda *a: AMD64)
+    monkeypatch.setattr("envbuild.core.platform.host_platform", lambda *a: AMD64)
     m = load(MATRIX_PATH, ["backends.cpu.base_image=127.0.0.1:1/envbuild-test/debian:bookworm"])  # nothing listens
     cpu = m.backend("cpu")
     opts = plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks")
@@ -260,7 +260,7 @@ def test_an_unreachable_registry_builds_from_a_lock_current_in_every_other_input
         locking.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=lambda s: None)
     file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
     file.parent.mkdir(parents=True)
-    file.write_text(made(inputs=locks.inputs(m, cpu, p, AMD64, "sha256:" + "c" * 64)).text())
+    file.write_text(made(inputs=locks.inputs(m, cpu, p.wheels, AMD64, "sha256:" + "c" * 64)).text())
     said = []
     got = locking.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=said.append)
     assert got.inputs["base_digest"] == "sha256:" + "c" * 64

@@ -18,7 +18,7 @@ from support.constants import MATRIX as REPO_MATRIX
 from support.constants import MINIMAL as MINIMAL_PATH
 
 from envbuild import matrix
-from envbuild.errors import MatrixError, NotContainerizableError, Problem, UnknownBackendError
+from envbuild.core.errors import MatrixError, NotContainerizableError, Problem, UnknownBackendError
 
 MINIMAL = MINIMAL_PATH.read_text(encoding="utf-8")
 

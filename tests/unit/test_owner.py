@@ -8,8 +8,9 @@ import sys
 import pytest
 from support.fakes import FakeEngine
 
-from envbuild import clean, owner
-from envbuild.owner import OWNED_LABEL, OWNER_LABEL, Container, Owner
+from envbuild.tools import clean
+from envbuild.core import owner
+from envbuild.core.owner import OWNED_LABEL, OWNER_LABEL, Container, Owner
 
 
 def _labels(o: Owner) -> dict[str, str]:

@@ -19,16 +19,17 @@ def test_the_wheel_holds_only_what_users_run(tmp_path):
         packaged_facts = zf.read("envbuild/matrix/matrix.metadata.json")
     assert all(n.startswith("envbuild/") for n in names), names
     assert not [n for n in names if any(word in n for word in ("testbed", "bench", "fixtures", "fakes", "tests/"))]
-    for needed in ("envbuild/cli.py", "envbuild/engine.py", "envbuild/templates/Dockerfile.j2", "envbuild/smoke/probe.py",
-                   "envbuild/lock/resolve.py", "envbuild/sbom.py",
-                   "envbuild/build/plan.py", "envbuild/registry/publish.py", "envbuild/host/doctor.py"):
+    for needed in ("envbuild/cli/__init__.py", "envbuild/core/engine.py", "envbuild/render/templates/Dockerfile.j2",
+                   "envbuild/smoke/probe.py", "envbuild/lock/resolve.py", "envbuild/ship/sbom.py",
+                   "envbuild/imagebuild/plan.py", "envbuild/ship/publish.py", "envbuild/tools/doctor.py",
+                   "envbuild/tools/site/base.html.j2"):
         assert needed in names
     assert packaged_matrix == MATRIX.read_bytes()  # the checkout's matrix itself, not a link to it
     assert packaged_facts == MATRIX.with_name("matrix.metadata.json").read_bytes()  # validate reads it beside the matrix
 
 
 def test_git_ignores_nothing_that_ships_or_tests():
-    # A broad ignore pattern (once `build/`) silently kept envbuild/build/*.py out of commits.
+    # A broad ignore pattern (once `build/`) silently kept the build stage's files (then envbuild/build/) out of commits.
     listed = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--",
                              "envbuild", "tests", "scripts", "benchmarks", ".github", ".ci", "matrix.yaml", "dockerfiles"],
                             cwd=REPO, check=True, capture_output=True, text=True).stdout.split()

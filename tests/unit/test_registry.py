@@ -13,9 +13,9 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 
-from envbuild import ci, report
-from envbuild.engine import StreamBroken
-from envbuild.errors import (
+from envbuild.tools import ci, report
+from envbuild.core.engine import StreamBroken
+from envbuild.core.errors import (
     DigestMismatchError,
     EnvbuildError,
     InvalidInput,
@@ -25,11 +25,12 @@ from envbuild.errors import (
     RegistryUnreachableError,
 )
 from envbuild.matrix import load
-from envbuild.registry import credentials, manifest
-from envbuild.registry.publish import PublishOptions, Published, publish
-from envbuild.registry.pull import pull
-from envbuild.imageref import check_repository, with_tags
-from envbuild.registry.session import Session, registry_error
+from envbuild.core import credentials
+from envbuild.ship import manifest
+from envbuild.ship.publish import PublishOptions, Published, publish
+from envbuild.ship.pull import pull
+from envbuild.core.imageref import check_repository, with_tags
+from envbuild.ship.session import Session, registry_error
 
 MATRIX = load(MATRIX_PATH)
 CPU = MATRIX.backend("cpu")
@@ -376,7 +377,7 @@ def _flaky(failures: int, message: str = "received unexpected HTTP status: 503 S
 
 
 def test_a_transient_registry_error_is_retried_with_backoff(monkeypatch):
-    from envbuild.registry import session as sessions
+    from envbuild.ship import session as sessions
 
     sleeps = []
     monkeypatch.setattr(sessions.time, "sleep", sleeps.append)
@@ -389,7 +390,7 @@ def test_a_transient_registry_error_is_retried_with_backoff(monkeypatch):
 
 
 def test_retries_are_bounded_and_the_error_says_how_long(monkeypatch):
-    from envbuild.registry import session as sessions
+    from envbuild.ship import session as sessions
 
     monkeypatch.setattr(sessions.time, "sleep", lambda s: None)
     engine = FakeEngine()
@@ -400,7 +401,7 @@ def test_retries_are_bounded_and_the_error_says_how_long(monkeypatch):
 
 
 def test_what_cannot_pass_is_not_retried(monkeypatch):
-    from envbuild.registry import session as sessions
+    from envbuild.ship import session as sessions
 
     monkeypatch.setattr(sessions.time, "sleep", lambda s: pytest.fail("no retry expected"))
     engine = FakeEngine()
@@ -413,7 +414,7 @@ def test_what_cannot_pass_is_not_retried(monkeypatch):
 def test_an_unreachable_registry_is_named_in_seconds(closed_port):
     import time
 
-    from envbuild.registry.session import unreachable_reason
+    from envbuild.ship.session import unreachable_reason
 
     start = time.monotonic()
     assert "Connection refused" in unreachable_reason(f"127.0.0.1:{closed_port}", timeout=5)
@@ -507,7 +508,7 @@ def test_a_stream_that_goes_silent_is_abandoned_after_the_stall_time_and_its_con
     import threading
     import time
 
-    from envbuild.registry.session import Session
+    from envbuild.ship.session import Session
 
     release = threading.Event()
     closed = []
@@ -533,7 +534,7 @@ def test_a_stream_that_goes_silent_is_abandoned_after_the_stall_time_and_its_con
 
 
 def test_index_from_joins_platform_records_and_refuses_disagreement(tmp_path):
-    from envbuild.registry.index import _joined, local_image, platform_ref
+    from envbuild.ship.index import _joined, local_image, platform_ref
 
     repo = "registry.test:5000/envbuild"
     amd = {"schema": 1, "images": {"cpu": {"repository": repo, "digest": D1, "platforms": {"linux/amd64": {"digest": D1}}}}}
@@ -554,7 +555,7 @@ def test_index_from_joins_platform_records_and_refuses_disagreement(tmp_path):
 def test_an_index_names_only_platforms_with_a_passing_smoke_result(tmp_path):
     """A per-platform record without a smoke result, or with a failed one, is left out (the issue-21 rule); with
     nothing left there is no index to push, and the error names each platform and why."""
-    from envbuild.registry.index import publish_platforms
+    from envbuild.ship.index import publish_platforms
 
     repo = "registry.test:5000/envbuild"
     failed = {"ok": False, "error": "device not visible", "failed_checks": []}
@@ -571,7 +572,7 @@ def test_an_index_names_only_platforms_with_a_passing_smoke_result(tmp_path):
 
 
 def ci_host_is_amd64() -> bool:
-    from envbuild.host.platform import host_platform
+    from envbuild.core.platform import host_platform
 
     return host_platform() == "linux/amd64"
 
@@ -581,8 +582,8 @@ def test_the_docker_config_s_login_goes_to_its_own_host_only(tmp_path):
     of the forms docker writes), Docker Hub's only for docker.io, never another host's."""
     import base64
 
-    from envbuild.registry.api import Registry
-    from envbuild.trust.oci import Client
+    from envbuild.core.regclient import Registry
+    from envbuild.ship.trust.oci import Client
 
     def auth(pair: str) -> dict:
         return {"auth": base64.b64encode(pair.encode()).decode()}
@@ -602,7 +603,7 @@ def test_tags_made_for_a_push_go_with_it_and_tags_already_there_stay():
     """One rule for the tags a push makes (publish's, an index's platforms): kept after a publish that landed,
     removed after one that failed or was interrupted, and after a platform's push always; a tag the image had
     before is never removed."""
-    from envbuild.registry import session as sessions
+    from envbuild.ship import session as sessions
 
     engine = FakeEngine()
     engine.add_image("sha256:" + "a" * 64, ["reg.test:5000/e:cpu"])

@@ -14,8 +14,8 @@ import tarfile
 import pytest
 from support import testbed
 
-from envbuild.errors import PublishError
-from envbuild.registry.api import DOCKER_LIST, Registry
+from envbuild.core.errors import PublishError
+from envbuild.core.regclient import DOCKER_LIST, Registry
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_doe
     finally:
         server.shutdown()
         server.server_close()
-    from envbuild.errors import RegistryUnreachableError
+    from envbuild.core.errors import RegistryUnreachableError
 
     with pytest.raises(RegistryUnreachableError, match=f"registry {host} unreachable"):
         Registry(host, env).manifest(f"{host}/org/img:1")
@@ -147,8 +147,8 @@ def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_doe
 def test_blobs_and_manifests_are_put_and_read_back_by_digest_and_signing_speaks_through_the_same_client(registry):
     """What signing needs of a registry (an upload, a manifest PUT, reading both back), on the real registry,
     through registry.api and through trust.oci, which only says it in signing's terms."""
-    from envbuild.trust import TrustError
-    from envbuild.trust.oci import Client, NotFound
+    from envbuild.ship.trust import TrustError
+    from envbuild.ship.trust.oci import Client, NotFound
 
     api = Registry(registry.host)
     layer = b'{"critical": "a signature payload"}'
@@ -204,9 +204,9 @@ def _serve(handler_body):
 def test_a_registry_that_serves_other_bytes_than_asked_or_too_many_is_refused(monkeypatch):
     """Content addressing is checked, not trusted: a manifest asked by digest and a blob must hash to it; an
     answer past MAX_DOC is not read whole. Signing hears each as a TrustError."""
-    import envbuild.registry.api as api_mod
-    from envbuild.trust import TrustError
-    from envbuild.trust.oci import Client
+    import envbuild.core.regclient as api_mod
+    from envbuild.ship.trust import TrustError
+    from envbuild.ship.trust.oci import Client
 
     def answer(h, method):
         if "/manifests/" in h.path:
@@ -269,9 +269,9 @@ def test_an_upload_location_on_another_host_gets_no_token():
 def test_signing_uploads_to_a_registry_that_asks_for_credentials(tmp_path):
     """htpasswd (a Basic challenge): the upload and the manifest go with the credentials of the environment; none
     given, the error says how to give them."""
-    from envbuild.errors import RegistryAuthError
-    from envbuild.trust import TrustError
-    from envbuild.trust.oci import Client
+    from envbuild.core.errors import RegistryAuthError
+    from envbuild.ship.trust import TrustError
+    from envbuild.ship.trust.oci import Client
 
     try:
         reg = testbed.start_registry(tmp_path / "auth", auth=("signer", "pa55word"))
@@ -301,7 +301,7 @@ def test_the_publish_credentials_never_go_to_a_base_images_registry(monkeypatch)
     base's registry (Docker Hub, nvcr.io, ...): its token service must not be sent them."""
     import base64
 
-    import envbuild.registry.api as api_mod
+    import envbuild.core.regclient as api_mod
     from envbuild.lock import base_digest
 
     token_auth: list[str | None] = []

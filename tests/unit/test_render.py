@@ -1,10 +1,10 @@
-"""Tests for envbuild/render.py and the Dockerfiles it produces.
+"""Tests for envbuild/render/ and the Dockerfiles it produces.
 
 Golden files
 ------------
 tests/golden/<backend>.Dockerfile hold the exact bytes rendered from the FIXED matrix tests/data/matrix.yaml
 (a copy of the repo's matrix.yaml taken when the goldens were made), so they do not churn when the product's
-pins in /matrix.yaml move. After an intended change to envbuild/templates/ or envbuild/render.py, refresh
+pins in /matrix.yaml move. After an intended change to envbuild/render/templates/ or envbuild/render/, refresh
 them and review the diff:
 
     envbuild render --matrix tests/data/matrix.yaml --output tests/golden
@@ -31,9 +31,9 @@ from support.constants import CONTAINERIZABLE, DOCKERFILES, FIXED, GOLDEN, MATRI
 
 from envbuild import matrix
 from envbuild import render as r
-from envbuild.errors import EnvbuildError, MatrixError
-from envbuild import files
-from envbuild.files import write_atomic
+from envbuild.core.errors import EnvbuildError, MatrixError
+from envbuild.core import files
+from envbuild.core.files import write_atomic
 
 TEST_MATRIX = matrix.load(FIXED)
 NAMES = [b.name for b in TEST_MATRIX.containerizable()]

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
 
-from envbuild import engine as engines
-from envbuild import run as runner
-from envbuild.build import builder
-from envbuild.errors import DockerError, InvalidInput
-from envbuild.host import engine_setup
+from envbuild.core import engine as engines
+from envbuild.tools import run as runner
+from envbuild.imagebuild import builder
+from envbuild.core.errors import DockerError, InvalidInput
+from envbuild.tools import engine_setup
 from envbuild.matrix import load
 
 MATRIX = load(MATRIX_PATH)

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from support.constants import MATRIX as FIXED  # the product's matrix: its host driver minimums
 
-from envbuild import site
-from envbuild.errors import InvalidInput
+from envbuild.tools import site
+from envbuild.core.errors import InvalidInput
 from envbuild.matrix import load
 
 HOSTILE = '<script>document.title="pwned"</script><img src=x onerror=alert(1)>'
@@ -253,7 +253,7 @@ def test_the_grid_in_the_browser_matches_the_inputs(built: tuple[Path, dict[str,
     assert cuda.attrs["data-result"] == "fail" and "\u2717 FAIL" in cuda.text() and "since 2026-12-01" in cuda.text()
     assert "generate: FAILED: out of memory" in cuda.text() and "NVIDIA H100 80GB HBM3" in cuda.text()
     assert cell(rows["cuda"], "data-field", "signature").text() == "NOT verified"
-    from envbuild import report
+    from envbuild.tools import report
 
     # The needs the published image's labels record (the manifest), else the matrix's (as `list --compat`).
     assert cell(rows["cuda"], "data-field", "min_driver").text() == "nvidia>=580.65.06 (cuda 13.0)"
@@ -300,7 +300,7 @@ def test_hostile_values_show_as_text_not_markup(built: tuple[Path, dict[str, Any
 
 
 def test_a_backend_page_has_its_checks_run_lines_pins_and_changes(built: tuple[Path, dict[str, Any]]) -> None:
-    from envbuild import report
+    from envbuild.tools import report
 
     out, _ = built
     m = load(FIXED, MATRIX_SET)
@@ -559,7 +559,7 @@ def test_a_plugin_version_the_probe_saw_is_named_by_its_package(tmp_path: Path) 
 
 
 def test_the_signature_state_is_what_publish_records_when_it_signs():
-    from envbuild.site import signature
+    from envbuild.tools.site import signature
 
     signed = {"key": "3f2a9c0d11e2b4c5d6e7f8", "signatures": [{"digest": "sha256:a"}, {"digest": "sha256:b"}],
               "attestations": [{"digest": "sha256:a"}]}

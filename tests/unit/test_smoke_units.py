@@ -11,8 +11,9 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 
-from envbuild import report, smoke
-from envbuild.errors import InvalidInput
+from envbuild.tools import report
+from envbuild import smoke
+from envbuild.core.errors import InvalidInput
 from envbuild.matrix import load
 from envbuild.smoke import preflight
 
@@ -37,7 +38,7 @@ def test_preflight_names_the_missing_piece(tmp_path):
 @pytest.mark.parametrize("backend", ["cuda", "hpu", "musa", "rocm"])
 def test_smoke_and_doctor_give_the_same_fix(tmp_path, backend):
     """One copy of each check: the line smoke refuses with is the check doctor lists."""
-    from envbuild.host import doctor
+    from envbuild.tools import doctor
 
     b = MATRIX.backend(backend)
     with pytest.raises(smoke.SmokeError) as refused:
@@ -129,7 +130,7 @@ def _probe_report(*names: str, failed: str = "") -> bytes:
 
 
 def _engine_with(stdout: bytes, status: int = 0):
-    from envbuild.engine import Exited
+    from envbuild.core.engine import Exited
 
     engine = FakeEngine()
     engine.add_image("sha256:" + "a" * 64, [CPU_TAG])

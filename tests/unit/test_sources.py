@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 from support.constants import MATRIX
 
-from envbuild.errors import InvalidInput, MatrixError
+from envbuild.core.errors import InvalidInput, MatrixError
 from envbuild.matrix import load, loads
 from envbuild.matrix.edit import apply
-from envbuild.sources import Finding
-from envbuild.sources.bump import bump, changes, check_only, select
-from envbuild.sources.index import _from_html, requirement_of
-from envbuild.imageref import Reference
-from envbuild.sources.tags import follow, newer_tags
+from envbuild.tools.sources import Finding
+from envbuild.tools.sources.bump import bump, changes, check_only, select
+from envbuild.tools.sources.index import _from_html, requirement_of
+from envbuild.core.imageref import Reference
+from envbuild.tools.sources.tags import follow, newer_tags
 
 
 @pytest.mark.parametrize("current, tags, repo, expected", [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild.trust import KeyError_, VerifyError, dsse, keys, sign
+from envbuild.ship.trust import KeyError_, VerifyError, dsse, keys, sign
 
 PASSPHRASE = "correct horse 7 battery"
 
@@ -74,7 +74,7 @@ def ecdsa_ok(public_pem: bytes, signature: bytes, data: bytes) -> bool:
 def keygen(tmp_path: Path, *extra: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in keys.PASSWORD_ENV}
     environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "envbuild.cli", "keygen", *extra], cwd=tmp_path, env=environ,
+    return subprocess.run([sys.executable, "-m", "envbuild", "keygen", *extra], cwd=tmp_path, env=environ,
                           capture_output=True, text=True, input=stdin, timeout=120)
 
 
@@ -219,7 +219,7 @@ def test_verify_bad_input_is_exit_2_with_a_reason(invoke, tmp_path, monkeypatch)
 def test_image_creation_time_becomes_rfc3339():
     from datetime import datetime, timezone
 
-    from envbuild.trust.attest import _utc
+    from envbuild.ship.trust.attest import _utc
 
     assert _utc(datetime(2026, 12, 2, 3, 4, 5, tzinfo=timezone.utc)) == "2026-12-02T03:04:05Z"
     assert _utc(None) is None

@@ -1,0 +1,5 @@
+"""`python -m envbuild`: the same as the `envbuild` command."""
+
+from envbuild.cli import main
+
+main()

@@ -1,0 +1,1305 @@
+"""The envbuild command line: a thin layer over the library; each command calls one library function.
+
+Heavy modules (docker, jinja2) are imported inside the commands that need them, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from envbuild.core.errors import EnvbuildError, InvalidInput
+from envbuild.core.text import shown
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
+SET_HELP = "Override a matrix field for this run, e.g. backends.cpu.torch.version=2.13.0 (repeatable)."
+
+
+class _PathArg(click.Path):
+    """click.Path whose value is a pathlib.Path, imported when a value comes: `--help` needs neither pathlib nor
+    json (the commands import what they use)."""
+
+    def coerce_path_result(self, value: Any) -> Any:
+        from pathlib import Path
+
+        return Path(value)
+
+
+def _sigterm_as_interrupt() -> None:
+    """A CI cancel (SIGTERM) cleans up as Ctrl-C does: containers, temporary tags, staged files."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (tests invoking the CLI from one)
+        pass
+
+
+def _scrub(text: str) -> str:
+    """No secret (by name or by shape) reaches the terminal, even in an unexpected error."""
+    from envbuild.core.output import scrub
+
+    return scrub(text)
+
+
+MAX_ERROR_LINES = 50  # problems printed of one error; the rest are counted
+
+
+def _error_lines(text: str) -> list[str]:
+    from envbuild.core.output import capped
+
+    lines = text.split("\n")
+    more = len(lines) - MAX_ERROR_LINES
+    lines = [capped(line) for line in lines[:MAX_ERROR_LINES]]
+    return lines + ([f"... and {more} more problem(s) like these"] if more > 0 else [])
+
+
+MAX_WIDTH = 100  # of help text
+
+
+def _help_width() -> int:
+    """The width click gives help text (the terminal's columns, at most MAX_WIDTH, less 2, at least 50), worked
+    out as shutil.get_terminal_size does but without importing shutil: a tenth of what `--help` adds to click."""
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return max(min(columns if columns > 0 else 80, MAX_WIDTH) - 2, 50)
+
+
+class Group(click.Group):
+    """Turns every envbuild error into 'Error: ...' and its exit code: one place, no tracebacks. What a message
+    echoes of the user's input is escaped: it can neither repaint the terminal nor forge another line."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        extra.setdefault("terminal_width", _help_width())  # every command's context inherits it
+        return super().make_context(info_name, args, parent, **extra)
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        _sigterm_as_interrupt()
+        from envbuild.core.output import OutputFault, guarded
+
+        try:
+            with guarded():  # every line printed from here on: secrets masked, escapes shown
+                status = super().main(*args, standalone_mode=False, **kwargs)
+        except OutputFault as exc:  # outside a command (help, usage)
+            sys.exit(_output_fault(exc))
+        except click.ClickException as exc:  # usage errors (exit 2), with the input they quote made safe
+            exc.message = shown(_scrub(exc.message))
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)  # ctx.exit(N) comes back as N here
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EnvbuildError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            from envbuild.core.output import OutputFault
+
+            if isinstance(exc, OutputFault):
+                ctx.exit(_output_fault(exc))
+            for line in _error_lines(_scrub(str(exc))) or [type(exc).__name__]:
+                click.secho(f"Error: {shown(line)}", fg="red", err=True)
+            ctx.exit(exc.exit_code)
+        except OSError as exc:  # the world's fault (a permission, a full disk), not a bug: say which file
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            for line in _error_lines(_scrub(f"{where}{exc.strerror or exc}")):
+                click.secho(f"Error: {shown(line)}", fg="red", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            ctx.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as exc:  # a bug, not a user error: say so briefly; --debug shows the traceback
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            said = shown(_error_lines(_scrub(str(exc)))[0])
+            click.secho(f"Error: internal error: {type(exc).__name__}: {said} (rerun with --debug for the traceback)", fg="red", err=True)
+            ctx.exit(70)
+
+
+def _output_fault(exc) -> int:
+    """A closed pipe ends quietly (as `yes | head` does); a full device is said on stderr. Exit 1."""
+    if not exc.closed:
+        try:
+            click.secho(f"Error: {exc}", fg="red", err=True)
+        except Exception:  # stderr is gone too
+            pass
+    return 1
+
+
+def _image_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--image: a reference (REPO[:TAG][@DIGEST]) or an image id, never something the engine would misread."""
+    from envbuild.matrix.schema import check_str
+
+    if value is None or re.fullmatch(r"(?:sha256:)?[0-9a-f]{12,64}", value):
+        return value
+    _, why = check_str("image")(value)
+    if why:
+        raise click.BadParameter(f"{why}, or an image id")
+    return value
+
+
+def _matrix_options(f):
+    f = click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help=SET_HELP)(f)
+    f = click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help=MATRIX_HELP)(f)
+    return f
+
+
+class _Inputs:
+    """What build and lock read besides the matrix: base mirrors, wheels, secrets, the network, the locks."""
+
+    def __init__(self, mirrors, wheelhouse, ca_bundle, no_ca_bundle, netrc, network, locks_dir):
+        self.values = dict(mirrors=mirrors, wheelhouse=wheelhouse, netrc=netrc, network=network, locks_dir=locks_dir)
+        self.ca_bundle, self.no_ca_bundle = ca_bundle, no_ca_bundle
+
+    def options(self, **more: Any):
+        from envbuild.imagebuild.plan import options
+
+        return options(ca_bundle=self.ca_bundle, no_ca_bundle=self.no_ca_bundle, **self.values, **more)
+
+
+def _input_options(f):
+    options = [
+        click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable)."),
+        click.option("--wheelhouse", type=_PathArg(file_okay=False, exists=True), help="A folder of wheels pip may use besides the indexes."),
+        click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
+        click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle."),
+        click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials, passed as a BuildKit secret."),
+        click.option("--network", metavar="MODE", help="The network of the build's RUN steps, e.g. host (an index on this machine's loopback)."),
+        click.option("--locks", "locks_dir", default="locks", show_default=True, type=_PathArg(file_okay=False), help="Where the locks are (BACKEND/OS-ARCH.txt)."),
+    ]
+
+    @functools.wraps(f)  # with the options already on f
+    def wrapper(**kw):
+        names = ("mirrors", "wheelhouse", "ca_bundle", "no_ca_bundle", "netrc", "network", "locks_dir")
+        kw["inputs"] = _Inputs(*(kw.pop(n) for n in names))
+        return f(**kw)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def _engine():
+    """The engine the command works on; where none answers (Debian, Ubuntu), offer to install and start one."""
+    from envbuild.core.engine import Engine
+    from envbuild.tools.engine_setup import ensure_engine
+
+    engine = Engine()
+    ctx = click.get_current_context()
+    ask = (lambda question: click.confirm(question, err=True)) if sys.stdin.isatty() else None
+    ensure_engine(engine, yes=bool(ctx.obj and ctx.obj.get("yes")), ask=ask, echo=lambda line: click.echo(line, err=True))
+    return engine
+
+
+def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
+    from envbuild import matrix
+
+    return matrix.load(matrix_path or matrix.default_path(), overrides)
+
+
+def _emit_json(data: Any) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH})
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error (for bug reports).")
+@click.option("--yes", "-y", is_flag=True, help="Answer yes to envbuild's questions: where no Docker engine answers (Debian, Ubuntu), install docker.io and start it without asking.")
+@click.version_option(package_name="envbuild")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, yes: bool) -> None:
+    """Build, smoke-test and ship PyTorch + Transformers images for every accelerator.
+
+    matrix.yaml describes each backend once; `render` writes one Dockerfile per backend into
+    dockerfiles/, `build` builds it on your Docker engine, and `smoke` proves a model loads on the device.
+
+    \b
+    Quick start (CPU):
+      envbuild build --backend cpu && envbuild smoke --backend cpu
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    ctx.obj["yes"] = yes
+
+
+@cli.command()
+@_matrix_options
+def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
+    """Check the matrix: exit 0 when valid, 2 with one located error per line when not."""
+    m = _load(matrix_path, overrides)
+    click.echo(f"{m.path}: ok ({len(m.backends)} backends, {len(m.containerizable())} containerizable)")
+
+
+@cli.command()
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Render only this backend (repeatable; default: all).")
+@click.option("--output", "-o", default="dockerfiles", show_default=True, type=click.Path(file_okay=False), help="Where to write the Dockerfiles.")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file is stale, missing or extra.")
+@click.option("--no-cache", is_flag=True, help="Render afresh: neither read nor keep the render cache.")
+@_matrix_options
+def render(backends: tuple[str, ...], output: str, check: bool, no_cache: bool, matrix_path: str,
+           overrides: tuple[str, ...]) -> None:
+    """Render dockerfiles/<backend>.Dockerfile for each containerizable backend.
+
+    Output is deterministic and written atomically; unchanged files are not touched. What was rendered is
+    kept in ~/.cache/envbuild/render, keyed on every input (the matrix and its metadata file, --set, the
+    backends, envbuild's code and templates, the libraries that render and validate): a change to any of
+    them renders afresh.
+    """
+    from pathlib import Path
+
+    from envbuild import render as r
+
+    rendered = r.rendered_for(matrix_path, overrides, backends, cache=not no_cache)
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise InvalidInput(f"--output {output}: not a folder")
+    if check:
+        diffs = r.check(rendered, out, complete=not backends)
+        for d in diffs:
+            click.echo(str(d))
+        if diffs:
+            click.secho(f"{len(diffs)} Dockerfile(s) out of date: run `envbuild render`.", fg="red", err=True)
+            sys.exit(1)
+        click.echo(f"{len(rendered)} Dockerfile(s) up to date in {out}/")
+        return
+    changed = r.write(rendered, out)
+    for name in rendered:
+        click.echo(f"{'wrote' if name in changed else 'unchanged'} {out / name}")
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--compat", is_flag=True, help="The compatibility table: what each image needs of the host (minimum driver, architectures), its platforms, size and last smoke result.")
+@click.option("--markdown", is_flag=True, help="With --compat: Markdown, as COMPATIBILITY.md holds it.")
+@click.option("--manifest", type=_PathArg(dir_okay=False, exists=True), help="With --compat: take image sizes and smoke results from this manifest.")
+@click.option("--check", "check_path", type=_PathArg(dir_okay=False), metavar="FILE", help="With --compat: write nothing; exit 1 when FILE is not the current Markdown table.")
+@_matrix_options
+def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, check_path: Path | None, matrix_path: str,
+          overrides: tuple[str, ...]) -> None:
+    """Every backend: device string, base image, torch and plugin pins, containerizable.
+
+    With --compat, which image fits which host: the table in COMPATIBILITY.md (`--markdown`), or JSON for
+    tools (`--json`); `--check COMPATIBILITY.md` fails when the file is stale, as `render --check` does for the
+    Dockerfiles.
+    """
+
+    from envbuild.tools import report
+
+    m = _load(matrix_path, overrides)
+    if (markdown or manifest or check_path) and not compat:
+        raise click.UsageError("--markdown, --manifest and --check go with --compat")
+    if compat:
+        from envbuild.ship import manifest as manifests
+
+        rows = report.compat_rows(m, manifests.load(manifest, must_exist=True) if manifest else None)
+        text = report.compat_markdown(rows)
+        if check_path:
+            from envbuild.core.files import read_host
+
+            if read_host(check_path) != text:
+                click.secho(f"{check_path} is not the current compatibility table: run `envbuild list --compat "
+                            f"--markdown > {check_path}`.", fg="red", err=True)
+                sys.exit(1)
+            click.echo(f"{check_path} is up to date")
+        elif as_json:
+            _emit_json([{k: v for k, v in r.items()} for r in rows])
+        elif markdown:
+            click.echo(text, nl=False)
+        else:
+            click.echo(report.table(rows, report.COMPAT_COLUMNS))
+        return
+    rows = [report.backend_summary(b) for b in m.backends]
+    if as_json:
+        _emit_json(rows)
+        return
+    click.echo(report.table(rows, ["backend", "device", "containerizable", "base_image", "torch", "plugin"]))
+
+
+@cli.command()
+@click.argument("backend")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_matrix_options
+def show(backend: str, as_json: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
+    """One backend in full, with the exact `docker run` flags that expose its device."""
+    from envbuild.tools import report
+
+    m = _load(matrix_path, overrides)
+    b = m.backend(backend)
+    detail = report.backend_detail(m, b)
+    if as_json:
+        _emit_json(detail)
+        return
+    click.echo(report.describe(detail))
+
+
+def _auto(m, *, native: bool = False) -> str:
+    """`--backend auto`: the backend detected on this host (cpu when none), said on stderr with the evidence.
+    Several accelerators, or (unless native) only a non-containerizable one, are errors that ask for a choice."""
+    from envbuild.tools import detect as d
+
+    runtimes = None if native else d.docker_runtimes_from_engine()
+    name, reason = d.choose(d.detect(m, docker_runtimes=runtimes), m, native=native)
+    click.echo(f"auto: chose {name} ({reason})", err=True)
+    return name
+
+
+def _names(backends: tuple[str, ...]) -> list[str]:
+    """--backend values: repeatable and comma-separated."""
+    return [n.strip() for b in backends for n in b.split(",") if n.strip()]
+
+
+def _choose(m, backends: tuple[str, ...]) -> list:
+    """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'), for build, smoke and pull."""
+    names = _names(backends)
+    if not names:
+        raise click.UsageError("say which backend: --backend NAME (or --backend all, or --backend auto)")
+    return m.select([_auto(m) if n == "auto" else n for n in names])
+
+
+def _write_output(path: str, text: str) -> None:
+    from pathlib import Path
+
+    from envbuild.core.files import write_atomic
+    from envbuild.core.output import scrub
+
+    write_atomic(Path(path), scrub(text))  # a report holds no secret either
+
+
+@cli.command()
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to build, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
+@_matrix_options
+@_input_options
+@click.option("--locked", is_flag=True, help="Build only from a current lock: refuse, naming the command to run, when locks/BACKEND/OS-ARCH.txt is missing or stale (CI and publish use it).")
+@click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="Passed to the build (repeatable).")
+@click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
+@click.option("--no-cache", is_flag=True, help="Build every layer afresh.")
+@click.option("--platform", help="Target platform, one the backend lists, e.g. linux/arm64: built natively, or under QEMU (binfmt) on another architecture; tagged REPO:BACKEND-ARCH when it is not this host's. Several, comma-separated, need buildx; the result then stays in the builder (export it with --cache-to).")
+@click.option("--builder", help="A buildx builder to use, e.g. a remote BuildKit (needs buildx).")
+@click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, e.g. type=registry,ref=REG/cache:cpu or type=local,src=DIR (local caches need buildx; repeatable).")
+@click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, e.g. type=registry,ref=REG/cache:cpu,mode=max or type=local,dest=DIR (needs buildx; repeatable).")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1), help="Build this many backends at once (one live status line each on a terminal).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the build results as JSON to this file.")
+@click.option("--verbose", "-v", is_flag=True, help="Show the builder's full output.")
+def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, labels,
+          no_cache, platform, builder, cache_from, cache_to, jobs, json_path, verbose) -> None:
+    """Build the image of one backend (or all) with BuildKit on the local Docker engine.
+
+    The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt, hash-checked, nothing resolved). A missing or
+    stale lock is resolved first and written (the output says so), like cargo; --locked refuses instead.
+    The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
+    build succeeded: a failed build never moves an existing tag. The full log is kept under
+    .envbuild/logs/ and its path is printed on failure. With several backends the build goes on past a
+    failure, prints a summary and exits 1 if any failed. When nothing that decides the image changed since
+    the last good build of a backend from this folder (the Dockerfile, probe and wheels by content, every
+    option, the values --build-arg NAME takes from the environment, the DOCKER_*/BUILDX_* settings, the
+    local base image) and its tags are in place, it says "up to date" without running the builder;
+    --no-cache, --platform, --builder and --cache-to always build.
+
+    --jobs N builds N backends at once, each in its own builder process on the same daemon: BuildKit runs
+    a step shared by several builds (same base, same command) once, and the others reuse its result.
+
+    \b
+    Example (a plain Debian base and a local torch wheel):
+      envbuild build --backend cpu --set backends.cpu.base_image=localhost:5000/debian:bookworm \\
+          --set backends.cpu.torch.version=2.13.0 --wheelhouse ./wheels
+    """
+    from envbuild import imagebuild as b
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends)
+    if tags and len(chosen) > 1:
+        raise click.UsageError("--tag needs a single backend")
+    opts = inputs.options(tags=tags, build_args=build_args, labels=labels, no_cache=no_cache, platform=platform,
+                          builder=builder, cache_from=cache_from, cache_to=cache_to)
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    engine = _engine()
+    if jobs > 1 and len(chosen) > 1:
+        from envbuild.imagebuild.status import StatusBoard
+
+        # -v wants every line of every builder: then no live board, only prefixed lines
+        live = False if verbose else None
+        with StatusBoard([x.name for x in chosen], stream=click.get_text_stream("stderr"), live=live) as board:
+            built = b.build_many(m, chosen, opts, engine, jobs=jobs, echo=echo, verbose=verbose, locked=locked, board=board)
+    else:
+        built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
+    _report_builds(built, json_path, platform)
+
+
+@cli.command("lock")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to lock, or 'all' (repeatable) [default: all; with --check, the locks there are].")
+@_matrix_options
+@_input_options
+@click.option("--upgrade", is_flag=True, help="Resolve afresh: take the newest releases the pins allow, keeping nothing of the old lock.")
+@click.option("--upgrade-package", "upgrade_packages", multiple=True, metavar="NAME", help="Let this distribution move to its newest fitting release; everything else keeps its locked version where it fits (repeatable).")
+@click.option("--check", is_flag=True, help="Write nothing, resolve nothing, read files only (no Docker, no network): exit 1 naming each stale lock, each missing platform, and a GPU backend's CPU-only torch.")
+@click.option("--platform", help="Lock only this platform, e.g. linux/arm64 [default: every platform the backend lists; another architecture than this host's resolves under QEMU].")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--verbose", "-v", is_flag=True, help="Show the resolver's full output.")
+def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, platform, as_json, verbose) -> None:
+    """Write locks/BACKEND/OS-ARCH.txt: per platform, every distribution the image adds to its base, pinned and hashed.
+
+    The lock is resolved in the backend's own base on the engine that builds (pip in that environment,
+    so a vendor's torch and plugin are kept, never replaced), with the same --mirror, --wheelhouse,
+    --ca-bundle and --netrc as build. Its header records what it was resolved from; an unchanged lock is
+    not resolved again. Same inputs, same bytes. Builds install it with hash checking. The header names the
+    platform and the base image's registry digest for it (asked of the registry, or given by a base pinned
+    by digest), so a lock made on one machine is current on every other.
+
+    \b
+    Examples:
+      envbuild lock --backend cpu
+      envbuild lock --backend cpu --upgrade-package huggingface-hub
+      envbuild lock --check            # CI: are the locks this repository carries current?
+    """
+    from envbuild.tools import report
+    from envbuild.imagebuild import locking
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends) if backends else m.containerizable()
+    opts = inputs.options(platform=platform)
+    if platform and "," in platform:
+        raise click.UsageError("--platform: one platform per lock run (each has its own file)")
+    if check:
+        if upgrade or upgrade_packages:
+            raise click.UsageError("--check writes nothing: it takes no --upgrade or --upgrade-package")
+        results = locking.check(m, chosen, opts, require=bool(backends))
+    else:
+        echo = lambda line: click.echo(line, err=True)  # noqa: E731
+        lock_opts = locking.LockOptions(upgrade=upgrade, upgrade_packages=upgrade_packages)
+        results = locking.lock(m, chosen, opts, lock_opts, _engine(), echo=echo, verbose=verbose)
+    if as_json:
+        _emit_json([r.to_json() for r in results])
+    else:
+        for r in results:
+            click.echo(report.lock_line(r))
+        if check and not results:
+            click.echo(f"no locks to check in {opts.locks_dir}/")
+    bad = [r for r in results if r.status in report.LOCK_PROBLEMS]
+    if check and bad:
+        click.secho(f"{len(bad)} lock(s) out of date or wrong: run `envbuild lock`.", fg="red", err=True)
+        sys.exit(1)
+
+
+def _source_options(f):
+    """Where outdated and bump ask: the same --mirror, --ca-bundle and --netrc as build."""
+    for option in reversed([
+        click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Ask a mirror for base image tags, e.g. docker.io=mirror.corp:5000 (repeatable)."),
+        click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for the indexes and registries [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
+        click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials."),
+    ]):
+        f = option(f)
+    return f
+
+
+def _sources(mirrors, ca_bundle, netrc):
+    from envbuild.tools.sources import Sources
+
+    return Sources.checked(mirrors, ca_bundle, netrc)
+
+
+def _outdated(m, backends, sources, quiet: bool):
+    from envbuild.tools.sources import outdated
+
+    chosen = _choose(m, backends) if backends else m.containerizable()
+    say = None if quiet else (lambda line: click.echo(f"envbuild: {line}", err=True))
+    return outdated(m, chosen, sources, progress=say)
+
+
+@cli.command("outdated")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only this backend's pins besides the shared ones (repeatable) [default: every containerizable backend].")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--markdown", is_flag=True, help="A Markdown table (a pull request body, a job summary).")
+@click.option("--exit-code", is_flag=True, help="Exit 1 when something newer fits (CI: propose a bump).")
+@_source_options
+@_matrix_options
+def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc, matrix_path, overrides) -> None:
+    """What is newer than each pin, what of that fits, and why the rest does not.
+
+    Every pin (transformers, accelerate, uv, extras, each backend's torch, plugin and base image) is asked
+    of its own source: the package index it installs from (PEP 691/503, metadata per PEP 658 or the wheel)
+    and the registry of the base image (same-shaped tags; a moved digest). A newer release fits when every
+    rule holds: the plugin's pairing and torch range, the torch that transformers and accelerate declare,
+    wheels for each platform, a vendor base that fixes torch. A source that cannot be reached is reported
+    for its pins; the rest still answer. Writes nothing.
+
+    \b
+    Examples:
+      envbuild outdated
+      envbuild outdated --backend cuda --json
+      envbuild outdated --exit-code --markdown > outdated.md   # CI
+    """
+    from envbuild.tools import report
+
+    m = _load(matrix_path, overrides)
+    findings = _outdated(m, backends, _sources(mirrors, ca_bundle, netrc), quiet=as_json)
+    if as_json:
+        _emit_json([f.to_json() for f in findings])
+    elif markdown:
+        click.echo(report.markdown_table(report.outdated_rows(findings), report.OUTDATED_COLUMNS), nl=False)
+    else:
+        click.echo(report.table(report.outdated_rows(findings), report.OUTDATED_COLUMNS))
+        unreachable = [f for f in findings if f.error]
+        if unreachable:
+            click.secho(f"{len(unreachable)} pin(s) could not be asked: their source did not answer.", fg="yellow", err=True)
+    if exit_code and any(f.newer or f.also for f in findings):
+        sys.exit(1)
+
+
+@cli.command("metadata")
+@click.option("--refresh", is_flag=True, help="Read the pins' metadata from their indexes and write the cache (else: check it, offline).")
+@_source_options
+@_matrix_options
+def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> None:
+    """The metadata cache beside the matrix (matrix.yaml -> matrix.metadata.json): each pin's Requires-Python and
+    what it requires of torch, read from its index (PEP 691/658, else the wheel). `validate` holds every backend's
+    Python and torch to it with no network; `bump` refreshes it with the pins it moves.
+
+    \b
+    Examples:
+      envbuild metadata              # offline: exit 1 naming each pin the cache lacks
+      envbuild metadata --refresh    # ask the indexes, write matrix.metadata.json, validate against it
+    """
+    from envbuild import matrix as matrix_mod
+    from envbuild.matrix import facts
+
+    if overrides:
+        raise click.UsageError("metadata reads the matrix file itself: it takes no --set")
+    path = matrix_path or matrix_mod.default_path()
+    if refresh:
+        from envbuild.tools.sources import metadata
+
+        sources = _sources(mirrors, ca_bundle, netrc)
+        cache, errors, changed = metadata.update(path, sources.index, say=lambda line: click.echo(f"envbuild: {line}", err=True))
+        for e in errors:
+            click.secho(f"not asked: {e}", fg="yellow", err=True)
+        click.echo(f"{'wrote' if changed else 'unchanged'} {cache.path}")
+    m = _load(path)  # validated against the cache
+    cache = facts.read(facts.path_for(path))
+    if cache is None:
+        click.secho(f"no metadata cache beside {path}: run `envbuild metadata --refresh`", fg="red", err=True)
+        sys.exit(1)
+    lacking = facts.missing(m, cache)
+    for line in lacking:
+        click.echo(f"missing: {line}")
+    if lacking:
+        click.secho(f"{len(lacking)} pin(s) unknown to {cache.path}: run `envbuild metadata --refresh`.", fg="red", err=True)
+        sys.exit(1)
+    click.echo(f"{cache.path}: every pin of {path} is known and fits its backends")
+
+
+@cli.command("bump")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only this backend's pins besides the shared ones (repeatable).")
+@click.option("--only", "only", multiple=True, metavar="FIELD", help="Only these pins: transformers, accelerate, uv, torch, plugin, base_image, or a dotted field such as backends.cuda.base_image (repeatable).")
+@click.option("--to", "to", metavar="VERSION", help="Set the one pin --only names to this version (checked like any other).")
+@click.option("--dry-run", is_flag=True, help="Print the diff; write nothing.")
+@click.option("--output", "-o", "dockerfiles", default="dockerfiles", show_default=True, type=_PathArg(file_okay=False), help="Where the Dockerfiles are rendered.")
+@click.option("--no-lock", is_flag=True, help="Do not refresh the locks that exist (then `envbuild lock --check` names them).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_matrix_options
+@_input_options
+def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_path, overrides, inputs) -> None:
+    """Apply what `outdated` finds to fit: edit matrix.yaml in place, render, refresh the locks.
+
+    Only the changed values differ in matrix.yaml: every comment, key order and layout stays. The edited
+    matrix is validated, then it and the Dockerfiles are written together (or nothing is); the locks of
+    the backends whose images change are refreshed where locks/BACKEND/OS-ARCH.txt exists. Prints the diff.
+
+    \b
+    Examples:
+      envbuild bump --dry-run
+      envbuild bump --only transformers --only uv
+      envbuild bump --only backends.cuda.base_image
+      envbuild bump --only transformers --to 5.24.0
+    """
+    from pathlib import Path
+
+    from envbuild import matrix as matrix_mod
+    from envbuild.tools.sources import bump as bumping
+
+    if overrides:
+        raise click.UsageError("bump edits the matrix file itself: it takes no --set")
+    bumping.check_only(only)
+    bumping.check_to(only, to)  # before any index is asked
+    path = Path(matrix_path or matrix_mod.default_path())
+    if not dry_run:
+        bumping.working(path)  # before any source is asked
+    m = _load(str(path))
+    opts = inputs.options()
+    sources = _sources(inputs.values["mirrors"], opts.ca_bundle, inputs.values["netrc"])
+    done = bumping.run(path, m, _choose(m, backends) if backends else m.containerizable(), sources, opts, _engine,
+                       dockerfiles=dockerfiles, only=only, to=to, dry_run=dry_run, no_lock=no_lock,
+                       progress=None if as_json else (lambda line: click.echo(f"envbuild: {line}", err=True)),
+                       echo=lambda line: click.echo(line, err=True))
+    findings, new, result = done.findings, done.new, done.result
+    locks_refreshed, locks_left = done.locks_refreshed, done.locks_left
+    if as_json:
+        _emit_json(done.to_json(dry_run))
+        return
+    if not new:
+        click.echo("nothing to bump: every pin is the newest that fits (see `envbuild outdated`)")
+        for f in findings:  # what is newer, and why it was not proposed
+            if f.newest and f.why and f.newest not in (f.current, f.fits):
+                click.echo(f"  {f.field} stays {f.current}: {'; '.join(f.why)}")
+        return
+    click.echo(result.diff, nl=False)
+    if dry_run:
+        click.echo(f"(dry run: {path} and {dockerfiles}/ left as they are)")
+        return
+    for written in result.written:
+        click.echo(f"wrote {written}")
+    for r in locks_refreshed:
+        click.echo(f"{r.backend}: {r.path} {r.status}")
+    for left in locks_left:
+        why = " (--no-lock)" if no_lock else ""
+        click.echo(f"not refreshed: {left}{why}: resolve it with `envbuild lock` on its backend's runner")
+    if locks_left and not no_lock:
+        sys.exit(1)
+
+
+def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
+    import json
+
+    from envbuild.tools import report
+
+    for result in results:
+        if result.ok:
+            click.echo(report.build_line(result, platform))
+        else:
+            click.secho(report.build_line(result, platform), fg="red", err=True)
+            if result.log:
+                click.echo(f"{result.backend}: full log: {result.log}", err=True)
+    if json_path:
+        _write_output(json_path, json.dumps([r.to_json() for r in results], indent=2) + "\n")
+    if len(results) > 1:
+        click.echo(report.table(report.build_rows(results), report.BUILD_COLUMNS))
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to test, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
+@click.option("--image", callback=_image_ref, help="Image to test [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--model", default="synthetic", show_default=True, help="'synthetic' (a tiny random model, offline), a local model directory (mounted read-only) or a hub id.")
+@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds before the container is stopped and the smoke fails.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result (with the probe's report) as JSON.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
+@click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@click.option("--cache", metavar="DIR|VOLUME", help="Mount this at /cache, as `envbuild run --cache` does: the probe's model and compiled kernels stay there, and the next smoke reuses them (a folder with a '/', or a volume name, e.g. envbuild-cache) [default: a new volume, removed afterwards].")
+@click.option("--platform", help="Test the image of this platform, e.g. linux/arm64 [default: this host's]: REPO:BACKEND-ARCH when it is not this host's architecture, run under QEMU; the result says so.")
+@_matrix_options
+def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, cache, platform, matrix_path, overrides) -> None:
+    """Start the image with the backend's device flags and prove a model runs on the device.
+
+    Inside the container the probe imports the plugin, checks the device is visible (never falling back
+    to CPU), checks the pinned versions, loads the model with from_pretrained(..., device_map=DEVICE),
+    runs a forward pass (and greedy tokens for a causal LM), compares with the CPU and, where the matrix
+    asks, compiles a kernel with torch.compile. One container, one run: as a uid the image does not know,
+    with group 0 (as OpenShift runs images). The container is always removed. Exit 0 only when every
+    check passed. Under QEMU emulation (an image of another architecture) the result says so, and checks that
+    mean nothing there (timings, torch.compile) are reported as skipped with the reason.
+    """
+    import json
+
+    from envbuild.tools import report
+    from envbuild import smoke as s
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends)
+    if image and len(chosen) > 1:
+        raise click.UsageError("--image needs a single backend")
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    s.model_args(model)  # bad input before any engine
+    if cache is not None:
+        s.runner.cache_source(cache)
+    results = s.smoke_each(m, chosen, _engine(), keep_going=len(chosen) > 1 or bool(json_path or junit_path),
+                           failed=lambda exc: click.secho(f"Error: {exc}", fg="red", err=True),
+                           done=lambda result: click.echo(report.smoke_summary(result)), image=image, model=model,
+                           timeout=timeout, echo=echo, ignore_host=ignore_host, cache=cache, platform=platform)
+    if json_path:
+        doc = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
+        _write_output(json_path, json.dumps(doc, indent=2) + "\n")
+    if junit_path:
+        _write_output(junit_path, report.junit_xml(results))
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--containers-only", is_flag=True, help="Keep the images: remove only stopped envbuild containers.")
+@click.option("--build-cache", is_flag=True,
+              help="Also remove envbuild's BuildKit cache mounts (its uv and pip caches), nobody else's.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
+    """Remove what envbuild left on the engine: its stopped containers (a daemon killed during a smoke test
+    leaves them) and its untagged images (build results a newer build replaced). Running containers, tagged
+    images and anything envbuild did not make are never touched; an image a container still uses stays.
+    With --build-cache, the cache mounts of envbuild's install steps go too (the next build downloads again):
+    the way out when a build fails in a way a broken cache can cause."""
+    import json
+
+    from envbuild.tools import clean as c
+
+    done = c.clean(_engine(), images=not containers_only, build_cache=build_cache)
+    if as_json:
+        click.echo(json.dumps(done.to_json(), indent=2))
+        return
+    for name in done.containers:
+        click.echo(f"removed container {name}")
+    for image in done.images:
+        click.echo(f"removed image {image[:19]}")
+    for record in done.build_caches:
+        click.echo(f"removed build cache {record}")
+    for kept in done.kept:
+        click.echo(f"kept {kept}" if kept.startswith("build cache") else f"kept image {kept}")
+    if not (done.containers or done.images or done.build_caches):
+        click.echo("nothing to clean")
+
+
+# --- signing and verifying (envbuild/ship/trust) ---------------------------------------------------------------
+
+SKIP_VERIFY_HELP = ("Do not verify the image even though a key is configured: its signature, its signed attestations "
+                    "(SBOM, provenance) and its signed smoke result are not checked.")
+
+
+def _verify_options(f):
+    f = click.option("--insecure-skip-verify", is_flag=True, help=SKIP_VERIFY_HELP)(f)
+    f = click.option("--key", metavar="FILE", help="Verify the image with this public key (cosign.pub) first, and refuse it unless signed by it with a passing smoke attestation [default: $ENVBUILD_VERIFY_KEY, else the matrix's trust.public_key].")(f)
+    return f
+
+
+def _prompt():
+    """Asks for a passphrase on a terminal (hidden); None where there is none to ask on."""
+    if not sys.stdin.isatty():
+        return None
+    return lambda question: click.prompt(question, hide_input=True, err=True)
+
+
+def _signing_key(given: str | None):
+    from envbuild.ship.trust import keys
+
+    return keys.signing_key(given, prompt=_prompt())
+
+
+def _verify_key(given: str | None, skip: bool, matrix=None):
+    """The public key pull and run verify with (--key, $ENVBUILD_VERIFY_KEY, the matrix's trust.public_key), or
+    None; with --insecure-skip-verify, None and a warning."""
+    from envbuild.ship.trust import keys
+
+    public = keys.verify_key(given, default=matrix.trust_key if matrix is not None else None)
+    if skip:
+        if public is not None:
+            click.secho("warning: --insecure-skip-verify: the image's signature, its signed attestations (SBOM, provenance) "
+                        "and its signed smoke result are NOT checked", fg="yellow", err=True)
+        return None
+    return public
+
+
+@cli.command("run", context_settings={"allow_interspersed_args": False})
+@click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="The backend whose image to run, or 'auto' (the one detected here).")
+@click.option("--image", callback=_image_ref, help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--cache", metavar="DIR|VOLUME", help="What to mount at /cache (Hugging Face downloads, compiled kernels): a folder (with a '/', e.g. ./cache) or a volume name [default: the volume envbuild-cache].")
+@click.option("--volume", "-v", "volumes", multiple=True, metavar="SRC:DST[:ro]", help="Mount a folder or volume, as in docker run (repeatable).")
+@click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]", help="Pass a variable; NAME alone takes its value from here, never printed (repeatable).")
+@click.option("--workdir", type=click.Path(file_okay=False, exists=True), help="The folder mounted at /workspace, the working directory [default: the current folder].")
+@click.option("--no-workdir", is_flag=True, help="Mount no folder at /workspace.")
+@click.option("--tty/--no-tty", default=None, help="Allocate a terminal [default: when this one is a terminal].")
+@click.option("--dry-run", is_flag=True, help="Print the exact `docker run` line (secret values masked) and run nothing.")
+@click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@_verify_options
+@_matrix_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, ignore_host, key, insecure_skip_verify,
+         matrix_path, overrides, command) -> None:
+    """Work in a backend's image: `envbuild run [OPTIONS] [-- COMMAND ...]`, a shell without a command.
+
+    The container gets the backend's device flags and shared-memory setting from the matrix, one cache
+    volume at /cache (HF_HOME, Inductor's and Triton's caches: downloads and compiled kernels stay between
+    runs), the current folder at /workspace as its working directory (files written there are yours: your
+    uid, group 0), and a terminal when this is one. The exit status is the command's; Ctrl-C and SIGTERM
+    reach it; the container is removed afterwards. The host is checked first as for `smoke`; with --key (or
+    $ENVBUILD_VERIFY_KEY) the image must verify (signature, attestations, passed smoke) before it starts.
+
+    \b
+    Examples:
+      envbuild run --backend cuda -- python train.py
+      envbuild run -e HF_TOKEN --cache ./cache -- python -c "import torch; print(torch.cuda.is_available())"
+      envbuild run --dry-run --backend rocm
+    """
+    from envbuild.tools import run as runner
+    from envbuild.core.engine import Engine
+
+    m = _load(matrix_path, overrides)
+    b = m.select([_auto(m) if backend == "auto" else backend])[0]
+    opts = runner.RunOptions(image=image, cache=cache, volumes=volumes, env=env, workdir=workdir,
+                             mount_workdir=not no_workdir, command=command, tty=tty)
+    public = None if dry_run else _verify_key(key, insecure_skip_verify, m)
+    sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
+
+
+@cli.command("detect")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every backend with its evidence and what is missing.")
+@click.option("--root", type=_PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
+@_matrix_options
+def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple[str, ...]) -> None:
+    """Which backends this host can run, each with its evidence.
+
+    Evidence: device nodes (/dev), PCI vendor IDs and classes (/sys/bus/pci), vendor tools on PATH,
+    container runtimes registered with the Docker daemon, and macOS on arm64 for mps. Needs no Docker:
+    without a daemon the runtimes are "not checked". cpu is always available. Also says what
+    `--backend auto` would choose.
+    """
+
+    from envbuild.tools import report
+    from envbuild.tools import detect as d
+
+    m = _load(matrix_path, overrides)
+    det = d.detect_host(m, root)
+    if as_json:
+        _emit_json({**det.to_json(), **report.root_facts(root)})
+        return
+    click.echo(report.detect_text(det))
+    if root is not None:  # which facts came from where
+        click.echo(f"(--root {root}: files read under it, nothing run from it; vendor tools found there are not run; "
+                   "the Docker engine not asked)")
+    try:
+        name, reason = d.choose(det, m, root=root or "/")
+        click.echo(f"--backend auto would choose {name} ({reason})")
+    except EnvbuildError as exc:
+        click.echo(str(exc))
+
+
+@cli.command()
+@click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="The backend to check, or 'auto' (the one detected on this host).")
+@click.option("--registry", metavar="REGISTRY", help="Also check push credentials for this registry (a host or a repository such as ghcr.io/org/envbuild).")
+@click.option("--publish", is_flag=True, help="Also check push credentials for the matrix's image repository.")
+@click.option("--root", type=_PathArg(file_okay=False, exists=True), help="Read device nodes, PCI devices and groups under this folder instead of / (a fake host for tests).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_matrix_options
+def doctor(backend: str, registry: str | None, publish: bool, root: Path | None, as_json: bool, matrix_path: str,
+           overrides: tuple[str, ...]) -> None:
+    """Check that this host can build and smoke-test a backend, with a fix for each failure.
+
+    \b
+    Checks: the Docker daemon (reachable, its version); BuildKit (the buildx plugin, or a client
+    that builds with it); the backend's container runtime, device nodes and groups; free disk at
+    Docker's data root for the image; and, with --registry or --publish, push credentials.
+    For mps (no container can reach it) it checks the platform and Python's venv instead.
+    Exits 1 when a blocking check fails (warnings do not).
+    """
+
+    from envbuild.tools import report as reports
+    from envbuild.tools import doctor as doc
+
+    m = _load(matrix_path, overrides)
+    name = _auto(m, native=True) if backend == "auto" else backend
+    if publish and not registry:
+        registry = m.image.repository
+    if registry:
+        from envbuild.core.imageref import check_repository
+
+        registry = check_repository(registry)
+    report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
+    if as_json:
+        _emit_json({**report.to_json(), **reports.root_facts(root)})
+    else:
+        click.echo(reports.doctor_text(report))
+        if root:  # which facts came from where
+            click.echo(f"(--root {root}: device nodes, PCI, groups and driver files read under it; programs such as "
+                       "nvidia-smi only this machine's, none run from under it; the engine is this machine's)")
+    if not report.ok:
+        sys.exit(1)
+
+
+@cli.command("env")
+@click.option("--backend", "-b", required=True, metavar="NAME", help="cpu, mps (on a Mac with Apple Silicon), a pip-torch backend (cuda, xpu, npu, tpu), or 'auto'.")
+@click.option("--dir", "directory", required=True, type=_PathArg(file_okay=False), help="Where to make the environment (must not exist, or be empty, unless --force).")
+@click.option("--python", "python", metavar="EXE", help="The interpreter to base it on [default: the one running envbuild].")
+@click.option("--force", is_flag=True, help="Replace the virtual environment already at --dir.")
+@click.option("--no-probe", is_flag=True, help="Do not run the probe once the environment is made.")
+@click.option("--dry-run", is_flag=True, help="Print the exact commands, for any backend and platform; create nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the plan with --dry-run; else the result with the probe's report).")
+@click.option("--verbose", "-v", is_flag=True, help="Show pip's full output.")
+@_matrix_options
+def env(backend: str, directory: Path, python: str | None, force: bool, no_probe: bool, dry_run: bool, as_json: bool,
+        verbose: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
+    """A native virtual environment with the image's pins, for where no container can go.
+
+    For mps (Docker on macOS cannot reach Apple's GPU), or when you want no container. It gets
+    torch for this platform from the backend's index (and the plugin at its pin), transformers and
+    accelerate at the matrix's pins, and the image's probe as DIR/bin/envbuild-probe; DIR/envbuild-env.json
+    records the pins. It is made in DIR.tmp-XXXXXX and moved to DIR only once every pin has landed;
+    then the probe runs (exit 1 if it fails). Backends whose torch comes only inside the vendor's
+    image (rocm, hpu, neuron, mlu, musa) are refused: use their container.
+
+    \b
+    Example:
+      envbuild env --backend cpu --dir .venv-cpu
+    """
+
+    from envbuild.tools import report
+    from envbuild.tools import venv
+
+    m = _load(matrix_path, overrides)
+    b = m.backend(_auto(m, native=True) if backend == "auto" else backend)
+    if dry_run:
+        p = venv.plan(m, b, directory, python=python)
+        if as_json:
+            _emit_json({**p.to_json(), "dry_run": True})
+        else:
+            click.echo(p.script())
+        return
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    result = venv.create(m, b, directory, python=python, force=force, probe=not no_probe, echo=echo, verbose=verbose)
+    if as_json:
+        _emit_json(result.to_json())
+    else:
+        click.echo(report.env_text(result))
+    if not result.ok:
+        sys.exit(1)
+
+
+MANIFEST_HELP = "The manifest of published images [default: ./envbuild-manifest.json]."
+
+
+def _append_output(path: str, text: str) -> None:
+    """Append (a CI job summary collects every step's lines)."""
+    from envbuild.core.output import safe
+
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(safe(text))
+
+
+@cli.command()
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to publish, or 'all' (repeatable).")
+@click.option("--registry", metavar="REPOSITORY", help="Where to push, e.g. ghcr.io/org/envbuild or localhost:5000/envbuild [default: the matrix's image.repository].")
+@click.option("--image", callback=_image_ref, help="The local image to publish (one backend) [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--manifest", type=_PathArg(dir_okay=False), help=MANIFEST_HELP)
+@click.option("--smoke-json", "smoke_json", multiple=True, type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for this image (one per platform: repeatable): summarized into the manifest; a failed result refuses the push, and a platform of an index (--platform, --no-index) needs its own.")
+@click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH", help="Publish these platforms' images as one image index under the backend's tags (repeatable or comma-separated, e.g. linux/amd64,linux/arm64); each is checked and smoke-tested first, a failed one is left out and the publish exits 1.")
+@click.option("--no-index", is_flag=True, help="With --platform: push the platform's image (REG:PINNED-ARCH) and record it, but no index: a native runner's part, joined later with --index-from.")
+@click.option("--index-from", "index_from", multiple=True, type=_PathArg(dir_okay=False, exists=True), help="Manifests written by per-platform publishes (--no-index): push one index of their platforms under the backend's tags (repeatable).")
+@click.option("--force", is_flag=True, help="Push even when the smoke result failed or the image's labels disagree with the matrix (the manifest says so).")
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="Append a Markdown table of what landed to this file, e.g. $GITHUB_STEP_SUMMARY.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--sign-key", metavar="FILE|env://VAR", help="Sign every pushed digest and attest the image with this cosign key [default: $ENVBUILD_SIGNING_KEY, the key's text, when set]; passphrase from $ENVBUILD_KEY_PASSWORD or $COSIGN_PASSWORD, else asked.")
+@_matrix_options
+def publish(backends, registry, image, manifest, smoke_json, platforms, no_index, index_from, force, summary_path, as_json,
+            sign_key, matrix_path, overrides) -> None:
+    """Push a backend's image (or all) and record each pushed digest in the manifest.
+
+    Pushes the matrix's tags under the registry repository: REG:BACKEND and the pinned
+    REG:BACKEND-torchX-...-transformersY. Only when every tag landed and the registry confirmed the digest
+    is the backend's manifest entry replaced (atomically): backend, tags, digest, torch / plugin /
+    transformers / accelerate versions (from the image's labels), git revision, date and the smoke result
+    given with --smoke-json. An image whose labels disagree with the matrix, or whose smoke failed, is
+    refused unless --force.
+
+    \b
+    Credentials, never from the command line and never printed:
+      ENVBUILD_REGISTRY_USER + ENVBUILD_REGISTRY_PASSWORD (for ghcr.io also GITHUB_ACTOR + GITHUB_TOKEN),
+      else the Docker config (`docker login REGISTRY`, credential helpers).
+
+    \b
+    Example:
+      envbuild smoke --backend cpu --json smoke.json
+      envbuild publish --backend cpu --registry ghcr.io/org/envbuild --smoke-json smoke.json
+    """
+    from pathlib import Path
+
+    from envbuild.tools import report
+    from envbuild.core.engine import Engine
+    from envbuild.ship import manifest as manifests
+    from envbuild.ship import publish as p
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends)
+    if image and len(chosen) > 1:
+        raise click.UsageError("--image needs a single backend")
+    wanted = tuple(dict.fromkeys(x.strip() for p_ in platforms for x in p_.split(",") if x.strip()))
+    if no_index and (not wanted or index_from):
+        raise click.UsageError("--no-index goes with --platform (and not with --index-from)")
+    if image and len(wanted) > 1:
+        raise click.UsageError("--image names one platform's image: give one --platform")
+    opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT),
+                            smoke_json=smoke_json[0] if smoke_json else None, smoke_jsons=tuple(smoke_json[1:]),
+                            force=force, platforms=wanted, no_index=no_index, index_from=tuple(index_from),
+                            sign_key=_signing_key(sign_key))
+    results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
+    for r in results:
+        for line in report.published_lines(r, opts.manifest):
+            click.echo(line)
+        if not r.ok:
+            click.secho(f"{r.backend}: publish FAILED: {r.error}", fg="red", err=True)
+    if as_json:
+        _emit_json([r.to_json() for r in results])
+    if summary_path:
+        _append_output(summary_path, report.published_summary([r.entry for r in results if r.ok and r.entry]) + "\n")
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend whose image to pull (repeatable).")
+@click.option("--registry", metavar="REPOSITORY", help="Where to pull from [default: the matrix's image.repository].")
+@click.option("--tag", help="Tag to pull [default: the backend's pinned tag from the matrix, e.g. cpu-torch2.15.0-transformers5.23.0].")
+@click.option("--manifest", type=_PathArg(dir_okay=False), help="Refuse the image unless its digest is the one this manifest records.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
+@click.option("--platform", help="The platform to pull from the tag's image index [default: this host's]; another architecture only where QEMU (binfmt) runs it.")
+@_verify_options
+@_matrix_options
+def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key, insecure_skip_verify, matrix_path, overrides) -> None:
+    """Pull a backend's prebuilt image, verify it, and print how to run it.
+
+    The tag comes from the matrix (the pinned one, so the image carries exactly this matrix's versions).
+    With --manifest the registry's digest must equal the recorded one, checked before and after the pull;
+    a mismatch is refused and nothing is tagged. With --key (or $ENVBUILD_VERIFY_KEY) the image must first
+    verify as `envbuild verify` checks it, and the digest that arrives must be the verified one.
+    The image is then tagged as the matrix's REPO:BACKEND, so
+    `envbuild smoke --backend BACKEND` tests it with no further flags. Credentials as for `publish`.
+
+    \b
+    Example:
+      envbuild pull --backend cpu && envbuild smoke --backend cpu
+    """
+    from envbuild.tools import report
+    from envbuild.core.engine import Engine
+    from envbuild.ship import pull as p
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends)
+    if tag and len(chosen) > 1:
+        raise click.UsageError("--tag needs a single backend")
+    results = []
+    engine = Engine()
+    public = _verify_key(key, insecure_skip_verify, m)
+    for backend in chosen:
+        r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True),
+                   ignore_host=ignore_host, key=public, platform=platform)
+        results.append(r)
+        if not as_json:
+            click.echo(report.pulled_text(r, manifest))
+    if as_json:
+        _emit_json([r.to_json() for r in results])
+
+
+@cli.command("sbom")
+@click.option("--backend", "-b", required=True, metavar="NAME", help="The backend whose image to describe.")
+@click.option("--image", callback=_image_ref, help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the SBOM to this file [default: standard output].")
+@_matrix_options
+def sbom_(backend, image, output, matrix_path, overrides) -> None:
+    """The image's software bill of materials, as CycloneDX 1.6 JSON.
+
+    Read from the image without running it: every Python distribution installed in it with its version
+    (those it locked with their sha256, and those of its base), its labels and its base image. `publish`
+    writes one beside the manifest. Read one with `jq '.components[] | [.name, .version] | @tsv'`.
+    """
+    from envbuild.core.engine import Engine
+    from envbuild.ship.sbom import sbom
+
+    m = _load(matrix_path, overrides)
+    b = m.select([backend])[0]
+    text = sbom(Engine(), image or m.tags(b)[0])
+    if output:
+        _write_output(output, text)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command("keygen")
+@click.option("--output-key-prefix", "prefix", default="cosign", show_default=True, type=_PathArg(dir_okay=False), help="Write PREFIX.key and PREFIX.pub.")
+@click.option("--force", is_flag=True, help="Replace a key pair already there.")
+def keygen(prefix: Path, force: bool) -> None:
+    """Make a signing key pair in cosign's format: PREFIX.key (encrypted, mode 0600) and PREFIX.pub.
+
+    The passphrase comes from $ENVBUILD_KEY_PASSWORD, else $COSIGN_PASSWORD, else it is asked twice on the
+    terminal; it is never an argument and never printed. `cosign verify --key cosign.pub` reads what
+    `envbuild publish --sign-key cosign.key` signs. Keep cosign.key secret (in CI: a repository secret);
+    commit cosign.pub.
+    """
+
+    from envbuild.ship.trust import keys
+
+    secret = keys.passphrase(prompt=_prompt(), confirm=True)
+    private, public = keys.write_pair(prefix, secret, force=force)
+    click.echo(f"wrote {private} (private: keep it secret) and {public} (public: share it, commit it)")
+    click.echo(f"key {keys.load_public(public.read_bytes(), str(public)).fingerprint()}")
+
+
+@cli.command("verify")
+@click.argument("image")
+@click.option("--key", metavar="FILE", help="The public key (cosign.pub) [default: $ENVBUILD_VERIFY_KEY].")
+@click.option("--no-smoke", is_flag=True, help="Do not require a signed smoke attestation (the signature and every attestation are still checked).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was proved as JSON.")
+def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
+    """Check IMAGE (REPOSITORY:TAG or REPOSITORY@DIGEST) in its registry against a public key.
+
+    Proves: a signature by the key over the manifest digest the tag names now (cosign's sha256-<hex>.sig);
+    every attestation beside it (sha256-<hex>.att: SBOM, provenance, smoke result) is a DSSE envelope
+    signed by the key whose in-toto subject is that digest; the signed smoke result passed. Exit 1 naming
+    the reason otherwise: unsigned, other-key, tampered, smoke-missing, smoke-failed, attestation.
+    """
+    from envbuild.ship.trust import keys
+    from envbuild.ship.trust.verify import split_image, verify
+
+    repo, reference = split_image(image)
+    public = keys.verify_key(key)
+    if public is None:
+        raise InvalidInput(f"no key to verify with: pass --key cosign.pub or set {keys.VERIFY_KEY_ENV}")
+    proved = verify(repo, reference, public, require_smoke=not no_smoke)
+    if as_json:
+        _emit_json(proved.to_json())
+    else:
+        for line in proved.lines():
+            click.echo(line)
+
+
+@cli.command("attest")
+@click.option("--backend", "-b", required=True, metavar="NAME", help="The backend whose published image the smoke result is for.")
+@click.option("--registry", metavar="REPOSITORY", help="Where the image is [default: the matrix's image.repository].")
+@click.option("--tag", help="Its tag [default: the backend's pinned tag from the matrix].")
+@click.option("--smoke-json", required=True, type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for that image (pulled from the registry).")
+@click.option("--sign-key", metavar="FILE|env://VAR", help="The cosign key [default: $ENVBUILD_SIGNING_KEY].")
+@click.option("--force", is_flag=True, help="Attest even a failed result, or one of another image id.")
+@_matrix_options
+def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, overrides) -> None:
+    """Add a signed smoke attestation to an image already in the registry (e.g. a nightly run on hardware).
+
+    The result must be of that very image: its image id is the registry manifest's config digest.
+    """
+    from envbuild.ship import manifest as manifests
+    from envbuild.core.imageref import Reference, check_repository
+    from envbuild.ship.trust.attest import attest_smoke
+
+    m = _load(matrix_path, overrides)
+    b = m.select([backend])[0]
+    key = _signing_key(sign_key)
+    if key is None:
+        raise InvalidInput("no signing key: pass --sign-key FILE or set ENVBUILD_SIGNING_KEY")
+    repo = check_repository(registry or m.image.repository, "--registry" if registry else "image.repository")
+    result = manifests.load_smoke_results(smoke_json).get(b.name)
+    if result is None:
+        raise InvalidInput(f"--smoke-json {smoke_json} has no result for backend {b.name}")
+    done = attest_smoke(repo, tag or Reference.parse(m.tags(b)[1]).tag, result, key, force=force, echo=lambda line: click.echo(line, err=True))
+    for a in done.attestations:
+        click.echo(f"{b.name}: attested {repo}@{a['digest']} ({a['tag']})")
+
+
+@cli.command("matrix")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True,
+              help="github: one line of JSON for `strategy.matrix: ${{ fromJSON(...) }}`; json: the same, indented.")
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only these backends (repeatable, comma-separated) [default: every containerizable one].")
+@click.option("--per-platform", is_flag=True, help="One job per backend and platform, each on a native runner of that architecture (hosted arm64: ubuntu-24.04-arm; self-hosted: the backend's labels with the architecture label set to x64 or arm64).")
+@_matrix_options
+def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
+    """The CI job matrix derived from matrix.yaml: one job per containerizable backend.
+
+    Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
+    from the backend's ci.runs_on), self-hosted, smoke (whether that runner has the device: the CPU always,
+    accelerators on self-hosted runners) and smoke_args. Workflows take their backend list from here only.
+    """
+    import json
+
+    from envbuild.tools import ci, report
+
+    m = _load(matrix_path, overrides)
+    chosen = _choose(m, backends) if backends else None
+    doc = ci.github_matrix(m, chosen, per_platform=per_platform)
+    if fmt == "github":
+        click.echo(json.dumps(doc, separators=(",", ":")))
+    elif fmt == "json":
+        _emit_json(doc)
+    else:
+        click.echo(report.table(report.ci_rows(doc), report.CI_COLUMNS))
+
+
+@cli.command()
+@click.argument("results", nargs=-1, required=True, type=_PathArg(exists=True))
+@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backends that should have a result (repeatable, or 'all'): a missing one is a row that says so.")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True, help="markdown: for $GITHUB_STEP_SUMMARY.")
+@click.option("--strict", is_flag=True, help="Exit 1 when a backend failed or has no result.")
+@_matrix_options
+def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
+    """One table of `envbuild smoke --json` results: files, or folders searched for *.json.
+
+    \b
+    Example (a nightly run's artifacts):
+      envbuild summary results/ --backend all --format markdown >> "$GITHUB_STEP_SUMMARY"
+    """
+    from envbuild.tools import report
+
+    docs = report.read_smoke_results(results)
+    expected = [b.name for b in _choose(_load(matrix_path, overrides), backends)] if backends else []
+    rows = report.smoke_rows(docs, expected)
+    columns = ["backend", "result", "checks", "seconds", "image", "reason"]
+    if fmt == "markdown":
+        click.echo("### Smoke results\n\n" + report.markdown_table(rows, columns))
+    else:
+        click.echo(report.table(rows, columns))
+    if strict and any(r["result"] != "passed" for r in rows):
+        sys.exit(1)
+
+
+@cli.command("site")
+@click.option("--manifest", type=_PathArg(dir_okay=False, exists=True), help="The current manifest (envbuild-manifest.json): digests, sizes, versions, signatures.")
+@click.option("--smoke-json", "smoke_json", multiple=True, type=_PathArg(exists=True), metavar="FILE|DIR", help="`envbuild smoke --json` reports of the current run: files, or folders searched for *.json (repeatable).")
+@click.option("--history", type=_PathArg(file_okay=False, exists=True), metavar="DIR", help="Earlier runs: one folder per run named by its UTC date (YYYY-MM-DD or YYYY-MM-DDTHHMMSSZ) holding its manifest and smoke reports; a published site's history/ folder is one.")
+@click.option("--output", "-o", required=True, type=_PathArg(file_okay=False), metavar="DIR", help="Where to write the site (a new or empty folder, or a site written before: replaced whole).")
+@click.option("--keep", default=60, show_default=True, type=click.IntRange(min=1), help="Show and carry forward this many runs, the newest.")
+@_matrix_options
+def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -> None:
+    """A static status site: backends x platforms with the last smoke result, a page per backend, trends.
+
+    \b
+    HTML, CSS and SVG charts: open OUTPUT/index.html, or publish the folder (GitHub Pages). OUTPUT/grid.md
+    is the same grid in Markdown, for $GITHUB_STEP_SUMMARY; OUTPUT/history/ holds the runs shown, in the
+    --history format. Without --manifest and --smoke-json the latest history run is the current one.
+    \b
+    Example (a nightly run):
+      envbuild site --manifest envbuild-manifest.json --smoke-json results --history history --output site
+    """
+    from envbuild import matrix as matrices
+    from envbuild.tools import site
+
+    if not (manifest or smoke_json or history):
+        raise click.UsageError("give something to show: --manifest, --smoke-json or --history")
+    m = _load(matrix_path, overrides)
+    inputs = site.Inputs(matrix_path=str(matrix_path or matrices.default_path()), manifest=manifest,
+                         smoke=tuple(smoke_json), history=history, keep=keep)
+    site.build(m, inputs, output, echo=click.echo)
+
+
+def main() -> None:
+    cli(prog_name="envbuild")
+

@@ -1,0 +1,27 @@
+"""The image's one cache root and what `--cache` mounts there: shared by `run` and `smoke` (neither imports the other)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from envbuild.core.errors import InvalidInput
+
+CACHE = "/cache"  # the image's one cache root (HF_HOME, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR under it)
+DEFAULT_CACHE = "envbuild-cache"  # a named volume, shared by every backend's image
+VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def is_folder(source: str) -> bool:
+    """A --cache or -v source that names a folder (with a '/', or starting with '.'), not a volume."""
+    return "/" in source or source.startswith(".")
+
+
+def cache_mount(cache: str | None) -> str:
+    """--cache as SOURCE:/cache: a folder (resolved) or a volume name (checked)."""
+    source = cache or DEFAULT_CACHE
+    if is_folder(source):
+        return f"{Path(source).expanduser().resolve()}:{CACHE}"
+    if not VOLUME_NAME.match(source):
+        raise InvalidInput(f"--cache {source!r}: give a folder (with a '/', e.g. ./cache) or a volume name")
+    return f"{source}:{CACHE}"

@@ -1,0 +1,549 @@
+"""The one Docker boundary: every question to the engine, and every container, push and pull, goes through
+an Engine; every `docker` client process is found and started here; the Docker config is read here. The rest of
+envbuild never imports the docker SDK nor starts a docker client itself.
+
+The SDK cannot drive BuildKit (no secrets, no cache mounts), so builds run the docker client as a process
+(Engine.start_client; build/builder.py reads its output); `envbuild run` hands the terminal to one (Engine.client_run).
+Installing and starting a daemon is not the engine's: tools/engine_setup.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from envbuild.core.errors import DockerError
+from envbuild.core.imageref import Reference
+from envbuild.core.owner import Container
+
+if TYPE_CHECKING:
+    from envbuild.core.runspec import RunSpec
+
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+TIMEOUT = 600  # seconds for one API call ($ENVBUILD_DOCKER_TIMEOUT): a push of a large layer takes a while
+NO_DAEMON_HINT = (
+    "Start the Docker daemon (e.g. `sudo systemctl start docker`, or `sudo dockerd &`), install it if missing "
+    "(Debian/Ubuntu: `sudo apt-get install docker.io`), or point DOCKER_HOST at a running engine."
+)
+
+# How an unreachable engine reads, in the words of the docker clients 20.10 to 28.x (build output included)
+# and of the SDK. Only phrases about the daemon: a failed RUN step's own "No such file or directory" is not one.
+_UNREACHABLE = re.compile(
+    r"Cannot connect to the Docker daemon"  # clients 20.10 to 28.2 (and 20.10's BuildKit: "failed to dial gRPC: ...")
+    r"|failed to connect to the docker API at"  # clients from 28.3
+    r"|error during connect"  # clients over tcp/npipe
+    r"|Is the docker daemon running\?"
+    r"|Error while fetching server API version"  # the SDK's first request
+    r"|permission denied while trying to connect to the Docker daemon",
+    re.IGNORECASE,
+)
+_REASONS = (
+    ("permission denied", "permission denied"),
+    ("no such file", "no daemon socket there"),
+    ("connection refused", "connection refused"),
+    ("timed out", "timed out"),
+    ("timeout", "timed out"),
+)
+
+
+def config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The docker client's configuration folder: $DOCKER_CONFIG, else ~/.docker (config.json, contexts, buildx)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+
+
+def config_file(environ: Mapping[str, str] | None = None) -> Path:
+    return config_dir(environ) / "config.json"
+
+
+def buildx_selection(environ: Mapping[str, str] | None = None) -> str | None:
+    """The builder `docker buildx use` selected (<config>/buildx/current), or None."""
+    doc = _read_json(config_dir(environ) / "buildx" / "current")
+    return str(doc.get("Name") or "default") if doc else None
+
+
+def host(environ: Mapping[str, str] | None = None) -> str:
+    """Where the engine is, as the docker client finds it: $DOCKER_HOST, else the endpoint of the Docker
+    context ($DOCKER_CONTEXT, else the config's currentContext), else Docker's default socket."""
+    env = os.environ if environ is None else environ
+    if env.get("DOCKER_HOST"):
+        return env["DOCKER_HOST"]
+    config = config_dir(env)
+    name = env.get("DOCKER_CONTEXT") or _read_json(config / "config.json").get("currentContext")
+    if name and name != "default":
+        meta = _read_json(config / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest() / "meta.json")
+        endpoint = ((meta.get("Endpoints") or {}).get("docker") or {}).get("Host")
+        if isinstance(endpoint, str) and endpoint:
+            return endpoint
+    return DEFAULT_HOST
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def client_executables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every `docker` client on PATH (the first may lack buildx while a later one builds fine), or
+    $ENVBUILD_DOCKER alone."""
+    import shutil
+
+    env = os.environ if environ is None else environ
+    if env.get("ENVBUILD_DOCKER"):
+        return [env["ENVBUILD_DOCKER"]]
+    seen: list[str] = []
+    for d in env.get("PATH", "").split(os.pathsep):
+        exe = shutil.which("docker", path=d) if d else None
+        if exe and os.path.realpath(exe) not in map(os.path.realpath, seen):
+            seen.append(exe)
+    return seen
+
+
+def ask_client(argv: list[str], timeout: float = 30) -> tuple[int, str]:
+    """A short question to a docker client (`docker --version`): exit status and what it printed."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 1, str(exc)
+    return proc.returncode, proc.stdout.strip()
+
+
+def start_client(argv: list[str], env: dict[str, str]) -> Any:
+    """A docker client process (a build) with its output (stdout and stderr together) to read line by line."""
+    import subprocess
+
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            errors="replace", stdin=subprocess.DEVNULL)
+
+
+def unreachable(text: str) -> bool:
+    """Whether a client's or the SDK's message says that no engine answered."""
+    return bool(_UNREACHABLE.search(text))
+
+
+class Unreachable(DockerError):
+    """No engine answered at `where`; `reason` is what the message said (or None)."""
+
+    def __init__(self, where: str, reason: str | None):
+        self.where, self.reason = where, reason
+        if reason == "permission denied":
+            text = (f"permission denied on the Docker socket {where}: add yourself to the docker group "
+                    "(`sudo usermod -aG docker $USER`, then log in again) or run as root")
+        else:
+            text = f"cannot reach the Docker daemon at {where}{f' ({reason})' if reason else ''}. {NO_DAEMON_HINT}"
+        super().__init__(text)
+
+
+def unreachable_error(text: str, where: str | None = None) -> Unreachable:
+    """The one error for an engine that does not answer: where, why (when the text says), and what to do."""
+    low = text.lower()
+    return Unreachable(where or host(), next((why for key, why in _REASONS if key in low), None))
+
+
+class EngineError(DockerError):
+    """The engine answered and refused: `explanation` is its own words, `not_found` a 404."""
+
+    def __init__(self, what: str, explanation: str, not_found: bool = False):
+        self.explanation = explanation
+        self.not_found = not_found
+        super().__init__(f"{what}: {explanation}")
+
+
+class StreamBroken(DockerError):
+    """A push or pull stream broke off before it ended."""
+
+
+@dataclass(frozen=True)
+class Image:
+    id: str
+    labels: dict[str, str]
+    os: str
+    architecture: str
+    repo_digests: tuple[str, ...]
+    size: int
+    created: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Exited:
+    """A container that ran to its end (or was stopped at its timeout)."""
+
+    status: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    """Docker's '2026-12-01T15:00:10.123456789Z' (nanoseconds) as a datetime."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)?$", text or "")
+    if not m:
+        return None
+    zone = "+00:00" if m.group(3) in (None, "Z") else m.group(3)
+    return datetime.fromisoformat(m.group(1) + (m.group(2) or "")[:7] + zone)
+
+
+def _repo_tag(ref: str) -> tuple[str, str]:
+    """What the API takes apart: the full repository name and the tag (or digest); no tag means 'latest'."""
+    r = Reference.parse(ref).tagged()
+    return r.name, r.digest or r.tag or "latest"
+
+
+def _gpus(value: str) -> Any:
+    """As docker run --gpus reads it: all, a count, or device=ID."""
+    import docker
+
+    if value.startswith("device="):
+        return docker.types.DeviceRequest(device_ids=[value.split("=", 1)[1]], capabilities=[["gpu"]])
+    return docker.types.DeviceRequest(count=-1 if value == "all" else int(value), capabilities=[["gpu"]])
+
+
+# Each kind of run flag (core.runspec.RUN_KINDS) as the SDK's container option: (option, value, is a list).
+SDK_OPTIONS: dict[str, tuple[str, Any, bool]] = {
+    "gpus": ("device_requests", _gpus, True),
+    "runtime": ("runtime", str, False),
+    "device": ("devices", lambda d: d if ":" in d else f"{d}:{d}:rwm", True),
+    "volume": ("volumes", str, True),
+    "group_add": ("group_add", str, True),
+    "env": ("environment", lambda kv: tuple(kv.split("=", 1)), True),
+    "cap_add": ("cap_add", str, True),
+    "security_opt": ("security_opt", str, True),
+    "ipc": ("ipc_mode", str, False),
+    "network": ("network_mode", str, False),
+    "shm_size": ("shm_size", str, False),
+    "privileged": ("privileged", lambda _: True, False),
+}
+
+
+def run_options(run: RunSpec) -> dict[str, Any]:
+    """The matrix's `docker run` needs, as the SDK's container options: the same flags the CLI is given."""
+    kw: dict[str, Any] = {}
+    for flag in run.flags():
+        option, convert, many = SDK_OPTIONS[flag.kind]
+        if many:
+            kw.setdefault(option, []).append(convert(flag.value))
+        else:
+            kw[option] = convert(flag.value)
+    if "environment" in kw:
+        kw["environment"] = dict(kw["environment"])
+    return kw
+
+
+class Engine:
+    """A Docker engine, reached through the SDK. Connects on first use; every SDK error becomes a DockerError
+    (EngineError when the engine refused, the unreachable message when it did not answer)."""
+
+    def __init__(self, timeout: float | None = None, client: Any = None):
+        self.host = host()
+        self.timeout = timeout if timeout is not None else float(os.environ.get("ENVBUILD_DOCKER_TIMEOUT", TIMEOUT))
+        self._client = client
+
+    @classmethod
+    def connect(cls, timeout: float | None = None) -> "Engine":
+        """An engine that has answered a ping, or the DockerError that says what to do."""
+        engine = cls(timeout)
+        engine.ping()
+        return engine
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import docker
+
+            try:  # from_env reads DOCKER_TLS_VERIFY/DOCKER_CERT_PATH too, for a tcp DOCKER_HOST
+                if os.environ.get("DOCKER_HOST"):
+                    self._client = docker.from_env(timeout=int(self.timeout))
+                else:
+                    self._client = docker.DockerClient(base_url=self.host, timeout=int(self.timeout))
+            except docker.errors.DockerException as exc:
+                raise unreachable_error(str(exc), self.host) from None
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _call(self, what: str, fn: Any, *, missing_ok: bool = False) -> Any:
+        """fn(), its SDK errors as envbuild's; with missing_ok, None where the engine answers 404."""
+        import docker
+        import requests
+
+        try:
+            return fn()
+        except docker.errors.NotFound as exc:
+            if missing_ok:
+                return None
+            raise EngineError(what, str(exc.explanation or exc), not_found=True) from None
+        except docker.errors.APIError as exc:
+            raise EngineError(what, str(exc.explanation or exc)) from None
+        except requests.exceptions.RequestException as exc:
+            raise unreachable_error(str(exc), self.host) from None
+        except docker.errors.DockerException as exc:
+            if unreachable(str(exc)):
+                raise unreachable_error(str(exc), self.host) from None
+            raise EngineError(what, str(exc)) from None
+
+    def _local_get(self, what: str, path: str, *, missing_ok: bool = False) -> Any:
+        """GET `path` from an engine on a local socket without the SDK (importing it, with requests, costs about
+        0.1 s: a tenth of a second of every no-op build, which asks only this); the JSON answer, None for a 404
+        with missing_ok. NotImplemented where the SDK must answer: it is loaded already, or the engine is not
+        on a unix socket (TLS, ssh)."""
+        if self._client is not None or not self.host.startswith("unix://"):
+            return NotImplemented
+        import http.client
+        import socket
+        from urllib.parse import quote
+
+        where, timeout = self.host[len("unix://"):], self.timeout
+
+        class Connection(http.client.HTTPConnection):
+            def connect(self) -> None:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.settimeout(timeout)
+                self.sock.connect(where)
+
+        conn = Connection("localhost", timeout=timeout)
+        try:
+            conn.request("GET", quote(path, safe="/:@?=&"))
+            answer = conn.getresponse()
+            body = answer.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise unreachable_error(str(exc), self.host) from None
+        finally:
+            conn.close()
+        if answer.status == 404 and missing_ok:
+            return None
+        try:
+            doc = json.loads(body) if body.strip() else None
+        except ValueError:
+            doc = body.decode("utf-8", "replace")
+        if answer.status >= 400:
+            said = doc.get("message") if isinstance(doc, dict) else doc
+            raise EngineError(what, str(said or answer.reason), not_found=answer.status == 404)
+        return doc
+
+    # -- the daemon ------------------------------------------------------------------------------------
+    def ping(self) -> None:
+        if self._local_get("ping", "/_ping") is NotImplemented:
+            self._call("ping", lambda: self.client.ping())
+
+    def version(self) -> dict[str, Any]:
+        return self._call("asking the daemon's version", lambda: self.client.version())
+
+    def info(self) -> dict[str, Any]:
+        return self._call("asking the daemon", lambda: self.client.info())
+
+    def runtimes(self) -> set[str]:
+        """The container runtimes registered with the daemon, e.g. {'runc', 'nvidia'}."""
+        return set((self.info().get("Runtimes") or {}).keys())
+
+    # -- images -----------------------------------------------------------------------------------------
+    def image(self, ref: str) -> Image | None:
+        """The local image a reference (or id) names; None when there is none."""
+        attrs = self._local_get(f"cannot inspect image {ref}", f"/images/{ref}/json", missing_ok=True)
+        if attrs is NotImplemented:
+            attrs = self._call(f"cannot inspect image {ref}", lambda: self.client.api.inspect_image(ref), missing_ok=True)
+        if attrs is None:
+            return None
+        config = attrs.get("Config") or {}
+        return Image(attrs["Id"], dict(config.get("Labels") or {}), attrs.get("Os") or "linux",
+                     attrs.get("Architecture") or "unknown", tuple(attrs.get("RepoDigests") or ()), int(attrs.get("Size") or 0),
+                     _timestamp(attrs.get("Created")))
+
+    def image_id(self, ref: str) -> str | None:
+        image = self.image(ref)
+        return image.id if image else None
+
+    def tag(self, image: str, refs: list[str]) -> None:
+        for ref in refs:
+            r = Reference.parse(ref).tagged()
+            if r.digest:
+                raise DockerError(f"cannot tag {image} as {ref}: a tag cannot carry a digest")
+            repo, tag = r.name, r.tag
+            if not self._call(f"could not tag {image} as {ref}", lambda: self.client.api.tag(image, repo, tag)):
+                raise DockerError(f"could not tag {image} as {ref}")
+
+    def untag(self, ref: str) -> None:
+        """Remove one reference by name (the image stays while other tags hold it); an absent one is fine."""
+        self._call(f"cannot remove {ref}", lambda: self.client.api.remove_image(ref, noprune=False), missing_ok=True)
+
+    # -- containers ---------------------------------------------------------------------------------------
+    def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
+            volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
+            user: str | None = None) -> Exited:
+        """Run a container to its end with the backend's `docker run` needs; it is removed whatever happens
+        (success, failure, timeout, KeyboardInterrupt)."""
+        import requests
+
+        kw = run_options(run)
+        if volumes:
+            kw["volumes"] = [*kw.get("volumes", []), *volumes]
+        kw["environment"] = {**kw.get("environment", {}), **(environment or {})}
+        if user:
+            kw["user"] = user
+        container = None
+        try:
+            container = self._call(f"cannot run {image}", lambda: self.client.containers.create(
+                image, command=command, name=name, labels=labels, detach=True, **kw))
+            self._call(f"cannot run {image}", container.start)
+            try:
+                status = container.wait(timeout=timeout)
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                self._call(f"cannot stop {name}", container.kill)
+                return Exited(None, b"", self._logs(container, stderr=True), timed_out=True)
+            return Exited(status.get("StatusCode"), self._logs(container, stdout=True), self._logs(container, stderr=True), False)
+        finally:
+            # Interrupted while the daemon created it, the container exists but its id never came back: by name.
+            self.remove_container(container.id if container is not None else name)
+
+    @contextlib.contextmanager
+    def volume(self, name: str, labels: dict[str, str]) -> Iterator[str]:
+        """A named volume for the time of a with-block; removed afterwards, whatever happened."""
+        self._call(f"cannot create volume {name}", lambda: self.client.api.create_volume(name, labels=labels))
+        try:
+            yield name
+        finally:
+            self._call(f"cannot remove volume {name}", lambda: self.client.api.remove_volume(name, force=True),
+                       missing_ok=True)
+
+    def _logs(self, container: Any, stdout: bool = False, stderr: bool = False) -> bytes:
+        return self._call("cannot read the container's output", lambda: container.logs(stdout=stdout, stderr=stderr))
+
+    def read_file(self, image: str, path: str, limit: int = 64 << 20) -> bytes | None:
+        """One regular file of an image, read without running it (a container is created, never started, and
+        removed); None when the image has no such file."""
+        import io
+        import tarfile
+
+        container = self._call(f"cannot read {path} from {image}", lambda: self.client.api.create_container(image, command=["true"]))
+        try:
+            got = self._call(f"cannot read {path} from {image}", lambda: self.client.api.get_archive(container["Id"], path),
+                             missing_ok=True)
+            if got is None:
+                return None
+            stream, stat = got
+            if int(stat.get("size") or 0) > limit:
+                raise DockerError(f"{path} in {image} is larger than {limit >> 20} MiB")
+            data = b"".join(stream)
+        finally:
+            self.remove_container(container["Id"])
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = next((m for m in tar.getmembers() if m.isfile()), None)
+            return tar.extractfile(member).read() if member else None
+
+    def start_client(self, argv: list[str], env: dict[str, str]) -> Any:
+        """A docker client process for this engine (a build: build/builder.py reads its output); the unit tests'
+        FakeEngine answers it with a scripted builder."""
+        return start_client(argv, env)
+
+    def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+        """Run the docker client with `args` (for `envbuild run`) on this terminal: its stdin and stdout are ours,
+        its stderr is copied through to ours and its tail kept, so that a refusal by the host can be explained.
+        SIGTERM and SIGHUP are passed on; Ctrl-C reaches it from the terminal. Returns (exit status, stderr tail)."""
+        import signal
+        import subprocess
+        import sys
+
+        exe = next(iter(client_executables()), None)
+        if not exe:
+            raise DockerError("no `docker` client on PATH: install Docker's CLI (Debian/Ubuntu: `apt-get install docker.io`)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = subprocess.Popen([exe, *args], env={**os.environ, **env}, stderr=subprocess.PIPE)
+        forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the client too
+        tail = b""
+        try:
+            while chunk := os.read(child.stderr.fileno(), 65536):
+                os.write(sys.stderr.fileno(), chunk)
+                tail = (tail + chunk)[-8192:]
+            status = child.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return (128 - status if status < 0 else status), tail.decode("utf-8", "replace")
+
+    def container_list(self, label: str) -> list[Container]:
+        """The containers (running or not) that carry this label: name, state and labels."""
+        found = self._call("cannot list containers", lambda: self.client.api.containers(all=True, filters={"label": label}))
+        return [Container(c["Names"][0].lstrip("/"), str(c.get("State") or ""), dict(c.get("Labels") or {})) for c in found]
+
+    def containers(self, label: str, stopped: bool = False) -> list[str]:
+        """Names of the containers (running or not; with `stopped`, only those not running) that carry this label."""
+        return [c.name for c in self.container_list(label) if not stopped or c.state in ("created", "exited", "dead")]
+
+    def dangling_images(self, label: str) -> list[str]:
+        """Ids of untagged images that carry this label (build results a newer build replaced)."""
+        found = self._call("cannot list images", lambda: self.client.api.images(filters={"dangling": True, "label": label}))
+        return [i["Id"] for i in found]
+
+    def remove_image(self, ref: str) -> str | None:
+        """Remove an image; None when it is gone, else why it stays (e.g. a container uses it)."""
+        try:
+            self._call(f"cannot remove {ref}", lambda: self.client.api.remove_image(ref), missing_ok=True)
+        except EngineError as exc:
+            return exc.explanation
+        return None
+
+    def build_cache_mounts(self) -> list[dict[str, Any]]:
+        """BuildKit's cache-mount records (`RUN --mount=type=cache`): ID, Description, Size, InUse."""
+        found = self._call("cannot list the build cache", lambda: self.client.api.df())
+        return [r for r in (found.get("BuildCache") or []) if r.get("Type") == "exec.cachemount"]
+
+    def prune_build_cache(self, record: str) -> int:
+        """Remove one build-cache record by id (the engine takes one id per call); the bytes freed."""
+        done = self._call(f"cannot remove build cache {record}", lambda: self.client.api.prune_builds(filters={"id": record}))
+        return int((done or {}).get("SpaceReclaimed") or 0)
+
+    def remove_container(self, ref: str) -> None:
+        # v: with the anonymous volumes the image's VOLUMEs made for it
+        self._call(f"cannot remove container {ref}", lambda: self.client.api.remove_container(ref, force=True, v=True),
+                   missing_ok=True)
+
+    # -- registries -----------------------------------------------------------------------------------------
+    def login(self, host: str, username: str, password: str) -> None:
+        """Check credentials against a registry (the daemon's /auth); nothing is written to the Docker config."""
+        registry = None if host == "docker.io" else host
+        self._call(f"logging in to {host}", lambda: self.client.login(username, password, registry=registry, reauth=True))
+
+    def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
+        repo, tag = _repo_tag(ref)
+        lines = self._call(f"pushing {ref}", lambda: self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth))
+        return self._stream(lines, f"pushing {ref}")
+
+    def pull(self, ref: str, auth: dict[str, str] | None, platform: str | None = None) -> Iterator[dict[str, Any]]:
+        repo, tag = _repo_tag(ref)  # the engine takes a digest where a tag goes
+        kw = {"platform": platform} if platform else {}
+        lines = self._call(f"pulling {ref}", lambda: self.client.api.pull(repo, tag=tag, stream=True, decode=True,
+                                                                          auth_config=auth, **kw))
+        return self._stream(lines, f"pulling {ref}")
+
+    def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str:
+        """The digest the registry serves for a reference, without pulling it."""
+        data = self._call(f"asking the registry about {ref}", lambda: self.client.api.inspect_distribution(ref, auth_config=auth))
+        return str(data["Descriptor"]["digest"])
+
+    @staticmethod
+    def _stream(lines: Iterator[Any], what: str) -> Iterator[dict[str, Any]]:
+        import requests
+
+        try:
+            for line in lines:
+                if isinstance(line, dict):
+                    yield line
+        except requests.exceptions.RequestException as exc:
+            raise StreamBroken(f"{what} broke off ({type(exc).__name__}: {exc})") from None

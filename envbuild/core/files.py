@@ -1,0 +1,230 @@
+"""Files envbuild writes for users: whole or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from envbuild.core.errors import EnvbuildError
+
+
+def stage(files: dict[Path, str | bytes], mode: int = 0o644) -> dict[Path, Path]:
+    """Write each changed text to a temporary file beside its target; {target: temporary}. Nothing is replaced,
+    and a failure removes what was staged: the caller renames them all once all are written."""
+    staged: dict[Path, Path] = {}
+    try:
+        for path, text in files.items():
+            data = text.encode("utf-8") if isinstance(text, str) else text
+            if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            import tempfile  # only when something is written: an unchanged render writes nothing
+
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            staged[path] = Path(tmp)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, mode)
+    except BaseException as exc:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not exc.filename:
+            exc.filename = str(path)
+        raise
+    return staged
+
+
+def commit(staged: dict[Path, Path]) -> None:
+    """Put staged files in place, all or none: each target's old file is kept aside (a hard link, else a copy)
+    before any is replaced; when one replacement fails, those already replaced get their old file back (a new
+    file is removed again), every temporary file goes, and the error names the target that failed."""
+    backups: dict[Path, Path] = {}
+    done: list[Path] = []
+    try:
+        for target in staged:
+            if os.path.lexists(target):
+                backups[target] = _keep_aside(target)
+        for target, tmp in staged.items():
+            os.replace(tmp, target)
+            done.append(target)
+    except BaseException as exc:
+        failed = next((t for t in staged if t not in done), None)
+        unrestored = _restore(done, backups)
+        for target, tmp in staged.items():
+            if target not in done:
+                tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            exc.filename = str(failed if failed is not None else exc.filename)
+            if unrestored:
+                exc.strerror = f"{exc.strerror or exc}; could not put back {', '.join(map(str, unrestored))}"
+        raise
+    finally:
+        for backup in backups.values():
+            with contextlib.suppress(OSError):
+                backup.unlink(missing_ok=True)
+
+
+def _keep_aside(target: Path) -> Path:
+    """A second name for the target's current file, beside it (the replacement leaves this one untouched)."""
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.old.", dir=target.parent)
+    os.close(fd)
+    backup = Path(name)
+    try:
+        backup.unlink()
+        os.link(target, backup, follow_symlinks=False)
+    except OSError:  # no hard links here: a copy
+        import shutil
+
+        shutil.copy2(target, backup, follow_symlinks=False)
+    return backup
+
+
+def _restore(done: list[Path], backups: dict[Path, Path]) -> list[Path]:
+    """Undo the replacements made; the targets that could not be put back."""
+    failed = []
+    for target in reversed(done):
+        try:
+            if target in backups:
+                os.replace(backups.pop(target), target)
+            else:
+                target.unlink()
+        except OSError:
+            failed.append(target)
+    return failed
+
+
+def write_all(files: dict[Path, str | bytes], mode: int = 0o644) -> list[Path]:
+    """Write several files all or none (stage every one, then replace, restoring on failure); the ones that
+    changed. A failure is an EnvbuildError naming the file, and saying that nothing was written."""
+    try:
+        staged = stage(files, mode)
+        commit(staged)
+    except OSError as exc:
+        raise EnvbuildError(f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; nothing was written "
+                            "(the files already replaced were put back)") from None
+    return list(staged)
+
+
+def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> bool:
+    """Write only when the content changes; a crash mid-write leaves the old file whole. True if written."""
+    staged = stage({path: text}, mode)
+    commit(staged)
+    return bool(staged)
+
+
+MAX_READ = 64 << 20  # no file a user names is read past this
+
+
+def read_user(path: str | os.PathLike[str], label: str, error: type[EnvbuildError] = EnvbuildError,
+              limit: int = MAX_READ) -> bytes:
+    """The bytes of a file a user named: a regular file (after links), at most `limit` bytes. A FIFO, a device
+    (/dev/zero), a folder or a huge file is refused with `error` naming it, never waited on or read whole."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise error(f"{label}: cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, a device or a socket)"
+            raise error(f"{label}: {kind}: give a regular file")
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            data = fh.read(limit + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:
+        raise error(f"{label}: larger than {limit >> 20} MiB: not read")
+    return data
+
+
+def read_json(path: Path, label: str, error: type[EnvbuildError] = EnvbuildError) -> Any:
+    """A JSON file, or `error` naming the file (and the line of a syntax error)."""
+    import json  # not at import: `--help` loads this module (through the output layer) and needs no json
+
+    try:
+        return json.loads(read_user(path, label, error).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise error(f"{label}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{label}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise error(f"{label}: nested too deeply to be a JSON document envbuild wrote") from None
+
+
+def read_host(path: Path, limit: int = 1 << 20) -> str | None:
+    """A small text file of the host (or a fake root): None when it is missing, not a regular file, larger than
+    `limit` or unreadable. Files under /proc and /sys are regular files that report no size: read, bounded."""
+    try:
+        return read_user(path, str(path), limit=limit).decode("utf-8", "replace")
+    except EnvbuildError:
+        return None
+
+
+def read_netrc(path: Path):
+    """A netrc file a user gave (--netrc), parsed; an error names the file and line and quotes none of it (a
+    netrc holds passwords). Exit 1: the file is the world's, as a build would find it."""
+    import netrc
+
+    data = read_user(path, f"--netrc {path}", limit=1 << 20)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EnvbuildError(f"--netrc {path}: not a netrc file (not UTF-8 text; its contents are not shown)") from None
+    if b"\0" in data:
+        raise EnvbuildError(f"--netrc {path}: not a netrc file (binary; its contents are not shown)")
+    try:
+        return netrc.netrc(str(path))
+    except netrc.NetrcParseError as exc:
+        raise EnvbuildError(f"--netrc {path}:{exc.lineno}: not a valid netrc file (its contents are not shown)") from None
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise EnvbuildError(f"--netrc {path}: cannot read it ({type(exc).__name__}; its contents are not shown)") from None
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None,
+              wait: float | None = None) -> Iterator[None]:
+    """One envbuild process at a time holds `path` (a lock file, or a folder: then no file is left beside what it
+    guards): a second one says what it waits for, then waits (at most `wait` seconds, then it refuses: busy).
+    The lock goes with the process, also when it is killed."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY if path.is_dir() else os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if echo:
+                echo(f"waiting for another envbuild that holds {what} (lock {path})")
+            if wait is None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            else:
+                import time
+
+                deadline = time.monotonic() + wait
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise EnvbuildError(f"busy: another envbuild has been editing {what} for over {wait:.0f}s "
+                                                f"(lock {path}); nothing was written: try again") from None
+                        time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -1,0 +1,232 @@
+"""The one layer between envbuild and what it shows people: the terminal, logs and reports.
+
+Everything the CLI prints goes through `SafeStream` (installed over stdout and stderr for the whole command), and
+every log or report envbuild writes goes through `safe()`: secrets are masked (by the name of the variable that
+holds them, by their value in every form, and by the shapes well-known tokens have), control and escape sequences
+are shown escaped, and what an error quotes is capped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import errno
+import io
+import os
+import re
+from typing import Callable, Iterator, Mapping
+
+from envbuild.core.errors import EnvbuildError
+from envbuild.core.text import shown
+
+MASK = "***"
+
+# A variable (or a key=value, a JSON key, a query parameter) whose name says it holds a secret.
+SECRET_WORDS = (r"token|secret|passwd|password|passphrase|pwd|credentials?|auth|authorization|api_?key|apikey|"
+                r"access_?key|private_?key|secret_?key|client_?secret|signature|sig|cookie|session_?id|pat|key")
+SECRET_NAME = re.compile(rf"(?:^|[_.-])(?:{SECRET_WORDS})(?:$|[_.-])|^(?:{SECRET_WORDS})$", re.IGNORECASE)
+
+
+# Without the bare word KEY (CACHE_KEY, PARTITION_KEY are names, not secrets): what a matrix may not name at all.
+_WORDS_STRICT = SECRET_WORDS.removesuffix("|key")
+
+
+@functools.cache
+def _secret_name_strict() -> re.Pattern:  # compiled when first asked: only a matrix's names are held to it
+    return re.compile(rf"(?:^|[_.-])(?:{_WORDS_STRICT})(?:$|[_.-])|^(?:{_WORDS_STRICT})$", re.IGNORECASE)
+
+
+def secret_name(name: str, strict: bool = False) -> bool:
+    """Whether a variable called `name` holds a secret (HF_TOKEN, MY_PAT, DB_PASSWORD, AWS_SECRET_ACCESS_KEY); with
+    `strict`, only names that cannot mean anything else (not a bare *_KEY)."""
+    return bool((_secret_name_strict() if strict else SECRET_NAME).search(name))
+
+
+def _basic(match: re.Match) -> str:
+    import base64  # only where a Basic authorization is printed
+
+    try:
+        decoded = base64.b64decode(match.group(2) + "=" * (-len(match.group(2)) % 4), validate=True)
+    except (ValueError, TypeError):
+        return match.group(0)
+    return f"{match.group(1)}{MASK}" if b":" in decoded else match.group(0)
+
+
+# No nested quantifiers and one start per word: linear in the text's length (a 2 MB value is scrubbed at once).
+_NAME = r"[A-Za-z0-9_.-]*(?:token|secret|passwd|password|passphrase|pwd|credentials?|auth|authorization|apikey|signature|sig|cookie|pat|[_.-]key)"
+# (pattern, replacement), applied in order; each keeps what says where the secret was and drops the secret.
+SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
+    # a private key block (PEM, OpenSSH), whole
+    (re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.DOTALL),
+     rf"-----BEGIN \1PRIVATE KEY----- {MASK}"),
+    # a URL's userinfo (user:password@, token@), whatever the scheme
+    (re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/?#\"'<>`]{0,512}@"), rf"\1{MASK}@"),
+    # an HTTP authorization: Bearer TOKEN, Basic BASE64(user:password)
+    (re.compile(r"\b((?:Bearer|bearer|BEARER)\s+)[A-Za-z0-9._~+/-]{8,}=*"), rf"\1{MASK}"),
+    (re.compile(r"\b((?:Token|token)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{12,}=*"), rf"\1{MASK}"),
+    (re.compile(r"\b((?:Basic|basic|BASIC)\s+)([A-Za-z0-9+/]{6,}=*)"), _basic),
+    # NAME=VALUE, NAME: VALUE in JSON ("name": "value"), ?name=value, for a secret-looking NAME
+    (re.compile(rf"(?<![A-Za-z0-9_.-])({_NAME}(?![A-Za-z0-9])[\"']?)(\s*=\s*|[\"']?\s*:\s*[\"'])([^\s\"',;&)}}\]]+)", re.IGNORECASE),
+     rf"\1\2{MASK}"),
+    # netrc contents: password X
+    (re.compile(r"(?<![\w-])((?:password|passwd)[ \t]+)(?!\*\*\*)\S+", re.IGNORECASE), rf"\1{MASK}"),
+    # well-known token shapes
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,})"), MASK),  # GitHub
+    (re.compile(r"\b(?:hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{16,})"), MASK),  # Hugging Face
+    (re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}\b"), MASK),  # AWS
+    # an AWS secret access key: 40 characters of base64 with both cases and a digit (a git or image digest is hex)
+    (re.compile(r"(?<![A-Za-z0-9/+_-])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[0-9])"
+                r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])"), MASK),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), MASK),  # JWT
+    (re.compile(r"\b(?:glpat-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|pypi-[A-Za-z0-9_-]{40,}|"
+                r"npm_[A-Za-z0-9]{20,}|dckr_pat_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{30,}|"
+                r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,})"), MASK),
+]
+
+
+def _env_secrets(environ: Mapping[str, str]) -> list[str]:
+    """Values of this environment's secret-named variables, and registry credentials in every form."""
+    from envbuild.core.credential_env import environment_forms
+
+    values = environment_forms(environ)
+    for name, value in environ.items():
+        if secret_name(name) and len(value) >= 8 and not value.startswith("/"):
+            values.append(value)
+    return sorted(set(values), key=len, reverse=True)
+
+
+class Scrubber:
+    """Masks secrets: the values the environment holds under secret names, and every value of a known shape."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None, extra: tuple[str, ...] = ()):
+        env = os.environ if environ is None else environ
+        self.values = sorted({*_env_secrets(env), *(v for v in extra if len(v) >= 4)}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for value in self.values:
+            if value in text:
+                text = text.replace(value, MASK)
+        for pattern, replacement in SHAPES:
+            text = pattern.sub(replacement, text)
+        return text
+
+
+def scrub(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """`text` with every secret masked."""
+    return Scrubber(environ)(text)
+
+
+def capped(text: str, limit: int = 1000) -> str:
+    """At most `limit` characters of a quoted value, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def safe(text: str, scrubber: Callable[[str], str] | None = None) -> str:
+    """Text for a log, a report or a terminal: secrets masked, every control character but newline and tab shown
+    escaped."""
+    return shown((scrubber or Scrubber())(text), keep="\n\t")
+
+
+# The SGR codes click.style writes for envbuild's colours (they cannot move the cursor or hide text).
+_STYLE = re.compile(r"\x1b\[(?:0|1|22|3[0-79]|9[0-7])m")
+
+
+class OutputFault(EnvbuildError):
+    """Standard output or error could not be written (a closed pipe, a full device)."""
+
+    def __init__(self, message: str, closed: bool):
+        super().__init__(message)
+        self.closed = closed
+
+
+class SafeStream(io.TextIOBase):
+    """A text stream that writes through to `raw` only what `safe()` lets through (and envbuild's own colours).
+    A closed pipe or a full device becomes an OutputFault, not a traceback."""
+
+    def __init__(self, raw, name: str, scrubber: Scrubber):
+        self.raw = raw
+        self.stream_name = name
+        self.scrubber = scrubber
+        self.fault: OutputFault | None = None  # once it failed, every later write fails the same way
+
+    @property
+    def encoding(self):  # noqa: D401 - what click asks of a text stream
+        return getattr(self.raw, "encoding", "utf-8")
+
+    @property
+    def errors(self):
+        return getattr(self.raw, "errors", "strict")
+
+    def isatty(self) -> bool:
+        try:
+            return self.raw.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def clean(self, text: str) -> str:
+        text = self.scrubber(text)
+        if not self.isatty():  # no colours off a terminal (click strips its own): every escape shown
+            return shown(text, keep="\n\t")
+        parts = _STYLE.split(text)
+        styles = _STYLE.findall(text)
+        out = [shown(parts[0], keep="\n\t")]
+        for style, part in zip(styles, parts[1:]):
+            out += [style, shown(part, keep="\n\t")]
+        return "".join(out)
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError("SafeStream takes text")
+        if self.fault is not None:
+            raise self.fault
+        if not text:
+            return 0
+        try:
+            self.raw.write(self.clean(text))
+        except OSError as exc:
+            raise self._fault(exc) from None
+        return len(text)
+
+    def flush(self) -> None:
+        if self.fault is not None:
+            raise self.fault
+        try:
+            self.raw.flush()
+        except OSError as exc:
+            raise self._fault(exc) from None
+        except ValueError:  # closed
+            pass
+
+    def _fault(self, exc: OSError) -> OutputFault:
+        closed = exc.errno in (errno.EPIPE, errno.ECONNRESET)
+        try:  # what is still buffered must not fail again when Python exits
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.raw.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass
+        self.fault = OutputFault(f"cannot write to standard {self.stream_name}: {exc.strerror or exc}", closed)
+        return self.fault
+
+
+@contextlib.contextmanager
+def guarded(environ: Mapping[str, str] | None = None) -> Iterator[Scrubber]:
+    """stdout and stderr through SafeStream for the length of a command; the scrubber they share."""
+    import sys
+
+    scrubber = Scrubber(environ)
+    saved = sys.stdout, sys.stderr
+    sys.stdout = SafeStream(saved[0], "output", scrubber) if saved[0] is not None else None
+    sys.stderr = SafeStream(saved[1], "error", scrubber) if saved[1] is not None else None
+    try:
+        yield scrubber
+    finally:
+        sys.stdout, sys.stderr = saved

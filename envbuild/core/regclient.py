@@ -1,0 +1,315 @@
+"""The registry's own HTTP API (OCI distribution spec), for what the engine cannot do: read a manifest list
+without pulling, resolve a platform's digest in it, PUT an image index, and (for signatures) upload a blob and
+PUT a manifest. envbuild's one HTTP client of a registry: trust.oci says these calls in signing's terms.
+
+Docker's engine knows one platform per tag and pushes single manifests; an index is assembled here from the
+digests it pushed. Tokens follow the registry's WWW-Authenticate challenge (Bearer or Basic) with the same
+credentials publish and pull use (the environment, else a plain `auths` entry of the Docker config).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from envbuild.core.errors import PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.core.credentials import Credentials, config_login, from_env, github_token
+from envbuild.core.imageref import Reference, api_host, is_loopback as _loopback
+
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+INDEXES = (OCI_INDEX, DOCKER_LIST)
+ACCEPT = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+TIMEOUT = 30.0
+MAX_DOC = 16 << 20  # a manifest, a config or a signature; a larger answer is refused, not read whole
+
+
+@dataclass(frozen=True)
+class Manifest:
+    media_type: str
+    digest: str  # sha256 of the bytes the registry served
+    raw: bytes
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        return json.loads(self.raw)
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEXES
+
+    def platforms(self) -> dict[str, str]:
+        """An index's 'os/arch[/variant]' -> manifest digest (attestation entries, 'unknown/unknown', left out)."""
+        out = {}
+        for m in self.doc.get("manifests") or []:
+            p = m.get("platform") or {}
+            if p.get("os") in (None, "unknown"):
+                continue
+            name = f"{p['os']}/{p.get('architecture')}" + (f"/{p['variant']}" if p.get("variant") else "")
+            out.setdefault(name, m["digest"])
+        return out
+
+
+def split(ref: str) -> tuple[str, str]:
+    """'host:5000/org/img:tag' or '...@sha256:..' -> ('org/img' on its host's API, 'tag' or the digest)."""
+    full = Reference.parse(ref).full
+    name, at, digest = full.partition("@")
+    if at:
+        repo = name.rpartition(":")[0] if ":" in name.rpartition("/")[2] else name
+        return repo.split("/", 1)[1], digest
+    repo, sep, tag = name.rpartition(":")
+    if not sep or "/" in tag:
+        repo, tag = name, "latest"
+    return repo.split("/", 1)[1], tag
+
+
+def _host(ref: str) -> str:
+    """The registry of a reference, or a bare registry host itself ('127.0.0.1:5000', 'ghcr.io'; 'debian:12' is an
+    image): a client is made for either."""
+    name = ref.partition(":")[0]
+    if "/" not in ref and ("." in name or name == "localhost"):
+        return ref
+    return Reference.parse(ref).registry
+
+
+@dataclass(frozen=True)
+class _Response:
+    status_code: int
+    headers: Any  # case-insensitive (email.message.Message)
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def sha256(data: bytes) -> str:
+    """The OCI digest of `data`: sha256:HEX."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None, context: Any,
+          authorization: str | None) -> _Response:
+    """One request through the standard library's client (no `requests` to import: a no-op build asks the
+    registry for its base's digest, and that import alone took 0.1 s). An error status is an answer, not an
+    exception; the authorization is never forwarded by a redirect (a blob served from storage elsewhere)."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=data, method=method, headers=dict(headers))
+    if authorization:
+        req.add_unredirected_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT, context=context) as resp:
+            return _Response(resp.status, resp.headers, resp.read(MAX_DOC + 1))
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return _Response(exc.code, exc.headers, exc.read(MAX_DOC + 1))
+    except http.client.HTTPException as exc:  # a cut or garbled answer: unreachable, as a refused connection is
+        raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _reason(exc: OSError) -> str:
+    reason = getattr(exc, "reason", None) or exc
+    return f"{type(reason).__name__}: {str(reason)[:200]}"
+
+
+def _basic(creds: Credentials) -> str:
+    return "Basic " + base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
+
+
+class Registry:
+    """One registry host, spoken to over HTTP(S): loopback hosts in plain HTTP (as Docker treats them), others TLS."""
+
+    def __init__(self, ref: str, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None, *,
+                 publish: bool = True):
+        """`publish`: this is the registry envbuild publishes to, whose credentials ENVBUILD_REGISTRY_USER and
+        _PASSWORD are. False for one it only reads a base image from: then only what is that host's own (its
+        Docker config login, GHCR's GitHub token) is offered, as the engine pulling the base would."""
+        self.host = _host(ref)
+        self.creds = ((from_env if publish else github_token)(self.host, environ)
+                      or config_login(self.host, environ))
+        self.base = f"{'http' if _loopback(self.host) else 'https'}://{api_host(self.host)}"
+        self.verify: Any = str(ca_bundle) if ca_bundle else True
+        self._tokens: dict[str, str] = {}
+
+    def _request(self, method: str, repo: str, path: str, *, push: bool = False, data: bytes | None = None,
+                 headers: Mapping[str, str] | None = None, url: str | None = None) -> _Response:
+        """`path` under /v2/REPO/, or `url` (an upload's Location); the token goes only to this registry."""
+        from urllib.parse import urljoin, urlsplit
+
+        url = urljoin(self.base + "/", url) if url else f"{self.base}/v2/{repo}/{path}"
+        ours = urlsplit(url)[:2] == urlsplit(self.base)[:2]
+        scope = f"repository:{repo}:{'pull,push' if push else 'pull'}"
+        for attempt in range(2):
+            auth = self._tokens.get(scope) if ours else None
+            try:
+                resp = _http(method, url, headers or {}, data, self._context(url), auth)
+            except OSError as exc:
+                raise RegistryUnreachableError(f"registry {self.host} unreachable ({_reason(exc)}): is it running, and "
+                                               "is the address right?") from None
+            if resp.status_code == 401 and attempt == 0 and ours:
+                self._tokens[scope] = self._authorize(resp.headers.get("WWW-Authenticate", ""), scope)
+                continue
+            if resp.status_code in (401, 403):
+                used = f"the credentials from {self.creds.source}" if self.creds else "no credentials"
+                raise RegistryAuthError(f"registry {self.host} refused {method} {repo} ({resp.status_code}); used {used}")
+            if len(resp.content) > MAX_DOC:
+                raise PublishError(f"registry {self.host}: the answer to {method} {repo} is larger than "
+                                   f"{MAX_DOC >> 20} MiB; not read")
+            return resp
+        raise AssertionError("unreachable")
+
+    def _context(self, url: str) -> Any:
+        """TLS for an https URL (the registry's, its token service's): the system's CAs, or --ca-bundle's; None for
+        plain HTTP (loopback)."""
+        if not url.startswith("https:"):
+            return None
+        import ssl
+
+        return ssl.create_default_context(cafile=None if self.verify is True else self.verify)
+
+    def _authorize(self, challenge: str, scope: str) -> str:
+        from urllib.parse import urlencode
+
+        scheme, _, params = challenge.partition(" ")
+        if scheme.lower() == "basic":
+            if not self.creds:
+                raise RegistryAuthError(f"registry {self.host} asks for credentials: set ENVBUILD_REGISTRY_USER and "
+                                        f"ENVBUILD_REGISTRY_PASSWORD, or `docker login {self.host}`")
+            return _basic(self.creds)
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
+        if scheme.lower() != "bearer" or "realm" not in fields:
+            raise PublishError(f"registry {self.host} asks for an authentication envbuild does not speak: {challenge[:100]}")
+        realm = fields["realm"]
+        query = urlencode({"service": fields.get("service", ""), "scope": scope})
+        url = f"{realm}{'&' if '?' in realm else '?'}{query}"
+        try:
+            resp = _http("GET", url, {}, None, self._context(url), _basic(self.creds) if self.creds else None)
+        except OSError as exc:
+            raise RegistryUnreachableError(f"the token service of {self.host} is unreachable ({_reason(exc)})") from None
+        if resp.status_code != 200:
+            raise RegistryAuthError(f"the token service of {self.host} refused ({resp.status_code})")
+        body = resp.json()
+        return "Bearer " + str(body.get("token") or body.get("access_token"))
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def manifest(self, ref: str) -> Manifest | None:
+        """What the registry serves for a tag or digest; None when it has no such manifest."""
+        return self.read_manifest(*split(ref))
+
+    def read_manifest(self, repo: str, reference: str) -> Manifest | None:
+        """The manifest `reference` (a tag or digest) names in `repo` (its path on this registry); None: none."""
+        resp = self._request("GET", repo, f"manifests/{reference}", headers={"Accept": ACCEPT})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise PublishError(f"registry {self.host}: GET manifest {repo}:{reference} answered {resp.status_code}: "
+                               f"{resp.text[:200]}")
+        raw = resp.content
+        digest = sha256(raw)  # of the bytes served: a registry's header is not trusted
+        if reference.startswith("sha256:") and reference != digest:
+            raise PublishError(f"registry {self.host} served content of digest {digest} for {repo}@{reference}")
+        try:
+            media = (resp.headers.get("Content-Type") or "").split(";")[0].strip() or json.loads(raw).get("mediaType", "")
+        except (ValueError, AttributeError):
+            raise PublishError(f"registry {self.host}: {repo}:{reference} is not a manifest (not a JSON object)") from None
+        return Manifest(media, digest, raw)
+
+    def blob(self, repo_ref: str, digest: str) -> bytes:
+        repo, _ = split(repo_ref)
+        found = self.read_blob(repo, digest)
+        if found is None:
+            raise PublishError(f"registry {self.host}: blob {digest} of {repo} answered 404")
+        return found
+
+    def read_blob(self, repo: str, digest: str) -> bytes | None:
+        """The blob's bytes, checked against its digest (content addressing is the point); None: not there."""
+        resp = self._request("GET", repo, f"blobs/{digest}")
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise PublishError(f"registry {self.host}: blob {digest} of {repo} answered {resp.status_code}")
+        if sha256(resp.content) != digest:
+            raise PublishError(f"registry {self.host} served a blob that is not {digest}")
+        return resp.content
+
+    def platform_digest(self, ref: str, platform: str) -> tuple[str, Manifest]:
+        """The digest of `platform`'s manifest under `ref` (a tag or digest naming an index or one manifest), and
+        what `ref` itself names. A single manifest of another platform is refused."""
+        top = self.manifest(ref)
+        if top is None:
+            raise PublishError(f"{ref} is not in the registry {self.host}")
+        if top.is_index:
+            found = top.platforms()
+            digest = found.get(platform) or (found.get("linux/arm64/v8") if platform == "linux/arm64" else None)
+            if digest is None:
+                raise PublishError(f"{ref} has no image for {platform}: its index lists {', '.join(sorted(found)) or 'none'}")
+            return digest, top
+        config = json.loads(self.blob(ref, top.doc["config"]["digest"]))
+        has = f"{config.get('os')}/{config.get('architecture')}"
+        if has != platform and not (platform == "linux/arm64" and has == "linux/arm64/v8"):
+            raise PublishError(f"{ref} is a single image for {has}, not {platform}: publish an index (manifest list) "
+                               f"with both, or pin each platform's base by digest")
+        return top.digest, top
+
+    # -- writing ------------------------------------------------------------------------------------------------
+    @staticmethod
+    def index_media_type(children: list[tuple[str, Manifest]]) -> str:
+        return DOCKER_LIST if all(m.media_type == DOCKER_MANIFEST for _, m in children) else OCI_INDEX
+
+    def put_index(self, ref: str, children: list[tuple[str, Manifest]]) -> str:
+        """PUT an image index naming each (platform, manifest) at `ref` (a tag); the digest the registry confirmed.
+        The index is a Docker manifest list when every child is a Docker manifest, else an OCI index: clients
+        read both, and a mix of the two families is what some of them refuse."""
+        media = self.index_media_type(children)
+        entries = []
+        for platform, m in children:
+            os_name, _, rest = platform.partition("/")
+            arch, _, variant = rest.partition("/")
+            entry: dict[str, Any] = {"mediaType": m.media_type, "digest": m.digest, "size": len(m.raw),
+                                     "platform": {"architecture": arch, "os": os_name}}
+            if variant:
+                entry["platform"]["variant"] = variant
+            entries.append(entry)
+        body = json.dumps({"schemaVersion": 2, "mediaType": media, "manifests": entries}, indent=3).encode()
+        return self.put_manifest(*split(ref), body, media, what=f"the index for {ref}")
+
+    def put_manifest(self, repo: str, reference: str, data: bytes, media_type: str, *, what: str = "") -> str:
+        """PUT a manifest (or index) at a tag; its digest, which the registry must confirm if it says one."""
+        what = what or f"manifest {repo}:{reference}"
+        resp = self._request("PUT", repo, f"manifests/{reference}", push=True, data=data,
+                             headers={"Content-Type": media_type})
+        if resp.status_code not in (200, 201):
+            raise PublishError(f"registry {self.host} refused {what} ({resp.status_code}): {resp.text[:300]}")
+        digest = sha256(data)
+        said = resp.headers.get("Docker-Content-Digest")
+        if said and said != digest:
+            raise PublishError(f"registry {self.host} stored {what} as {said}, not {digest}")
+        return digest
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        """Upload a blob (monolithically: signatures and attestations are small) unless the registry has it."""
+        digest = sha256(data)
+        if self._request("HEAD", repo, f"blobs/{digest}", push=True).status_code == 200:
+            return digest
+        start = self._request("POST", repo, "blobs/uploads/", push=True, data=b"")
+        location = start.headers.get("Location")
+        if start.status_code != 202 or not location:
+            raise PublishError(f"registry {self.host} refused an upload to {repo} ({start.status_code})")
+        done = self._request("PUT", repo, "", push=True, data=data, url=f"{location}{'&' if '?' in location else '?'}digest={digest}",
+                             headers={"Content-Type": "application/octet-stream"})
+        if done.status_code != 201:
+            raise PublishError(f"registry {self.host} refused blob {digest} in {repo} ({done.status_code})")
+        return digest

@@ -1,0 +1,153 @@
+"""Stage 3: a rendered backend -> an image, built with BuildKit on the local engine.
+
+plan.py gathers everything that decides the image into one BuildPlan; records.py answers an unchanged
+plan from the last good build; builder.py runs BuildKit; locking.py resolves a backend's lock with it.
+BuildKit names the image only once the whole build succeeded (its id also lands in an --iidfile), so a
+failed build never moves a tag away from a good image. Secrets (CA bundle, index credentials) go in as
+BuildKit secrets: mounted for single RUN steps, never stored in a layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from envbuild.core.errors import BuildError, LockError, StaleLock
+from envbuild.imagebuild import builder, locking, records
+from envbuild.imagebuild.plan import BuildOptions, BuildPlan, default_ca_bundle, make_plan, write_context
+
+if TYPE_CHECKING:
+    from envbuild.core.engine import Engine
+    from envbuild.matrix import Backend, Matrix
+    from envbuild.imagebuild.status import StatusBoard
+
+__all__ = ["BuildError", "BuildOptions", "BuildPlan", "BuildResult", "build", "build_many", "default_ca_bundle", "make_plan"]
+
+
+@dataclass
+class BuildResult:
+    backend: str
+    ok: bool
+    tags: list[str]
+    image_id: str | None = None
+    seconds: float = 0.0
+    log: Path | None = None
+    error: str | None = None
+    up_to_date: bool = False  # nothing changed since the last build: the builder did not run
+
+    def to_json(self) -> dict:
+        return {
+            "backend": self.backend,
+            "ok": self.ok,
+            "image_id": self.image_id,
+            "tags": self.tags,
+            "seconds": round(self.seconds, 2),
+            "log": str(self.log) if self.log else None,
+            "error": self.error,
+            "up_to_date": self.up_to_date,
+        }
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, *,
+          echo: Callable[[str], None] = _stderr, verbose: bool = False, locked: bool = False,
+          status: Callable[[str], None] | None = None) -> BuildResult:
+    """Build one backend's image from its lock and tag it; the old tags stay put when anything fails.
+    A missing or stale lock is resolved and written first (said so), or refused with `locked`."""
+    start = time.monotonic()
+    check_platform(backend, opts.platform)
+    with records.locked(opts.context_dir, backend.name, echo):
+        plan = make_plan(matrix, backend, opts, engine)
+        try:
+            lockfile = locking.ensure(matrix, backend, plan, opts, engine, locked=locked, echo=echo, verbose=verbose)
+        except StaleLock:
+            raise
+        except LockError as exc:  # the image could not be resolved: a failed build, with the resolver's log
+            return BuildResult(backend.name, False, [], seconds=time.monotonic() - start, log=exc.log, error=str(exc))
+        plan = dataclasses.replace(plan, lock=lockfile.text().encode("utf-8"))
+        unchanged = records.answer(plan, engine)
+        if unchanged:
+            return BuildResult(backend.name, True, list(plan.tags), unchanged, time.monotonic() - start, up_to_date=True)
+        records.forget(plan)
+        write_context(plan)
+        opts.log_dir.mkdir(parents=True, exist_ok=True)
+        log = opts.log_dir / f"build-{backend.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        target = plan.tags[0] if plan.tags else f"{opts.platform} (kept in the builder, not loaded)"
+        echo(f"[{backend.name}] building {plan.base_image} -> {target} (log: {log})")
+        with tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            argv = [*plan.argv[:-1], "--iidfile", str(iidfile), plan.argv[-1]]
+            error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose, status), engine)
+            image_id = iidfile.read_text().strip() if error is None and iidfile.exists() else None
+        result = BuildResult(backend.name, False, list(plan.tags), seconds=time.monotonic() - start, log=log)
+        if image_id is None:
+            error = error or "the builder wrote no image id"
+            result.error = (builder.base_failure(error, plan.base_image, backend.name) or builder.cache_failure(error)
+                            or error)
+            return result
+        records.remember(plan, image_id)
+    result.ok, result.image_id = True, image_id
+    return result
+
+
+def check_platform(backend: Backend, platform: str | None, what: str = "building") -> bool:
+    """Refuse a platform the backend does not list (with the list) or this host can neither run nor emulate (with
+    the fix); True when the platform is emulated here."""
+    from envbuild.core.errors import InvalidInput
+    from envbuild.core.platform import require_runnable
+
+    if not platform:
+        return False
+    for p in platform.split(","):
+        if why := backend.unlisted(p):
+            raise InvalidInput(f"{why} (matrix.yaml, its `platforms`)")
+    if "," in platform:
+        raise InvalidInput(f"--platform {platform}: build one platform at a time (each installs its own lock, "
+                           f"locks/{backend.name}/OS-ARCH.txt); `envbuild publish` joins them in one image index")
+    return require_runnable(platform, f"{what} {backend.name} for {platform}")
+
+
+def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: Engine, *, jobs: int = 1,
+               echo: Callable[[str], None] = _stderr, verbose: bool = False, locked: bool = False,
+               board: StatusBoard | None = None) -> list[BuildResult]:
+    """Build several backends, `jobs` at a time (threads, one builder process each); results in input order.
+
+    A backend that fails does not stop the others. When backends share steps (same base, same commands),
+    BuildKit on the one daemon runs each shared step once, whichever build reaches it first.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(backend: Backend) -> BuildResult:
+        name = backend.name
+        say = board.echo if board else echo
+        if board:
+            board.start(name)
+        try:
+            result = build(matrix, backend, opts, engine, echo=say, verbose=verbose, locked=locked,
+                           status=(lambda text: board.step(name, text)) if board else None)
+        except (BuildError, LockError) as exc:
+            if len(backends) == 1:
+                raise
+            result = BuildResult(backend=name, ok=False, tags=[], error=str(exc))
+        if board:
+            board.finish(name, result.ok, (result.image_id or "")[:19] if result.ok else (result.error or "failed"))
+        return result
+
+    if jobs <= 1 or len(backends) == 1:
+        return [one(b) for b in backends]
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="envbuild-build") as pool:
+        futures = [pool.submit(one, b) for b in backends]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise

@@ -1,0 +1,142 @@
+"""The manifest of published images: what landed where (digest, versions, provenance, smoke result).
+
+{"schema": 1, "images": {backend: entry}}; an entry is replaced only when every tag of its backend landed,
+and the file is rewritten atomically with the other backends' entries kept.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from envbuild.core.errors import InvalidInput, ManifestError
+from envbuild.core.files import exclusive, read_json, write_atomic
+from envbuild.core.imageref import DIGEST
+
+SCHEMA = 1
+DEFAULT = "envbuild-manifest.json"
+LABEL = "dev.envbuild."
+REVISION_LABEL = "org.opencontainers.image.revision"
+
+
+def load(path: Path, *, must_exist: bool) -> dict[str, Any]:
+    """{"schema": 1, "images": {backend: entry}}; a missing file is an empty manifest unless must_exist."""
+    if not path.exists():
+        if must_exist:
+            raise ManifestError(f"manifest {path}: no such file (publish writes it: `envbuild publish --manifest {path}`)")
+        return {"schema": SCHEMA, "images": {}}
+    doc = read_json(path, f"manifest {path}", InvalidInput)
+    if not isinstance(doc, dict) or not isinstance(doc.get("images"), dict):
+        raise InvalidInput(f"manifest {path}: expected an object with \"schema\" and \"images\" (is this an envbuild manifest?)")
+    if doc.get("schema") != SCHEMA:
+        raise InvalidInput(f"manifest {path}: schema {doc.get('schema')!r} is not supported (this envbuild reads schema {SCHEMA})")
+    for name, entry in doc["images"].items():
+        if not isinstance(entry, dict) or not DIGEST.match(str(entry.get("digest", ""))):
+            raise InvalidInput(f"manifest {path}: images.{name}: expected an entry with a \"digest\" such as sha256:<64 hex>")
+    return doc
+
+
+def record(path: Path, entry: dict[str, Any], echo: Callable[[str], None] | None = None) -> None:
+    """Replace one backend's entry, keep the others: under the manifest's lock (two publishes at once both land),
+    re-read, then written atomically (a crash leaves the old file whole)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive(path.parent, f"the manifest {path}", echo):  # its folder: no lock file left beside it
+            doc = load(path, must_exist=False)
+            doc["images"][entry["backend"]] = entry
+            doc["images"] = dict(sorted(doc["images"].items()))
+            write_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    except OSError as exc:
+        raise ManifestError(f"cannot write manifest {path}: {exc.strerror or exc}; it is as it was") from None
+
+
+# --- smoke results --------------------------------------------------------------------------------------
+
+
+def load_smoke_results(path: Path) -> dict[str, dict[str, Any]]:
+    """`envbuild smoke --json` output (one result or a list) -> {backend: result}."""
+    from envbuild.smoke.runner import result_problem
+
+    doc = read_json(path, f"--smoke-json {path}", InvalidInput)
+    docs = doc if isinstance(doc, list) else [doc]
+    out: dict[str, dict[str, Any]] = {}
+    for d in docs:
+        why = result_problem(d)
+        if why:
+            raise InvalidInput(f"--smoke-json {path}: not the output of `envbuild smoke --json`: {why}")
+        out[d["backend"]] = d
+        if d.get("platform"):  # one result per platform of a backend: BACKEND@PLATFORM
+            out[f"{d['backend']}@{d['platform']}"] = d
+    return out
+
+
+def smoke_summary(result: dict[str, Any], source: Path | None = None) -> dict[str, Any]:
+    """What the manifest keeps of a smoke result: the verdict, the checks, when and on what."""
+    checks = [c for c in result.get("checks") or [] if isinstance(c, dict)]
+    date = result.get("date")
+    if not date and source is not None:
+        date = datetime.fromtimestamp(source.stat().st_mtime, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "ok": bool(result.get("ok")),
+        "passed": sum(1 for c in checks if c.get("ok")),
+        "failed": sum(1 for c in checks if not c.get("ok")),
+        "failed_checks": [str(c.get("name")) for c in checks if not c.get("ok")],
+        "error": result.get("error"),
+        "image": result.get("image"),
+        "image_id": result.get("image_id"),
+        "seconds": result.get("seconds"),
+        "date": date,
+        "platform": result.get("platform"),
+        "emulated": result.get("emulated"),
+        "skipped_checks": [str(c.get("name")) for c in checks if c.get("skipped")],
+    }
+
+# --- provenance -----------------------------------------------------------------------------------------
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def git_revision(where: Path) -> tuple[str | None, bool | None]:
+    """(HEAD, dirty) of the checkout holding `where`, or (None, None) outside one."""
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout if proc.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    if not head:
+        return None, None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return head.strip(), (bool(status.strip()) if status is not None else None)
+
+
+def image_requires(labels: Mapping[str, str], measured_arch: list[str] | None = None) -> dict[str, Any] | None:
+    """What the image needs of the host: its dev.envbuild.requires.* labels, and the architectures its build measured
+    (/opt/envbuild/torch-arch.txt) over the label's; None for an image built before these labels."""
+    if LABEL + "requires.driver" not in labels:
+        return None
+    label_arch = labels.get(LABEL + "requires.arch") or "unknown"
+    return {
+        "driver": labels.get(LABEL + "requires.driver"),
+        "stack": labels.get(LABEL + "requires.stack"),
+        "arch": measured_arch or (label_arch if label_arch in ("any", "unknown") else label_arch.split(",")),
+    }
+
+
+def image_versions(labels: Mapping[str, str]) -> dict[str, Any]:
+    plugin = labels.get(LABEL + "plugin") or ""
+    package, _, version = plugin.partition("==")
+    return {
+        "torch": labels.get(LABEL + "torch"),
+        "plugin": {"package": package, "version": version} if package else None,
+        "transformers": labels.get(LABEL + "transformers"),
+        "accelerate": labels.get(LABEL + "accelerate"),
+    }
+

@@ -1,0 +1,107 @@
+"""What publishing does to an image whether it goes alone (publish) or as one platform of an index (index): the
+options, the result, the check of its labels against the matrix, the smoke result it carries, its SBOM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from envbuild.core.errors import EnvbuildError, PublishError
+from envbuild.ship import manifest
+
+if TYPE_CHECKING:
+    from envbuild.core.engine import Engine, Image
+    from envbuild.matrix import Backend, Matrix
+
+
+@dataclass
+class Published:
+    backend: str
+    ok: bool
+    image: str | None = None
+    refs: list[str] = field(default_factory=list)
+    digest: str | None = None
+    error: str | None = None
+    entry: dict[str, Any] | None = None
+    pushed: list[str] = field(default_factory=list)  # REPO@DIGEST of every manifest pushed (platforms, then the index)
+    failed_platforms: dict[str, str] = field(default_factory=dict)  # platform -> why it is not in the index
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "ok": self.ok, "image": self.image, "tags": self.refs, "digest": self.digest,
+                "error": self.error, "pushed": self.pushed, "failed_platforms": self.failed_platforms}
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    registry: str | None = None
+    image: str | None = None
+    manifest: Path = Path(manifest.DEFAULT)
+    smoke_json: Path | None = None
+    force: bool = False
+    sign_key: Any = None  # a trust.keys.SigningKey: sign every pushed digest, attest the image (cosign's format)
+    platforms: tuple[str, ...] = ()  # publish these as one image index (each its own image: REPO:BACKEND[-ARCH])
+    no_index: bool = False  # push the platforms' images and record them; the index comes later (--index-from)
+    index_from: tuple[Path, ...] = ()  # manifests of per-platform publishes (native runners): join them in an index
+    smoke_jsons: tuple[Path, ...] = ()  # more smoke results (one per platform)
+
+
+def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> list[str]:
+    """Why the image is not what the matrix's tags say it is (empty when it is)."""
+    label = manifest.LABEL
+    if not labels.get(label + "backend"):
+        return ["it has no dev.envbuild.* labels (it was not built by `envbuild build`)"]
+    expected = {
+        "backend": backend.name,
+        "torch": backend.torch.version,
+        "plugin": f"{backend.plugin.package}=={backend.plugin.version}" if backend.plugin else "",
+        "transformers": m.pin("transformers", backend),
+        "accelerate": m.pin("accelerate", backend),
+    }
+    return [
+        f"{key} is {labels.get(label + key)!r} in the image but {value!r} in the matrix"
+        for key, value in expected.items()
+        if (labels.get(label + key) or "") != value
+    ]
+
+
+def write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOptions,
+               echo: Callable[[str], None], suffix: str = "") -> dict[str, str] | None:
+    """The image's SBOM beside the manifest; what the manifest records of it (its file and sha256)."""
+    import hashlib
+
+    from envbuild.core.files import write_atomic
+    from envbuild.ship.sbom import sbom
+
+    try:
+        text = sbom(engine, image_id)
+    except EnvbuildError as exc:
+        echo(f"[{backend.name}] note: no SBOM: {exc}")
+        return None
+    name = f"envbuild-sbom-{backend.name}{suffix}.cdx.json"
+    write_atomic(opts.manifest.parent / name, text)
+    return {"file": name, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+
+
+def smoke_summary(backend: Backend, image: Image, source: str, smoke_results: dict[str, dict[str, Any]],
+                  opts: PublishOptions, echo: Callable[[str], None]) -> dict[str, Any] | None:
+    """The manifest's summary of this image's smoke result; refuses a failed one, or one of another image."""
+    if not opts.smoke_json and not opts.smoke_jsons:
+        return None
+    platform = f"{image.os}/{image.architecture}"
+    result = smoke_results.get(f"{backend.name}@{platform}") or smoke_results.get(backend.name)
+    if result is None:
+        echo(f"[{backend.name}] note: {opts.smoke_json} has no result for {backend.name}; the manifest records no smoke test")
+        return None
+    smoke = manifest.smoke_summary(result, opts.smoke_json)
+    if not smoke["ok"] and not opts.force:
+        raise PublishError(
+            f"refusing to publish {backend.name}: its smoke test failed ({smoke['error'] or ', '.join(smoke['failed_checks'])}); "
+            "fix it and smoke again, or pass --force"
+        )
+    if smoke["image_id"] and smoke["image_id"] != image.id and not opts.force:
+        raise PublishError(
+            f"refusing to publish {backend.name}: the smoke result is for image {smoke['image_id'][:19]}, not {image.id[:19]} "
+            f"({source}); smoke this image, or pass --force"
+        )
+    return smoke

@@ -1,0 +1,165 @@
+"""Check an image in the registry against a public key before anything runs it: a signature by that key over
+this very manifest digest, every attestation beside it signed by that key and about this digest, and a smoke
+attestation that passed. Each refusal names its reason (VerifyError.reason)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from envbuild.ship.trust import TrustError, VerifyError
+from envbuild.ship.trust import dsse
+from envbuild.ship.trust.keys import PublicKey
+from envbuild.ship.trust.oci import DOCKER_LIST, OCI_INDEX, Client, NotFound
+from envbuild.ship.trust.sign import DSSE_LAYER, PROVENANCE, SBOM, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, SMOKE, tag_for
+
+NAMES = {SBOM: "SBOM (CycloneDX)", PROVENANCE: "provenance (SLSA v1)", SMOKE: "smoke result"}
+
+
+@dataclass
+class Verified:
+    image: str
+    digest: str
+    key: str
+    platforms: list[dict[str, Any]] = field(default_factory=list)  # an index's images, each checked the same way
+    attestations: list[dict[str, Any]] = field(default_factory=list)
+    smoke: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image": self.image, "digest": self.digest, "verified": True, "key": self.key, "signature": True,
+                "platforms": self.platforms, "attestations": self.attestations, "smoke": self.smoke}
+
+    def lines(self) -> list[str]:
+        out = [f"{self.image}: {self.digest}", f"  signature: valid, by key {self.key}, over this digest"]
+        for p in self.platforms:
+            out.append(f"  {p['platform']}: {p['digest']} signed")
+        for a in self.attestations:
+            out.append(f"  attestation {NAMES.get(a['predicateType'], a['predicateType'])}: signed, subject {a['subject']}")
+        if self.smoke:
+            s = self.smoke
+            checks = s.get("checks") or []
+            out.append(f"  smoke: passed {sum(1 for c in checks if c.get('ok'))}/{len(checks)} checks on {s.get('device')} "
+                       f"({s.get('device_name')}), {s.get('platform') or 'platform not recorded'}, {s.get('date')}")
+        return out
+
+
+def _signature(client: Client, path: str, digest: str, key: PublicKey) -> None:
+    """A simple-signing layer at sha256-<hex>.sig whose signature verifies with `key` and names `digest`."""
+    where = f"{client.host}/{path}@{digest}"
+    try:
+        doc = client.manifest(path, tag_for(digest, "sig")).json()
+    except NotFound:
+        raise VerifyError("unsigned", f"{where} has no signature ({tag_for(digest, 'sig')} does not exist): it was never "
+                                      "signed, or its tag now names a manifest that was never signed") from None
+    foreign = None
+    for layer in doc.get("layers") or []:
+        if not isinstance(layer, dict) or layer.get("mediaType") != SIMPLE_SIGNING:
+            continue
+        try:
+            sig = base64.b64decode((layer.get("annotations") or {})[SIGNATURE_ANNOTATION], validate=True)
+        except (KeyError, ValueError, TypeError):
+            continue
+        body = client.blob(path, str(layer.get("digest")))
+        if not key.verify(sig, body):
+            continue
+        try:
+            named = json.loads(body)["critical"]["image"]["docker-manifest-digest"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if named == digest:
+            return
+        foreign = named
+    if foreign:
+        raise VerifyError("tampered", f"{where}: the signature by {key.source} is for {foreign}, not this manifest "
+                                      "(copied from another image, or the manifest changed after signing)")
+    raise VerifyError("other-key", f"{where} is signed, but by another key: no signature verifies with {key.source}")
+
+
+def _attestations(client: Client, path: str, digest: str, key: PublicKey) -> list[dict[str, Any]]:
+    try:
+        doc = client.manifest(path, tag_for(digest, "att")).json()
+    except NotFound:
+        return []
+    found = []
+    for i, layer in enumerate(doc.get("layers") or []):
+        if not isinstance(layer, dict) or layer.get("mediaType") != DSSE_LAYER:
+            continue
+        where = f"attestation {i + 1} ({(layer.get('annotations') or {}).get('predicateType', 'no predicateType')})"
+        statement = dsse.open_envelope(client.blob(path, str(layer.get("digest"))), key, digest, where)
+        found.append(statement)
+    return found
+
+
+def _smoke_of(statements: list[dict[str, Any]], digest: str) -> dict[str, Any] | None:
+    smokes = [s["predicate"] for s in statements if s.get("predicateType") == SMOKE and isinstance(s.get("predicate"), dict)]
+    if not smokes:
+        return None
+    smoke = max(smokes, key=lambda p: str(p.get("date") or ""))  # the latest, when nightly added more
+    if not smoke.get("ok"):
+        failed = [c.get("name") for c in smoke.get("checks") or [] if not c.get("ok")]
+        raise VerifyError("smoke-failed", f"the signed smoke result of {digest} says it FAILED "
+                                          f"({smoke.get('error') or ', '.join(map(str, failed)) or 'no check passed'})")
+    return smoke
+
+
+def split_image(value: str) -> tuple[str, str]:
+    """`verify IMAGE`: REPOSITORY:TAG or REPOSITORY@sha256:DIGEST -> (REPOSITORY, TAG or DIGEST); anything else is
+    refused (exit 2), the value quoted safely."""
+    from envbuild.core.errors import InvalidInput
+    from envbuild.core.imageref import DIGEST, TAG
+    from envbuild.core.text import shown
+
+    if "@" in value:
+        repo, _, reference = value.partition("@")
+        if not DIGEST.match(reference):
+            raise InvalidInput(f"{shown(value)}: the digest must be sha256:<64 hex>")
+        return repo, reference
+    repo, sep, tag = value.rpartition(":")
+    if not sep or "/" in tag or not TAG.match(tag):
+        raise InvalidInput(f"{shown(value)}: give REPOSITORY:TAG or REPOSITORY@sha256:DIGEST, e.g. ghcr.io/org/envbuild:cpu")
+    return repo, tag
+
+
+def verify(repository: str, reference: str, key: PublicKey, *, require_smoke: bool = True,
+           environ: Mapping[str, str] | None = None, echo: Callable[[str], None] = lambda s: None) -> Verified:
+    """Verify REPOSITORY:TAG or REPOSITORY@DIGEST as it is in the registry now."""
+    client, path = Client.for_repository(repository, environ)
+    sep = "@" if reference.startswith("sha256:") else ":"
+    image = f"{repository}{sep}{reference}"
+    try:
+        manifest = client.manifest(path, reference)
+    except NotFound:
+        raise VerifyError("missing", f"{image} is not in the registry") from None
+    except TrustError as exc:
+        raise VerifyError("registry", f"{image}: {exc}") from None
+    digest = manifest.digest
+    _signature(client, path, digest, key)
+    done = Verified(image, digest, key.fingerprint())
+    statements = _attestations(client, path, digest, key)
+    done.attestations = [{"predicateType": s.get("predicateType"), "subject": digest} for s in statements]
+    smoke = _smoke_of(statements, digest)
+    doc = manifest.json()
+    children = []
+    if manifest.media_type in (OCI_INDEX, DOCKER_LIST) or doc.get("manifests"):
+        for child in doc.get("manifests") or []:
+            plat = child.get("platform") or {}
+            if plat.get("os") == "unknown":  # BuildKit's attestation manifests: not an image to run
+                continue
+            name = "/".join(x for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x) or "?"
+            _signature(client, path, child["digest"], key)
+            child_statements = _attestations(client, path, child["digest"], key)
+            child_smoke = _smoke_of(child_statements, child["digest"])
+            children.append({"platform": name, "digest": child["digest"], "smoke": bool(child_smoke),
+                             "attestations": [s.get("predicateType") for s in child_statements]})
+            smoke = smoke or child_smoke
+        done.platforms = children
+        if require_smoke and not smoke and children:
+            raise VerifyError("smoke-missing", f"{image}: no signed smoke attestation on the index or any of its platforms")
+    if require_smoke and not smoke:
+        raise VerifyError("smoke-missing", f"{image} is signed, but carries no signed smoke attestation "
+                                           f"({tag_for(digest, 'att')}): nothing says it passed its smoke test")
+    done.smoke = smoke
+    echo(f"verified {image} ({digest}) with {key.source}")
+    return done

@@ -1,0 +1,291 @@
+"""`envbuild doctor`: can this host build and smoke-test a backend? Each check says what it found and, when it
+fails, the command that fixes it.
+
+A failing *blocking* check means `build` or `smoke` for that backend would fail; a failing non-blocking one is
+a warning. Checks that depend on an earlier failure (the daemon) are skipped, not failed twice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from packaging.version import InvalidVersion, Version
+
+from envbuild.core import engine as engines
+from envbuild.core.errors import DockerError, RegistryAuthError
+from envbuild.matrix import Backend, Matrix, not_containerizable_message
+from envbuild.core import credentials
+from envbuild.core.imageref import Reference
+from envbuild.smoke import preflight
+from envbuild.core.checks import Check, skip as _skip
+from envbuild.matrix import compat
+from envbuild.core.platform import host_platform
+
+if TYPE_CHECKING:
+    from envbuild.core.engine import Engine
+
+DOCTOR_TIMEOUT = 20  # seconds for each question to the daemon: a doctor must not hang on a dead engine
+MIN_SERVER = "18.09"  # the first engine with BuildKit (RUN --mount, secrets)
+
+# GiB a build needs free at Docker's data root: the image plus BuildKit's snapshots and pip's cache mount
+# while it builds. Rough on purpose, from the images' sizes:
+# - torch preinstalled in a vendor base (rocm/pytorch, Gaudi, Neuron, Cambricon, Moore Threads): those bases
+#   alone unpack to 15-25 GiB;
+# - pip torch for an accelerator: GPU wheels bring their runtime libraries (CUDA, XPU: 5-10 GiB), or the base
+#   carries the vendor toolkit (CANN);
+# - pip CPU torch on a plain Debian/Python base: an image of about 2 GiB, plus the build cache.
+DISK_GIB = {"base": 30, "accelerator": 20, "cpu": 10}
+
+@dataclass
+class Report:
+    backend: str
+    description: str
+    checks: list[Check]
+
+    @property
+    def blockers(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok and c.blocking and not c.skipped]
+
+    @property
+    def ok(self) -> bool:
+        return not self.blockers
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "ok": self.ok, "checks": [c.to_json() for c in self.checks]}
+
+
+# --------------------------------------------------------------------------------------------------
+# Docker: the daemon and the builder.
+
+
+def _daemon_fix(exc: DockerError, where: str) -> str:
+    if isinstance(exc, engines.Unreachable) and exc.reason == "permission denied":
+        return (
+            f"this user may not use {where}: `sudo usermod -aG docker $USER` and log in again (or run as root); "
+            "rootless Docker: `export DOCKER_HOST=unix://$XDG_RUNTIME_DIR/docker.sock`"
+        )
+    parts = []
+    if os.environ.get("DOCKER_HOST"):
+        parts.append(f"DOCKER_HOST is set to {where}: unset it or point it at a running engine")
+    if not shutil.which("dockerd"):
+        parts.append("install Docker (Debian/Ubuntu: `sudo apt-get install docker.io`) and start it: "
+                     "`sudo systemctl enable --now docker`")
+    else:
+        parts.append("start the daemon: `sudo systemctl start docker` (without systemd: "
+                     "`sudo sh -c 'nohup dockerd >/var/log/dockerd.log 2>&1 &'`)")
+    return "; ".join(parts)
+
+
+def connect(timeout: int = DOCTOR_TIMEOUT) -> tuple[Engine | None, Check]:
+    """(engine, check): an engine that answered, or None with the failed check and its fix."""
+    engine = engines.Engine(timeout)
+    try:
+        version = engine.version()
+    except engines.Unreachable as exc:
+        return None, Check("docker daemon", False, f"cannot reach the Docker daemon at {exc.where}: {exc.reason or 'no answer'}",
+                           _daemon_fix(exc, exc.where))
+    except DockerError as exc:
+        return None, Check("docker daemon", False, f"the Docker daemon at {engine.host} did not answer: {exc}",
+                           _daemon_fix(exc, engine.host))
+    server = str(version.get("Version", "unknown"))
+    detail = (f"reachable at {engine.host}: Docker {server} (API {version.get('ApiVersion', '?')}), "
+              f"{version.get('Os', '?')}/{version.get('Arch', '?')}")
+    try:
+        too_old = Version(server.split("+")[0].split("-")[0]) < Version(MIN_SERVER)
+    except InvalidVersion:
+        too_old = False
+    if too_old:
+        return engine, Check("docker daemon", False, detail + f"; BuildKit needs Docker {MIN_SERVER} or later",
+                             "upgrade Docker (Debian/Ubuntu: `sudo apt-get install docker.io`)")
+    if version.get("Os") not in (None, "linux"):
+        return engine, Check("docker daemon", False, detail + "; envbuild's images are Linux images",
+                             "switch the engine to Linux containers")
+    return engine, Check("docker daemon", True, detail)
+
+
+def check_builder() -> Check:
+    from envbuild.imagebuild.builder import find_builder
+
+    try:
+        builder = find_builder()
+    except DockerError as exc:
+        return Check(
+            "buildkit", False, str(exc).split(":")[0],
+            "install the buildx plugin (Debian/Ubuntu: `sudo apt-get install docker-buildx`; Docker's repository: "
+            "docker-buildx-plugin), or set ENVBUILD_DOCKER=/usr/bin/docker (Debian's docker.io 20.10 client "
+            "builds with BuildKit itself)",
+        )
+    how = "the buildx plugin" if builder.buildx else "a client older than 23.0, which builds with BuildKit itself"
+    return Check("buildkit", True, f"`{builder.describe()}` ({how})")
+
+
+# --------------------------------------------------------------------------------------------------
+# The backend: runtime, device nodes, groups (smoke's preflight), the device itself, disk.
+
+
+def needed_gib(backend: Backend) -> int:
+    if backend.torch.source == "base":
+        return DISK_GIB["base"]
+    return DISK_GIB["cpu"] if backend.device == "cpu" else DISK_GIB["accelerator"]
+
+
+def check_devices(matrix: Matrix, backend: Backend, root: Path, path_env: str | None) -> list[Check]:
+    """The accelerator itself (the detection rules of envbuild.detect) and the nodes `docker run --device` passes."""
+    from envbuild.tools.detect import detect
+
+    if backend.device == "cpu":
+        return [Check("device", True, "the CPU is always there")]
+    finding = detect(matrix, root, path_env=path_env, docker_runtimes=set()).finding(backend.name)
+    seen = [f"{e.kind} {e.detail}" for e in finding.evidence if e.kind in ("device", "pci", "os")]
+    hard = [m for m in finding.missing if not m.startswith(("tool ", "Docker runtime"))]
+    checks = []
+    if finding.detected:
+        checks.append(Check("device", True, "; ".join(seen) or "detected"))
+    else:
+        checks.append(Check(
+            "device", False,
+            f"no {backend.description} found: missing {'; '.join(hard) or 'evidence'}"
+            + (f" (found: {'; '.join(seen)})" if seen else ""),
+            f"install and load the {backend.description} driver on this host so its device nodes appear "
+            "(`envbuild detect` shows what this host has); or pick the backend this host has",
+        ))
+    tools = [m for m in finding.missing if m.startswith("tool ")]
+    if backend.detect.tools:
+        found = [e.detail for e in finding.evidence if e.kind == "tool"]
+        if tools:
+            checks.append(Check("vendor tools", False, f"missing {'; '.join(tools)}" +
+                                (f" (found {', '.join(found)})" if found else ""),
+                                f"install the {backend.description} driver's tools (they check the device "
+                                "outside containers)", blocking=False))
+        else:
+            checks.append(Check("vendor tools", True, ", ".join(found)))
+    return checks
+
+
+def check_disk(backend: Backend, engine: Engine | None) -> Check:
+    need = needed_gib(backend)
+    if engine is None:
+        return _skip("disk", "Docker's data root is unknown while the daemon is unreachable")
+    try:
+        where = engine.info().get("DockerRootDir") or "/var/lib/docker"
+    except DockerError as exc:
+        return _skip("disk", f"cannot ask the daemon for its data root: {exc}")
+    try:
+        free = shutil.disk_usage(where).free / 2**30
+    except OSError:
+        return _skip("disk", f"Docker's data root {where} is not visible from here (a remote or rootless engine?)")
+    detail = f"{free:.1f} GiB free at {where}; a {backend.name} image needs about {need} GiB to build"
+    if free >= need:
+        return Check("disk", True, detail)
+    return Check("disk", False, detail,
+                 "free space: `docker builder prune` (build cache) and `docker image prune` (dangling images), or "
+                 "move Docker's \"data-root\" in /etc/docker/daemon.json to a larger disk and restart Docker")
+
+
+def check_leftovers(engine: Engine | None) -> Check | None:
+    if engine is None:
+        return None
+    from envbuild.core.owner import left_behind
+
+    try:
+        names = left_behind(engine)
+    except DockerError:  # informational only
+        return None
+    if not names:
+        return Check("leftover containers", True, "no smoke container left behind")
+    return Check("leftover containers", False, f"{len(names)} smoke container(s) left: {', '.join(names[:5])}",
+                 "their runs are gone: `envbuild clean`, or `docker rm -f " + " ".join(names[:5]) + "`",
+                 blocking=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# Registry credentials (publishing): found where publish and pull would take them.
+
+
+def check_credentials(registry: str, environ: dict[str, str] | None = None) -> Check:
+    """Credentials for pushing to `registry`; says where they were found, never what they are."""
+    host = Reference.repository(registry).registry
+    try:
+        found, where = credentials.where(host, environ)
+    except RegistryAuthError as exc:
+        return Check("registry credentials", False, f"{host}: {exc}",
+                     f"set both {credentials.USER_ENV} and {credentials.PASSWORD_ENV}, or neither to use the Docker config")
+    return Check("registry credentials", found, f"{host}: {where}", None if found else credentials.login_fix(host))
+
+
+# --------------------------------------------------------------------------------------------------
+# Native-only backends (mps): no container, so the questions are the platform and Python's venv.
+
+
+def native_checks(backend: Backend, system: str | None = None, machine: str | None = None) -> list[Check]:
+    here = host_platform(system, machine)
+    checks = [Check("container", False, not_containerizable_message(backend),
+                    f"`envbuild env --backend {backend.name} --dir DIR` for a native environment", blocking=False)]
+    if here in backend.platforms:
+        checks.append(Check("platform", True, f"this host is {here}"))
+    else:
+        checks.append(Check("platform", False, f"{backend.name} needs {' or '.join(backend.platforms)}; this host is "
+                            f"{here}", "on this host use the cpu backend (`envbuild build --backend cpu` or "
+                            "`envbuild env --backend cpu --dir DIR`)"))
+    venv_ok = importlib.util.find_spec("venv") is not None and importlib.util.find_spec("ensurepip") is not None
+    checks.append(Check("python venv", venv_ok, f"{sys.executable} {sys.version.split()[0]}" +
+                        ("" if venv_ok else ": the venv/ensurepip modules are missing"),
+                        None if venv_ok else "install Python's venv support (Debian/Ubuntu: `sudo apt-get install "
+                        "python3-venv`; macOS: Python from python.org or Homebrew)"))
+    return checks
+
+
+# --------------------------------------------------------------------------------------------------
+# Public API.
+
+
+def check_platforms(backend: Backend, root: str = "/", host: str | None = None) -> Check:
+    """Which of the backend's platforms this host builds and runs: natively, under QEMU (binfmt_misc), or not. A
+    warning only: this host's own platform is what build and smoke use by default."""
+    from envbuild.core.platform import can_run, emulation_fix
+
+    here = host or host_platform()
+    said, missing = [], []
+    for p in backend.platforms:
+        runs, emulated, how = can_run(p, root, here)
+        said.append(f"{p}: {'under QEMU emulation' if emulated else 'natively' if runs else 'NO (' + how + ')'}")
+        if not runs:
+            missing.append(p)
+    detail = f"this host ({here}) builds and runs " + "; ".join(said)
+    fix = "; ".join(f"for {p}: {emulation_fix(p)}" for p in missing) or None
+    return Check("platforms", not missing, detail, fix, blocking=False)
+
+
+def diagnose(
+    matrix: Matrix,
+    backend: Backend,
+    *,
+    registry: str | None = None,
+    root: str | os.PathLike[str] = "/",
+    path_env: str | None = None,
+    connector: Callable[[], tuple[Engine | None, Check]] = connect,
+) -> Report:
+    """Every check for `backend`, in order; never raises for what it finds."""
+    rootp = Path(root)
+    if not backend.containerizable:
+        return Report(backend.name, backend.description, native_checks(backend))
+    engine, daemon = connector()
+    runtimes = preflight.daemon_runtimes(engine) if preflight.wanted_runtime(backend) else set()
+    checks = [daemon, check_builder(), preflight.runtime(backend, runtimes, rootp)]
+    checks += check_devices(matrix, backend, rootp, path_env)
+    checks += [c for c in (preflight.device_nodes(backend, rootp), preflight.groups(backend, rootp)) if c]
+    checks.append(compat.host_check(backend, rootp, matrix=matrix, path_env=path_env))  # smoke, run, pull refuse on it
+    checks.append(check_disk(backend, engine))
+    checks.append(check_platforms(backend, str(rootp)))
+    if registry:
+        checks.append(check_credentials(registry))
+    checks += [c for c in (check_leftovers(engine),) if c]
+    if engine is not None:
+        engine.close()
+    return Report(backend.name, backend.description, checks)

@@ -147,7 +147,7 @@ def summarize(instruction: str) -> str:
         return instruction
     rest = _MOUNT.sub("", rest)
     parts = [p.strip() for p in re.split(r"\s+&&\s+", rest)]
-    parts = [p for p in parts if not p.startswith(("if [ -s /run/secrets/", "export "))] or parts
+    parts = [p for p in parts if not p.startswith(("if [ -s /run/secrets/", "export ", ". /run/"))] or parts
     text = " && ".join(parts).replace("/run/uv/uv ", "uv ")
     return "RUN " + " ".join(_OPTION.sub("", text).split())
 

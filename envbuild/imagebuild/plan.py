@@ -1,9 +1,9 @@
 """Everything that decides an image, gathered once, up front, into one frozen BuildPlan with one key.
 
-The plan holds the Dockerfile and probe bytes, the wheelhouse (each wheel by content), the builder's
-argv, the environment that steers the client, engine, builder and platform (and the values that
-pass-through build arguments take from it), and the local id of the base image. The build context is
-written from the plan, never read again from the template or the probe, so what is built is what is keyed.
+The plan holds the Dockerfile, probe and uv step script bytes, the wheelhouse (each wheel by content), the
+builder's argv, the environment that steers the client, engine, builder and platform (and the values that
+pass-through build arguments take from it), and the local id of the base image. The build context is written
+from the plan, never read again from the template, the probe or the script, so what is built is what is keyed.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from envbuild.core.paths import PROBE
 from envbuild.core.imageref import InvalidReference, Reference, mirror, parse_mirror
 from envbuild.core.text import unsafe_char, unsafe_message
 from envbuild.imagebuild.builder import Builder, find_builder
+from envbuild.render import UV_STEP, render_backend
 
 if TYPE_CHECKING:
     from envbuild.core.engine import Engine
@@ -155,6 +156,7 @@ class BuildPlan:
     base_id: str | None  # the engine's local image of base_image; None: BuildKit asks the registry
     dockerfile: bytes
     probe: bytes
+    uv_step: bytes  # the install steps' cache logic, read by their shell (render/scripts/uv-step.sh)
     wheels: tuple[Wheel, ...]
     lock: bytes  # the lock the image installs (locks/<backend>.txt); empty while the lock is being resolved
     context: str  # the build context folder (stable per backend: the client's file sync keys by it)
@@ -195,8 +197,6 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
               environ: Mapping[str, str] | None = None, lock: bytes = b"", write_cache: bool = True) -> BuildPlan:
     """Read every input of one backend's build, once. Without an engine the base image's id is unknown;
     without write_cache nothing is written (`lock --check`)."""
-    from envbuild.render import render_backend
-
     env = os.environ if environ is None else environ
     base = mirror(backend.base_image, opts.mirrors) if backend.base_image else ""
     if base != backend.base_image:
@@ -231,6 +231,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         base_id=engine.image_id(base) if base and engine else None,
         dockerfile=render_backend(matrix, backend).encode("utf-8"),
         probe=PROBE.read_bytes(),
+        uv_step=UV_STEP.read_bytes(),
         wheels=wheels(opts.wheelhouse, context / DIGESTS, write=write_cache),
         lock=lock,
         context=str(context),
@@ -367,8 +368,8 @@ def lock_command(plan: BuildPlan, out: Path, run: str) -> list[str]:
 
 
 def write_context(plan: BuildPlan) -> None:
-    """Dockerfile, probe and wheelhouse, from the plan. Unchanged files keep their size and mtime, so the
-    docker client sends nothing for them again (a 200 MB torch wheel costs seconds per build otherwise)."""
+    """Dockerfile, probe, the uv steps' script and wheelhouse, from the plan. Unchanged files keep their size and
+    mtime, so the docker client sends nothing for them again (a 200 MB torch wheel costs seconds per build otherwise)."""
     from envbuild.lock.lockfile import LAYERS, parse
     from envbuild.imagebuild.records import RECORD
 
@@ -378,6 +379,7 @@ def write_context(plan: BuildPlan) -> None:
     write_atomic(into / ".dockerignore", f"{RECORD}\n{DIGESTS}\n{FRESH_CACHE}\n")
     write_atomic(into / "Dockerfile", plan.dockerfile)
     write_atomic(into / "probe.py", plan.probe, 0o755)
+    write_atomic(into / UV_STEP.name, plan.uv_step)
     # The lock, and each of its layers as a requirements file: a layer's step is cached by its file's content.
     lock = parse(plan.lock.decode("utf-8"), "the plan's lock") if plan.lock else None
     write_atomic(into / "lock" / "lock.txt", plan.lock)

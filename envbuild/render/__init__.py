@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from envbuild.matrix import Backend, Matrix
 
 TEMPLATES = Path(__file__).parent / "templates"
+# The uv cache logic of every install step: the build context carries it, and each step reads it (`. /run/uv-step.sh`).
+UV_STEP = Path(__file__).parent / "scripts" / "uv-step.sh"
 VENV = "/opt/venv"
 CONSTRAINTS = "/opt/envbuild/constraints.txt"
 

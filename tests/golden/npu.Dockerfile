@@ -49,25 +49,14 @@ FROM base AS torch
 ARG ENVBUILD_CACHE_ID
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
     --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/torch.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
-    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
-    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
-    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
-    && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
-    && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
-        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
-        find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
-        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh" \
-        && echo "envbuild: uv cache $g: a new, empty one"; \
-    fi \
-    && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
-    && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse --compile-bytecode -r /run/layer.txt \
-    && rm -f "$c/$g.inflight"
+    . /run/uv-step.sh \
+    && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse --compile-bytecode -r /run/layer.txt
 
 # The lock: what installing torch, torch-npu, transformers, accelerate adds to this base, resolved
 # here by pip. `envbuild lock` builds this target alone (its result is locks/npu.txt); an image build
@@ -100,27 +89,16 @@ ARG ENVBUILD_CACHE_ID
 # smoke and run compare with the host's; a list the matrix declares (the image's label) must be exactly it.
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
     --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/deps.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
-    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
-    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
-    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
-    && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
-    && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
-        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
-        find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
-        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh" \
-        && echo "envbuild: uv cache $g: a new, empty one"; \
-    fi \
-    && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
+    . /run/uv-step.sh \
     && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse --compile-bytecode \
         -r /run/layer.txt; fi \
-    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt \
-    && rm -f "$c/$g.inflight"
+    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
@@ -143,31 +121,20 @@ ENV ENVBUILD_BACKEND="npu" \
 COPY lock/lock.txt /opt/envbuild/lock.txt
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
+    --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
     --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
     --mount=type=bind,source=lock/top.txt,target=/run/layer.txt \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
-    if [ -s /run/secrets/ca_bundle ]; then export SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
-    && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
-    && export UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
-    && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && mkdir -p "$c" && g="$(cat "$c/current" 2>/dev/null || true)" \
-    && f="$(cat /run/secrets/fresh_cache 2>/dev/null || true)" \
-    && if [ -z "$g" ] || [ ! -d "$c/$g" ] || [ -e "$c/$g.inflight" ] || { [ -n "$f" ] && [ "$f" != "$(cat "$c/fresh" 2>/dev/null)" ]; }; then \
-        if [ -n "$g" ]; then echo "envbuild: uv cache $g set aside (a step using it was cut off, or --no-cache)"; fi; \
-        find "$c" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true; \
-        g="g$(date +%s)-$$" && mkdir -p "$c/$g" && echo "$g" > "$c/current" && echo "$f" > "$c/fresh" \
-        && echo "envbuild: uv cache $g: a new, empty one"; \
-    fi \
-    && touch "$c/$g.inflight" && export UV_CACHE_DIR="$c/$g" \
+    . /run/uv-step.sh \
     && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse -r /run/layer.txt \
     && /run/uv/uv pip check --python /opt/venv/bin/python \
     && /run/uv/uv pip list --python /opt/venv/bin/python --format json > /opt/envbuild/installed.json \
     && mkdir -p /opt/envbuild/bin \
     && printf '#!/bin/sh\nexec %s /opt/envbuild/probe.py "$@"\n' /opt/venv/bin/python > /opt/envbuild/bin/envbuild-probe \
     && chmod 755 /opt/envbuild/bin/envbuild-probe \
-    && envbuild-probe --pins-only \
-    && rm -f "$c/$g.inflight"
+    && envbuild-probe --pins-only
 
 # One cache root for people: Hugging Face downloads, Inductor's and Triton's compiled kernels and other
 # per-user caches; one volume there keeps them between runs (`envbuild run --cache`). Set after the build's

@@ -21,6 +21,7 @@ from envbuild.imagebuild import builder, plan, records
 from envbuild.imagebuild.status import StatusBoard
 from envbuild.core.errors import BuildError, EnvbuildError
 from envbuild.matrix import load
+from envbuild.render import UV_STEP
 
 MATRIX = load(MATRIX_PATH, ["backends.cpu.base_image=debian:bookworm-slim@sha256:" + "a" * 64])  # the lock asks no registry
 CPU = MATRIX.backend("cpu")
@@ -304,9 +305,12 @@ def test_the_record_answers_only_its_plan_with_every_tag_in_place(tmp_path, engi
 
 
 def test_the_context_holds_the_plan_s_bytes_not_a_second_read(tmp_path, engine, legacy):
-    p = dataclasses.replace(make(tmp_path, engine), dockerfile=b"FROM scratch\n", probe=b"print('planned')\n")
+    assert make(tmp_path, engine).uv_step == UV_STEP.read_bytes()  # the install steps' script: in the key
+    p = dataclasses.replace(make(tmp_path, engine), dockerfile=b"FROM scratch\n", probe=b"print('planned')\n",
+                            uv_step=b"true\n")
     plan.write_context(p)
     assert (p.context_path / "Dockerfile").read_bytes() == b"FROM scratch\n"
+    assert (p.context_path / "uv-step.sh").read_bytes() == b"true\n"
     assert (p.context_path / "probe.py").read_bytes() == b"print('planned')\n"
     assert os.stat(p.context_path / "probe.py").st_mode & 0o777 == 0o755
 

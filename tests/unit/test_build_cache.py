@@ -13,6 +13,7 @@ from test_render import RENDERED, runs
 
 from envbuild.tools import clean
 from envbuild.imagebuild import builder
+from envbuild.render import UV_STEP as SCRIPT
 
 UV_STEP = ('cached mount /root/.cache/uv from exec /bin/sh -c if [ -s /run/secrets/ca_bundle ]; then export '
            'SSL_CERT_FILE=/run/secrets/ca_bundle; fi && c="/root/.cache/uv/${ENVBUILD_CACHE_ID:-envbuild}" && '
@@ -79,7 +80,8 @@ def test_other_failures_are_not_blamed_on_the_cache():
         assert builder.cache_failure(said) is None, said
 
 
-# --- the rendered uv step's shell, run for real (sh, a real folder) with a stand-in for uv ------------------------
+# --- the uv step's script (render/scripts/uv-step.sh), run for real (sh and bash, a real folder) with a stand-in
+# for uv, as the rendered torch step reads it ------------------------------------------------------------------------
 
 
 STUB = """#!/bin/sh
@@ -93,21 +95,24 @@ exit 0
 
 
 def torch_step() -> str:
-    """The cpu Dockerfile's torch step as the shell runs it: mounts dropped, paths moved to a test folder."""
+    """The cpu Dockerfile's torch step as the shell runs it: mounts dropped."""
     (step,) = [r for r in runs(RENDERED["cpu.Dockerfile"]) if "lock/torch.txt" in r]
     return re.sub(r"--mount=\S+\s*", "", step)
 
 
-@pytest.fixture
-def step(tmp_path):
+@pytest.fixture(params=["sh", "bash"])
+def step(tmp_path, request):
     stub = tmp_path / "uv"
     stub.write_text(STUB)
     stub.chmod(0o755)
     cache = tmp_path / "cache"
     cache.mkdir()
-    fresh = tmp_path / "fresh_cache"  # the --no-cache build's secret
-    script = (torch_step().replace("/run/uv/uv", str(stub)).replace("/root/.cache/uv", str(cache))
-              .replace("/run/secrets/fresh_cache", str(fresh)))
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    fresh = secrets / "fresh_cache"  # the --no-cache build's secret
+    script = tmp_path / "uv-step.sh"  # the script, its absolute paths moved to the test folder
+    script.write_text(SCRIPT.read_text().replace("/root/.cache/uv", str(cache)).replace("/run/secrets", str(secrets)))
+    command = torch_step().replace("/run/uv-step.sh", str(script)).replace("/run/uv/uv", str(stub))
     log = tmp_path / "log"
 
     def run(**env: str) -> tuple[int, str, list[str]]:
@@ -116,12 +121,19 @@ def step(tmp_path):
         fresh.unlink(missing_ok=True)
         if nonce is not None:
             fresh.write_text(nonce + "\n")
-        proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+        proc = subprocess.run([request.param, "-c", command], capture_output=True, text=True,
                               env={"PATH": "/usr/bin:/bin", "LOG": str(log), **env})
         return proc.returncode, proc.stdout + proc.stderr, log.read_text().splitlines()
 
     run.cache = cache / "envbuild"
+    run.shell = request.param
+    run.secrets = secrets
     return run
+
+
+def test_the_step_reads_its_cache_logic_in_one_line():
+    assert torch_step().startswith(". /run/uv-step.sh && /run/uv/uv pip install ")
+    assert "inflight" not in RENDERED["cpu.Dockerfile"]
 
 
 def test_a_finished_step_leaves_its_cache_for_the_next(step):
@@ -165,3 +177,22 @@ def test_each_cache_id_has_its_own_folder(step):
     rc, _, seen = step(ENVBUILD_CACHE_ID="bench-cold-1")
     assert rc == 0 and "/bench-cold-1/" in seen[0] and seen[1] == ""
     assert Path(seen[0]).parent.name == "bench-cold-1"
+
+
+def test_a_step_killed_or_signalled_keeps_its_mark(step):
+    """A kill (the daemon's SIGKILL, a cancelled build's TERM) never reads as a finished step."""
+    tail = step.shell, "-c", f". {step.cache.parent.parent / 'uv-step.sh'} && kill -TERM $$"
+    assert step()[0] == 0
+    proc = subprocess.run(list(tail), capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode != 0
+    assert list(step.cache.glob("*.inflight"))
+    rc, out, seen = step()
+    assert rc == 0 and "set aside" in out and seen[1] == ""
+
+
+def test_the_step_s_credentials_and_copy_mode(step, tmp_path):
+    (step.secrets / "ca_bundle").write_text("-----BEGIN CERTIFICATE-----\n")
+    script = tmp_path / "uv-step.sh"
+    proc = subprocess.run([step.shell, "-c", f'. {script} && echo "$SSL_CERT_FILE|${{NETRC:-}}|$UV_LINK_MODE"'],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == f"{step.secrets / 'ca_bundle'}||copy"

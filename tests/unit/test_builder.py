@@ -86,6 +86,10 @@ def test_step_summaries_drop_mounts_and_installer_boilerplate():
            ' --compile-bytecode --find-links /run/wheelhouse         --index-url "https://pypi.org/simple" "torch==2.13.0"')
     assert builder.summarize(run) == 'RUN uv pip install "torch==2.13.0"'
     assert builder.summarize("COPY probe.py /opt/envbuild/probe.py") == "COPY probe.py /opt/envbuild/probe.py"
+    # today's steps: the cache logic is one line, the script the step's shell reads
+    now = ('RUN --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh     . /run/uv-step.sh     && /run/uv/uv pip '
+           'install --python /opt/venv/bin/python --compile-bytecode -r /run/layer.txt')
+    assert builder.summarize(now) == "RUN uv pip install -r /run/layer.txt"
     lines, status = [], []
     p = builder.Progress("cpu", lines.append, status=status.append)
     for raw in ["#8 [torch 1/1] " + run, "#8 DONE 8.7s", "#9 [stage-4 2/3] RUN apt-get update", "#9 CACHED"]:

@@ -11,15 +11,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 
-@pytest.fixture(autouse=True)
-def _render_cache(tmp_path_factory, monkeypatch) -> None:
-    """Each test's own render cache: an answer another test (or an earlier run) kept is never taken for one a
-    test asks of a function it replaced."""
-    from envbuild import render
-
-    monkeypatch.setattr(render, "CACHE_DIR", tmp_path_factory.mktemp("render-cache"))
-
-
 @pytest.fixture
 def runner() -> CliRunner:
     """A CliRunner with stderr kept apart (result.stderr); result.output holds both on click >= 8.2."""

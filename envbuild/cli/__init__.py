@@ -67,31 +67,9 @@ def _error_lines(text: str) -> list[str]:
 MAX_WIDTH = 100  # of help text
 
 
-def _help_width() -> int:
-    """The width click gives help text (the terminal's columns, at most MAX_WIDTH, less 2, at least 50), worked
-    out as shutil.get_terminal_size does but without importing shutil: a tenth of what `--help` adds to click."""
-    import os
-
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return max(min(columns if columns > 0 else 80, MAX_WIDTH) - 2, 50)
-
-
 class Group(click.Group):
     """Turns every envbuild error into 'Error: ...' and its exit code: one place, no tracebacks. What a message
     echoes of the user's input is escaped: it can neither repaint the terminal nor forge another line."""
-
-    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-                     **extra: Any) -> click.Context:
-        extra.setdefault("terminal_width", _help_width())  # every command's context inherits it
-        return super().make_context(info_name, args, parent, **extra)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
@@ -263,22 +241,18 @@ def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Render only this backend (repeatable; default: all).")
 @click.option("--output", "-o", default="dockerfiles", show_default=True, type=click.Path(file_okay=False), help="Where to write the Dockerfiles.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file is stale, missing or extra.")
-@click.option("--no-cache", is_flag=True, help="Render afresh: neither read nor keep the render cache.")
 @_matrix_options
-def render(backends: tuple[str, ...], output: str, check: bool, no_cache: bool, matrix_path: str,
-           overrides: tuple[str, ...]) -> None:
+def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
     """Render dockerfiles/<backend>.Dockerfile for each containerizable backend.
 
-    Output is deterministic and written atomically; unchanged files are not touched. What was rendered is
-    kept in ~/.cache/envbuild/render, keyed on every input (the matrix and its metadata file, --set, the
-    backends, envbuild's code and templates, the libraries that render and validate): a change to any of
-    them renders afresh.
+    Output is deterministic and written atomically; unchanged files are not touched.
     """
     from pathlib import Path
 
     from envbuild import render as r
 
-    rendered = r.rendered_for(matrix_path, overrides, backends, cache=not no_cache)
+    m = _load(matrix_path, overrides)
+    rendered = r.render(m, m.select(backends))
     out = Path(output)
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--output {output}: not a folder")

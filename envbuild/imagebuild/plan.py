@@ -270,7 +270,7 @@ def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str
         argv += ["--label", label]
     if opts.no_cache:
         # Not every BuildKit empties cache mounts for --no-cache: a new value in the fresh_cache secret makes the
-        # Dockerfile's uv steps start an empty uv cache too (uv_run in Dockerfile.j2), so the build really starts
+        # Dockerfile's uv steps start an empty uv cache too (render/scripts/uv-step.sh), so the build really starts
         # from nothing. A secret, not a build argument: it is no part of a step's cache key, so the next plain
         # build reuses this one's layers.
         argv += ["--no-cache", "--secret", f"id=fresh_cache,src={fresh_cache_file(context)}"]

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -421,26 +423,22 @@ def test_relative_matrix_path_in_messages(invoke, tmp_path: Path, monkeypatch: p
     assert str(info.value) == f"m.yaml:{line}: unknown key 'descripton' in backends.cpu (did you mean 'description'?)"
 
 
-_IMPORTED = """
-import contextlib, io, sys
-sys.argv = ["envbuild", *sys.argv[1:]]
-from envbuild.cli import main
-with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
-    main()
-print(" ".join(sorted(sys.modules)))
-"""
+def _median_ms(argv: list[str], runs: int = 5) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        times.append((time.perf_counter() - start) * 1000)
+        assert proc.returncode == 0, proc.stderr
+    return statistics.median(times)
 
 
-@pytest.mark.parametrize("args, absent", [
-    (["--help"], {"json", "jinja2", "yaml", "docker", "requests", "packaging", "envbuild.matrix", "envbuild.render",
-                  "envbuild.smoke"}),
-    (["render", "--output", "{out}"], {"docker", "requests", "difflib", "envbuild.smoke", "envbuild.core.engine",
-                                       "packaging.requirements", "ruamel"}),
-])
-def test_start_up_imports_only_what_the_command_uses(args, absent, tmp_path):
-    """What `--help` and `render` cost is mostly imports (the benchmark measures them against `import click`)."""
+@pytest.mark.parametrize("args, bound", [(["--help"], 2), (["render", "--output", "{out}"], 5)])
+def test_start_up_is_within_its_bound_of_importing_click(args, bound, tmp_path):
+    """The start-up targets (benchmarks/bench.py measures them in a clean install): `--help` within 2x and a
+    fresh render of every backend within 5x of `python -c "import click"`."""
     args = [a.format(out=tmp_path / "out") for a in args]
-    proc = subprocess.run([sys.executable, "-c", _IMPORTED, *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    loaded = set(proc.stdout.split())
-    assert "click" in loaded and not absent & loaded, sorted(absent & loaded)
+    subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, timeout=120)  # bytecode written
+    click_ms = _median_ms([sys.executable, "-c", "import click"])
+    ours = _median_ms([sys.executable, "-m", "envbuild", *args])
+    assert ours <= bound * click_ms, f"envbuild {' '.join(args)}: {ours:.0f} ms, import click: {click_ms:.0f} ms"

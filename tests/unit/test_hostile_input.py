@@ -925,39 +925,6 @@ def test_malformed_registry_answers_are_source_errors(body):
     assert tags == ["ok-1"]
 
 
-@pytest.mark.parametrize("garbage", [b"", b"\x00" * 100, b"j2\x00\x00garbage", os.urandom(4096),
-                                     b"\x80\x04\x95" + os.urandom(200)])
-def test_a_corrupt_template_cache_is_compiled_afresh(garbage, tmp_path, monkeypatch):
-    cache = tmp_path / "cache"
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-
-    def run() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "envbuild", "render", "--matrix", str(MATRIX), "--backend", "cpu",
-                               "--output", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=120)
-
-    assert run().returncode == 0
-    entries = list((cache / "envbuild" / "templates").iterdir())
-    assert entries
-    for entry in entries:
-        entry.write_bytes(garbage)
-    (tmp_path / "out" / "cpu.Dockerfile").unlink()
-    proc = run()
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-
-
-def test_a_template_cache_that_is_a_fifo_is_not_waited_on(tmp_path):
-    cache = tmp_path / "cache"
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    args = [sys.executable, "-m", "envbuild", "render", "--matrix", str(MATRIX), "--backend", "cpu", "--check",
-            "--output", str(tmp_path / "out")]
-    subprocess.run(args, env=env, capture_output=True, timeout=120)
-    for entry in (cache / "envbuild" / "templates").iterdir():
-        entry.unlink()
-        os.mkfifo(entry)
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-
-
 # --- escapes on normal output -------------------------------------------------------------------------------------
 
 ESCAPES = ["\x1b[2J", "\x1b]8;;https://evil.example\x07", "\x9b31m", "\r", "\x08\x08", "\u202e", "\x1b[1A\x1b[2K"]

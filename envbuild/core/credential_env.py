@@ -4,7 +4,9 @@ No imports at module level: the output layer loads this on every start-up."""
 
 from __future__ import annotations
 
+import base64
 from typing import Mapping
+from urllib.parse import quote
 
 USER_ENV = "ENVBUILD_REGISTRY_USER"
 PASSWORD_ENV = "ENVBUILD_REGISTRY_PASSWORD"
@@ -16,9 +18,6 @@ CREDENTIAL_ENV = (USER_ENV, PASSWORD_ENV, "GITHUB_TOKEN",
 def forms(user: str, password: str) -> list[str]:
     """Every form in which a password shows up in text: itself, 'user:password', both in base64 (a Basic
     authorization header, a Docker config's "auth") and URL-encoded (a URL's userinfo). Longest first."""
-    import base64
-    from urllib.parse import quote
-
     plain = [password, f"{user}:{password}"]
     found = plain + [quote(p, safe="") for p in plain]
     for p in plain:

@@ -7,6 +7,8 @@ Never from the command line; never printed.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +71,6 @@ def _config_keys(host: str) -> tuple[str, ...]:
 
 
 def _read_config(path: Path) -> Any:
-    import json  # not on `--help`'s path (the output layer's scrubber imports this module)
-
     return json.loads(read_user(path, str(path), limit=4 << 20))
 
 
@@ -82,8 +82,6 @@ def _login_entry(config: Any, host: str) -> Any:
 def config_login(host: str, environ: Mapping[str, str] | None = None) -> Credentials | None:
     """A plain `docker login` of `host` kept in the Docker config itself (its `auth`); credential helpers and
     stores are not run, and no other host's login is ever taken. None where there is none or it cannot be read."""
-    import base64
-
     try:
         entry = _login_entry(_read_config(docker_config_path(environ)), host)
         user, _, password = base64.b64decode(entry["auth"]).decode("utf-8").partition(":")

@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
+import io
 import json
 import os
 import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from urllib.parse import quote
 
 from envbuild.core.errors import DockerError
 from envbuild.core.imageref import Reference
@@ -96,8 +105,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 def client_executables(environ: Mapping[str, str] | None = None) -> list[str]:
     """Every `docker` client on PATH (the first may lack buildx while a later one builds fine), or
     $ENVBUILD_DOCKER alone."""
-    import shutil
-
     env = os.environ if environ is None else environ
     if env.get("ENVBUILD_DOCKER"):
         return [env["ENVBUILD_DOCKER"]]
@@ -111,8 +118,6 @@ def client_executables(environ: Mapping[str, str] | None = None) -> list[str]:
 
 def ask_client(argv: list[str], timeout: float = 30) -> tuple[int, str]:
     """A short question to a docker client (`docker --version`): exit status and what it printed."""
-    import subprocess
-
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -122,8 +127,6 @@ def ask_client(argv: list[str], timeout: float = 30) -> tuple[int, str]:
 
 def start_client(argv: list[str], env: dict[str, str]) -> Any:
     """A docker client process (a build) with its output (stdout and stderr together) to read line by line."""
-    import subprocess
-
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             errors="replace", stdin=subprocess.DEVNULL)
 
@@ -303,9 +306,6 @@ class Engine:
         on a unix socket (TLS, ssh)."""
         if self._client is not None or not self.host.startswith("unix://"):
             return NotImplemented
-        import http.client
-        import socket
-        from urllib.parse import quote
 
         where, timeout = self.host[len("unix://"):], self.timeout
 
@@ -425,9 +425,6 @@ class Engine:
     def read_file(self, image: str, path: str, limit: int = 64 << 20) -> bytes | None:
         """One regular file of an image, read without running it (a container is created, never started, and
         removed); None when the image has no such file."""
-        import io
-        import tarfile
-
         container = self._call(f"cannot read {path} from {image}", lambda: self.client.api.create_container(image, command=["true"]))
         try:
             got = self._call(f"cannot read {path} from {image}", lambda: self.client.api.get_archive(container["Id"], path),
@@ -453,10 +450,6 @@ class Engine:
         """Run the docker client with `args` (for `envbuild run`) on this terminal: its stdin and stdout are ours,
         its stderr is copied through to ours and its tail kept, so that a refusal by the host can be explained.
         SIGTERM and SIGHUP are passed on; Ctrl-C reaches it from the terminal. Returns (exit status, stderr tail)."""
-        import signal
-        import subprocess
-        import sys
-
         exe = next(iter(client_executables()), None)
         if not exe:
             raise DockerError("no `docker` client on PATH: install Docker's CLI (Debian/Ubuntu: `apt-get install docker.io`)")

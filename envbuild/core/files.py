@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import netrc
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -71,8 +74,6 @@ def commit(staged: dict[Path, Path]) -> None:
 
 def _keep_aside(target: Path) -> Path:
     """A second name for the target's current file, beside it (the replacement leaves this one untouched)."""
-    import tempfile
-
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.old.", dir=target.parent)
     os.close(fd)
     backup = Path(name)
@@ -149,8 +150,6 @@ def read_user(path: str | os.PathLike[str], label: str, error: type[EnvbuildErro
 
 def read_json(path: Path, label: str, error: type[EnvbuildError] = EnvbuildError) -> Any:
     """A JSON file, or `error` naming the file (and the line of a syntax error)."""
-    import json  # not at import: `--help` loads this module (through the output layer) and needs no json
-
     try:
         return json.loads(read_user(path, label, error).decode("utf-8"))
     except UnicodeDecodeError:
@@ -173,8 +172,6 @@ def read_host(path: Path, limit: int = 1 << 20) -> str | None:
 def read_netrc(path: Path):
     """A netrc file a user gave (--netrc), parsed; an error names the file and line and quotes none of it (a
     netrc holds passwords). Exit 1: the file is the world's, as a build would find it."""
-    import netrc
-
     data = read_user(path, f"--netrc {path}", limit=1 << 20)
     try:
         data.decode("utf-8")

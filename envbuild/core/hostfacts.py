@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -50,8 +52,6 @@ Runner = Callable[[list[str]], str | None]
 
 def run_tool(argv: list[str], timeout: float = 10) -> str | None:
     """A vendor tool's output, or None when it fails or hangs (a wedged driver can hang nvidia-smi)."""
-    import subprocess  # here: `render` reads this module's facts and never runs a tool
-
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -78,8 +78,6 @@ def _tool(name: str, args: list[str], path_env: str | None, runner: Runner, foun
           root: Path = Path("/")) -> str | None:
     """A vendor tool's output. A folder given to be read (a fake root) is only read: no program under it runs.
     With one, the tool is this machine's own (its PATH), and the evidence says so."""
-    import shutil
-
     real = Path(root).resolve() == Path("/")
     exe = shutil.which(name, path=path_env if real else None)
     if exe is not None and not real and _inside(Path(exe), Path(root)):

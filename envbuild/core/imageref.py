@@ -7,6 +7,7 @@ goes to and the registry whose credentials are offered are the same one: the one
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, replace
 
@@ -56,8 +57,6 @@ def is_host(component: str) -> bool:
 
 def is_loopback(host: str) -> bool:
     """A registry on this machine (localhost, 127.0.0.0/8, ::1): spoken to in plain HTTP, as Docker does."""
-    import ipaddress
-
     name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
     if name == "localhost":
         return True

@@ -8,14 +8,17 @@ are shown escaped, and what an error quotes is capped.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import errno
 import io
 import os
 import re
+import sys
 from typing import Callable, Iterator, Mapping
 
+from envbuild.core.credential_env import environment_forms
 from envbuild.core.errors import EnvbuildError
 from envbuild.core.text import shown
 
@@ -43,8 +46,6 @@ def secret_name(name: str, strict: bool = False) -> bool:
 
 
 def _basic(match: re.Match) -> str:
-    import base64  # only where a Basic authorization is printed
-
     try:
         decoded = base64.b64decode(match.group(2) + "=" * (-len(match.group(2)) % 4), validate=True)
     except (ValueError, TypeError):
@@ -86,8 +87,6 @@ SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
 
 def _env_secrets(environ: Mapping[str, str]) -> list[str]:
     """Values of this environment's secret-named variables, and registry credentials in every form."""
-    from envbuild.core.credential_env import environment_forms
-
     values = environment_forms(environ)
     for name, value in environ.items():
         if secret_name(name) and len(value) >= 8 and not value.startswith("/"):
@@ -220,8 +219,6 @@ class SafeStream(io.TextIOBase):
 @contextlib.contextmanager
 def guarded(environ: Mapping[str, str] | None = None) -> Iterator[Scrubber]:
     """stdout and stderr through SafeStream for the length of a command; the scrubber they share."""
-    import sys
-
     scrubber = Scrubber(environ)
     saved = sys.stdout, sys.stderr
     sys.stdout = SafeStream(saved[0], "output", scrubber) if saved[0] is not None else None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import platform as _platform
+from pathlib import Path
+
+from envbuild.core.errors import PlatformError
 
 ARCH_ALIASES = {"x86_64": "amd64", "aarch64": "arm64"}
 _OS_NAMES = {"darwin": "macOS", "linux": "Linux"}
@@ -40,8 +43,6 @@ def platform_arch(p: str) -> str:
 def emulator(p: str, root: str = "/") -> tuple[bool, str]:
     """Whether this kernel runs `p`'s binaries through QEMU (binfmt_misc): (ok, what was found). The entry must be
     enabled and carry flag F (the interpreter is opened at registration, so a container needs no qemu inside)."""
-    from pathlib import Path
-
     name = f"qemu-{QEMU_NAMES.get(platform_arch(p), platform_arch(p))}"
     folder = Path(root) / BINFMT.lstrip("/")
     entry = folder / name
@@ -88,8 +89,6 @@ def can_run(p: str, root: str = "/", host: str | None = None) -> tuple[bool, boo
 
 def require_runnable(p: str, what: str, root: str = "/", host: str | None = None) -> bool:
     """Refuse a platform this host can neither run nor emulate, naming the fix; True when it is emulated."""
-    from envbuild.core.errors import PlatformError
-
     runs, emulated, how = can_run(p, root, host)
     if not runs:
         raise PlatformError(f"{what} needs {p}, which this host ({host or host_platform()}) cannot run: {how}. "

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import re
+import ssl
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlencode, urljoin, urlsplit
 
 from envbuild.core.errors import PublishError, RegistryAuthError, RegistryUnreachableError
 from envbuild.core.credentials import Credentials, config_login, from_env, github_token
@@ -103,10 +108,6 @@ def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None,
     """One request through the standard library's client (no `requests` to import: a no-op build asks the
     registry for its base's digest, and that import alone took 0.1 s). An error status is an answer, not an
     exception; the authorization is never forwarded by a redirect (a blob served from storage elsewhere)."""
-    import http.client
-    import urllib.error
-    import urllib.request
-
     req = urllib.request.Request(url, data=data, method=method, headers=dict(headers))
     if authorization:
         req.add_unredirected_header("Authorization", authorization)
@@ -147,8 +148,6 @@ class Registry:
     def _request(self, method: str, repo: str, path: str, *, push: bool = False, data: bytes | None = None,
                  headers: Mapping[str, str] | None = None, url: str | None = None) -> _Response:
         """`path` under /v2/REPO/, or `url` (an upload's Location); the token goes only to this registry."""
-        from urllib.parse import urljoin, urlsplit
-
         url = urljoin(self.base + "/", url) if url else f"{self.base}/v2/{repo}/{path}"
         ours = urlsplit(url)[:2] == urlsplit(self.base)[:2]
         scope = f"repository:{repo}:{'pull,push' if push else 'pull'}"
@@ -176,13 +175,10 @@ class Registry:
         plain HTTP (loopback)."""
         if not url.startswith("https:"):
             return None
-        import ssl
 
         return ssl.create_default_context(cafile=None if self.verify is True else self.verify)
 
     def _authorize(self, challenge: str, scope: str) -> str:
-        from urllib.parse import urlencode
-
         scheme, _, params = challenge.partition(" ")
         if scheme.lower() == "basic":
             if not self.creds:

@@ -13,11 +13,13 @@ import dataclasses
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from envbuild.core.errors import BuildError, LockError, StaleLock
+from envbuild.core.errors import BuildError, InvalidInput, LockError, StaleLock
+from envbuild.core.platform import require_runnable
 from envbuild.imagebuild import builder, locking, records
 from envbuild.imagebuild.plan import BuildOptions, BuildPlan, default_ca_bundle, make_plan, write_context
 
@@ -101,9 +103,6 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
 def check_platform(backend: Backend, platform: str | None, what: str = "building") -> bool:
     """Refuse a platform the backend does not list (with the list) or this host can neither run nor emulate (with
     the fix); True when the platform is emulated here."""
-    from envbuild.core.errors import InvalidInput
-    from envbuild.core.platform import require_runnable
-
     if not platform:
         return False
     for p in platform.split(","):
@@ -123,8 +122,6 @@ def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engi
     A backend that fails does not stop the others. When backends share steps (same base, same commands),
     BuildKit on the one daemon runs each shared step once, whichever build reaches it first.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     def one(backend: Backend) -> BuildResult:
         name = backend.name
         say = board.echo if board else echo

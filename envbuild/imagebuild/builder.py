@@ -7,6 +7,7 @@ build from an engine that did not answer.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -15,8 +16,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from packaging.version import InvalidVersion, Version
+
 from envbuild.core import engine
+from envbuild.core.credential_env import CREDENTIAL_ENV
 from envbuild.core.errors import BuildError, DockerError
+from envbuild.core.files import write_atomic
+from envbuild.core.imageref import InvalidReference, Reference
+from envbuild.core.output import Scrubber
+from envbuild.core.paths import cache_dir
 
 
 @dataclass(frozen=True)
@@ -53,10 +61,6 @@ def _builder_key(candidates: list[str]) -> list:
 
 
 def _remembered(key: list) -> Builder | None:
-    import json
-
-    from envbuild.core.paths import cache_dir
-
     try:
         doc = json.loads(cache_dir("builder.json").read_text(encoding="utf-8"))
         if doc["key"] == key:
@@ -67,11 +71,6 @@ def _remembered(key: list) -> Builder | None:
 
 
 def _remember(key: list, found: Builder) -> None:
-    import json
-
-    from envbuild.core.files import write_atomic
-    from envbuild.core.paths import cache_dir
-
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
         write_atomic(cache_dir("builder.json"), json.dumps({"key": key, "argv": found.argv, "env": found.env,
@@ -96,8 +95,6 @@ def find_builder() -> Builder:
 
 
 def _ask_builder(candidates: list[str]) -> Builder:
-    from packaging.version import InvalidVersion, Version
-
     if not candidates:
         raise DockerError(
             "no `docker` client on PATH: install Docker's CLI with the buildx plugin "
@@ -220,7 +217,6 @@ def base_failure(error: str, base: str, backend: str) -> str | None:
         return None
     low = error.lower()
     why = next((w for key, w in _BASE_WHY if key in low), "its registry did not serve it")
-    from envbuild.core.imageref import InvalidReference, Reference
 
     try:
         host = Reference.parse(base).registry
@@ -250,8 +246,6 @@ def cache_failure(error: str) -> str | None:
 def environment(keep: tuple[str, ...] = ()) -> dict[str, str]:
     """The builder's environment: this process's without envbuild's registry credentials (unless a --build-arg
     names one, in `keep`), with what the client needs to build with BuildKit."""
-    from envbuild.core.credential_env import CREDENTIAL_ENV
-
     env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_ENV or k in keep}
     return {**env, **dict(find_builder().env)}
 
@@ -294,8 +288,6 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
     """Run the builder (started by `start`: the engine's Engine.start_client; none: a client process of its own);
     None when it succeeded, else the line that says why. The log keeps everything but the `secrets` (build-arg
     values), masked wherever they appear."""
-    from envbuild.core.output import Scrubber
-
     scrub = Scrubber(extra=secrets)  # the build-arg values, the environment's secrets, every token's shape
 
     with open(log, "w", encoding="utf-8") as fh:

@@ -15,6 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable
 
 from packaging.requirements import Requirement
@@ -23,6 +24,7 @@ from packaging.utils import canonicalize_name
 from envbuild.core.errors import InvalidInput, LockError, StaleLock
 from envbuild.core.files import write_all, write_atomic
 from envbuild.core.imageref import mirror
+from envbuild.core.platform import arch, host_platform, require_runnable
 from envbuild.lock import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
 from envbuild.lock.lockfile import LockFile, from_report
 from envbuild.imagebuild import builder, records
@@ -64,8 +66,6 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
             engine: Engine | None = None, *, platform: str, digest: str) -> LockFile:
     """Run the Dockerfile's `lock` target on the engine (for `platform`: the plan's --platform) and turn pip's
     report into the lock."""
-    from envbuild.core.platform import require_runnable
-
     require_runnable(platform, f"locking {backend.name} for {platform}")
     wanted = inputs(matrix, backend, plan.wheels, platform, digest)
     write_context(plan)
@@ -94,7 +94,6 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
         status = json.loads((out / "status.json").read_text(encoding="utf-8"))
     torch_roots = [r for r in wanted["requirements"][:2] if not r.startswith(("transformers==", "accelerate=="))]
     env = report.get("environment") or {}
-    from envbuild.core.platform import arch
 
     resolved = {"resolver": status.get("resolver"), "python": env.get("python_full_version"),
                 "platform": f"{env.get('sys_platform')}/{arch(str(env.get('platform_machine') or '?'))}"}
@@ -126,8 +125,6 @@ def _conflict(backend: Backend, matrix: Matrix, requirements: list[str], said: s
 
 def _platform_opts(opts: BuildOptions, platform: str) -> BuildOptions:
     """The options of one platform's build: --platform for any but this host's own."""
-    from envbuild.core.platform import host_platform
-
     return opts if platform == (opts.platform or host_platform()) else dataclasses.replace(opts, platform=platform)
 
 
@@ -135,8 +132,6 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
            echo: Callable[[str], None], verbose: bool = False) -> LockFile:
     """The lock to build from (the platform's: --platform, else this host's): the current one, or (unless
     --locked) a fresh one, written and said so. A GPU backend's lock whose torch is a CPU-only build is refused."""
-    from envbuild.core.platform import host_platform
-
     platform = opts.platform or host_platform()
     file = path(opts, backend, platform)
     current = read(file)
@@ -230,8 +225,6 @@ def check(matrix: Matrix, backends: list[Backend], opts: BuildOptions, *, requir
 
 def _offline_plan(backend: Backend, opts: BuildOptions) -> Any:
     """What inputs() reads of a plan, from files alone (no builder, no engine): the base after --mirror, the wheels."""
-    from types import SimpleNamespace
-
     context = (opts.context_dir / backend.name).resolve()
     return SimpleNamespace(base_image=mirror(backend.base_image, opts.mirrors) if backend.base_image else "",
                            wheels=wheels(opts.wheelhouse, context / DIGESTS))

@@ -21,11 +21,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from envbuild.core.engine import buildx_selection
 from envbuild.core.errors import BuildError, InvalidInput
-from envbuild.core.files import write_atomic
+from envbuild.core.files import read_netrc, write_atomic
 from envbuild.core.paths import PROBE
 from envbuild.core.imageref import InvalidReference, Reference, mirror, parse_mirror
+from envbuild.core.platform import foreign_arch
 from envbuild.core.text import unsafe_char, unsafe_message
 from envbuild.imagebuild.builder import Builder, find_builder
+from envbuild.imagebuild.records import RECORD
+from envbuild.lock.lockfile import LAYERS, parse
 from envbuild.render import UV_STEP, render_backend
 
 if TYPE_CHECKING:
@@ -125,8 +128,6 @@ def options(*, ca_bundle: Path | None = None, no_ca_bundle: bool = False, netrc:
     regular files (a FIFO or a device would hang the builder), the netrc readable (a bad one is named here, never
     quoted: pip would quote it), the CA bundle by default the host's (a variable naming a missing file is an
     error, not a silent build without it), and every value the builder reads (BuildOptions.check)."""
-    from envbuild.core.files import read_netrc
-
     for option, given in (("--ca-bundle", ca_bundle), ("--netrc", netrc)):
         if given is not None and not given.is_file():
             raise InvalidInput(f"{option} {given}: not a regular file")
@@ -206,7 +207,6 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
             raise BuildError(f"{what} {path}: no such file")
     builder = find_builder()
     multi_platform = bool(opts.platform and "," in opts.platform)
-    from envbuild.core.platform import foreign_arch
 
     tags: tuple[str, ...] = tuple(opts.tags) or tuple(matrix.tags(backend, foreign_arch(opts.platform)))
     if multi_platform:
@@ -370,9 +370,6 @@ def lock_command(plan: BuildPlan, out: Path, run: str) -> list[str]:
 def write_context(plan: BuildPlan) -> None:
     """Dockerfile, probe, the uv steps' script and wheelhouse, from the plan. Unchanged files keep their size and
     mtime, so the docker client sends nothing for them again (a 200 MB torch wheel costs seconds per build otherwise)."""
-    from envbuild.lock.lockfile import LAYERS, parse
-    from envbuild.imagebuild.records import RECORD
-
     into = plan.context_path
     into.mkdir(parents=True, exist_ok=True)
     # envbuild's own state beside the context is never part of it

@@ -18,8 +18,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
-from envbuild.core.errors import LockError
+from envbuild.core.errors import LockError, PublishError
 from envbuild.core.files import read_user
+from envbuild.core.platform import host_platform
+from envbuild.core import regclient
 from envbuild.lock.lockfile import FORMAT, LockFile, parse
 
 if TYPE_CHECKING:
@@ -49,8 +51,6 @@ __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms",
 
 def path(opts: Settings, backend: Backend, platform: str | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
-    from envbuild.core.platform import host_platform
-
     return opts.locks_dir / backend.name / f"{(platform or host_platform()).replace('/', '-')}.txt"
 
 
@@ -65,13 +65,10 @@ def base_digest(backend: Backend, base_image: str, platform: str, opts: Settings
                 environ: Any = None) -> str:
     """The registry's digest of the base image for `platform`: given by a digest-pinned reference (nothing is
     asked), else resolved from the registry's index (manifest list) for that platform."""
-    from envbuild.core.errors import PublishError
-    from envbuild.core.regclient import Registry
-
     if "@sha256:" in base_image:
         return base_image.rpartition("@")[2]
     try:
-        digest, _ = Registry(base_image, environ, opts.ca_bundle, publish=False).platform_digest(base_image, platform)
+        digest, _ = regclient.Registry(base_image, environ, opts.ca_bundle, publish=False).platform_digest(base_image, platform)
     except PublishError as exc:
         raise LockError(f"{backend.name}: cannot resolve the base image {base_image} for {platform} in its registry "
                         f"({exc}); a lock names its base by the registry's digest: pin it by digest "

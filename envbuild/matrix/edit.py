@@ -10,14 +10,15 @@ import io
 import re
 from typing import Any, Mapping
 
+import yaml
+from ruamel.yaml import YAML
+
 from envbuild.core.errors import Problem, MatrixError
 
 _PLAIN_END = re.compile(r"\s+#|\s*$")
 
 
 def load(text: str) -> Any:
-    from ruamel.yaml import YAML
-
     return YAML(typ="rt").load(io.StringIO(text))
 
 
@@ -107,8 +108,6 @@ def apply(text: str, changes: Mapping[str, str], source: str = "matrix.yaml") ->
 def _verify(old_text: str, new_text: str, changes: Mapping[str, str], source: str) -> None:
     """The edited text must hold exactly the old document with each change in place, and nothing else: a value
     that would close its quotes, start a comment or add keys in the YAML is refused, and nothing is written."""
-    import yaml
-
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         before, after = yaml.load(old_text, Loader=loader), yaml.load(new_text, Loader=loader)

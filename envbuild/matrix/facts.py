@@ -21,6 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import MatrixError, Problem
+from envbuild.core.files import read_user
 from envbuild.core.paths import metadata_path
 
 path_for = metadata_path  # where callers of this module look for it
@@ -159,8 +160,6 @@ def _abi3(tag: str, python: str) -> bool:
 
 def read(path: str | Path) -> Facts | None:
     """The cache at `path`; None when there is none; a located MatrixError when it is not one."""
-    from envbuild.core.files import read_user
-
     p = Path(path)
     if not p.exists():
         return None

@@ -6,6 +6,7 @@ field; all problems are collected before raising. Only this module reads the mat
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -15,6 +16,7 @@ from packaging.version import Version
 
 from envbuild.core.errors import EnvbuildError, MatrixError, Problem
 from envbuild.core.files import read_user
+from envbuild.core.output import scrub
 from envbuild.core.paths import DEFAULT_MATRIX
 from envbuild.core.text import shown, unsafe_char
 from envbuild.matrix import rules, stacks
@@ -64,8 +66,6 @@ class _Located:
 
 
 def _close_matches(word: str, choices: list[str], n: int = 1) -> list[str]:
-    import difflib  # only for a key that is wrong or missing: a valid matrix loads without it
-
     return difflib.get_close_matches(word, choices, n=n)
 
 def _dotted(path: Path_) -> str:
@@ -170,8 +170,6 @@ def _set_value(raw: str, path: Path_, where: str, loc: _Located) -> Any:
 
 
 def _holds_secret(value: Any) -> bool:
-    from envbuild.core.output import scrub
-
     text = value if isinstance(value, str) else repr(value)
     return scrub(text[:100_000]) != text[:100_000]
 

@@ -10,11 +10,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import InvalidInput
 from envbuild.core.imageref import Reference
+from envbuild.core.output import scrub, secret_name
 from envbuild.core.text import unsafe_char, unsafe_message
 from envbuild.matrix.rules import RULES
 
@@ -104,8 +106,6 @@ _SECRET_WAY = ("a matrix is committed, written into every Dockerfile and printed
 
 
 def _check_env_key(value: Any) -> tuple[Any, str | None]:
-    from envbuild.core.output import secret_name
-
     value, why = check_str("env_key")(value)
     if why is None and value.upper().startswith(RESERVED_ENV):
         return None, (f"{value!r} is reserved: envbuild sets {RESERVED_ENV}* itself, from the backend's fields "
@@ -116,8 +116,6 @@ def _check_env_key(value: Any) -> tuple[Any, str | None]:
 
 
 def _check_env_value(value: Any) -> tuple[Any, str | None]:
-    from envbuild.core.output import scrub
-
     value, why = check_str("env_value")(value)
     if why is None and scrub(value, environ={}) != value:
         return None, f"the value looks like a secret (a token, a URL's password; not shown): {_SECRET_WAY}"
@@ -176,7 +174,6 @@ def _check_requirement(value: Any) -> tuple[Any, str | None]:
         return None, unsafe_message(value, ch)
     if _REQUIREMENT_CHARS.search(value):
         return None, f"{value!r} contains a quote, backslash, '$' or backtick"
-    from packaging.requirements import InvalidRequirement, Requirement  # a matrix without packages: not imported
 
     try:
         if len(value) > 400:

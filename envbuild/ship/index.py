@@ -19,6 +19,8 @@ from envbuild.ship import manifest
 from envbuild.core.regclient import Registry
 from envbuild.core.imageref import with_tags
 from envbuild.ship.shared import Published, label_mismatches, smoke_summary, write_sbom
+from envbuild.ship.trust.attest import predicates
+from envbuild.ship.trust.sign import sign_published
 
 if TYPE_CHECKING:
     from envbuild.matrix import Backend, Matrix
@@ -177,9 +179,6 @@ def _sign(m: Matrix, backend: Backend, registry: str, session: Session, done: di
     """Sign every digest pushed (each platform's manifest, then the index) and attest each platform's image that
     is on this engine (SBOM, its own smoke result, provenance); a platform joined from another runner's publish
     was signed and attested there. A failure records nothing."""
-    from envbuild.ship.trust.attest import predicates
-    from envbuild.ship.trust.sign import sign_published
-
     environ = session.environ
     attest = {}
     for p, rec in done.items():

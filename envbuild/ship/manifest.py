@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 from envbuild.core.errors import InvalidInput, ManifestError
 from envbuild.core.files import exclusive, read_json, write_atomic
 from envbuild.core.imageref import DIGEST
+from envbuild.smoke.runner import result_problem
 
 SCHEMA = 1
 DEFAULT = "envbuild-manifest.json"
@@ -58,8 +59,6 @@ def record(path: Path, entry: dict[str, Any], echo: Callable[[str], None] | None
 
 def load_smoke_results(path: Path) -> dict[str, dict[str, Any]]:
     """`envbuild smoke --json` output (one result or a list) -> {backend: result}."""
-    from envbuild.smoke.runner import result_problem
-
     doc = read_json(path, f"--smoke-json {path}", InvalidInput)
     docs = doc if isinstance(doc, list) else [doc]
     out: dict[str, dict[str, Any]] = {}

@@ -21,6 +21,7 @@ from envbuild.ship import manifest
 from envbuild.core.imageref import check_repository, with_tags
 from envbuild.ship.session import Session
 from envbuild.ship.shared import Published, PublishOptions, label_mismatches, smoke_summary, write_sbom  # noqa: F401 (PublishOptions and Published: publish's API)
+from envbuild.ship.trust.attest import sign_publish
 
 if TYPE_CHECKING:
     from envbuild.core.engine import Engine, Image
@@ -123,8 +124,6 @@ def _sign(m: Matrix, backend: Backend, image: Image, registry: str, digests: lis
           smoke_results: dict[str, dict[str, Any]], session: Session, opts: PublishOptions,
           echo: Callable[[str], None]) -> dict[str, Any]:
     """Sign every digest pushed for this backend and attest the image; a failure records nothing."""
-    from envbuild.ship.trust.attest import sign_publish
-
     try:
         return sign_publish(m, backend, session.engine, image, registry, digests, entry,
                             smoke_results.get(backend.name) if opts.smoke_json else None, opts.manifest.parent,

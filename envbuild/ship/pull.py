@@ -9,10 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from envbuild.core.errors import PlatformError, PublishError, RegistryUnreachableError
 from envbuild.core.errors import DigestMismatchError, EnvbuildError, InvalidInput, ManifestError
 from envbuild.ship import manifest as manifests
 from envbuild.core.imageref import TAG, Reference, check_repository
+from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform
+from envbuild.core.regclient import Registry
 from envbuild.ship.session import Session
+from envbuild.smoke import preflight
 
 if TYPE_CHECKING:
     from envbuild.core.engine import Engine
@@ -51,8 +55,6 @@ def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = 
     the digest verified is the one that must arrive. A tag naming an image index gives this host's platform (or
     `platform`: another architecture only where QEMU runs it), pulled by that platform's digest, which must be the
     one the manifest records (an index's platforms are verified with it)."""
-    from envbuild.smoke import preflight
-
     if not ignore_host:
         from envbuild.matrix.compat import host_driver
 
@@ -136,14 +138,9 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None
                      environ: Mapping[str, str] | None, missing: str) -> tuple[str, str, bool] | None:
     """(platform, its digest, emulated) when `ref` names an image index; None for a single image (pulled as before).
     Everything is decided from the registry's index and the manifest, before a layer is downloaded."""
-    from envbuild.core.errors import PlatformError, PublishError
-    from envbuild.core.platform import can_run, emulation_fix, host_platform
-    from envbuild.core.regclient import Registry
-
     entry = manifests.load(manifest, must_exist=True)["images"].get(backend.name) if manifest else None
     if manifest and entry is None:
         raise ManifestError(f"manifest {manifest} has no image for backend '{backend.name}' (it was never published there)")
-    from envbuild.core.errors import RegistryUnreachableError
 
     try:
         top = Registry(ref, environ).manifest(ref)
@@ -179,8 +176,6 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None
 
 def _pull_platform(m: Matrix, backend: Backend, engine: Engine, session: Session, ref: str, manifest: Path | None,
                    echo: Callable[[str], None], missing: str, platform: str, digest: str, emulated: bool) -> Pulled:
-    from envbuild.core.platform import foreign_arch
-
     repo = ref.rpartition(":")[0]
     by_digest = f"{repo}@{digest}"
     echo(f"[{backend.name}] pulling {ref} for {platform}{' (to run under QEMU emulation)' if emulated else ''}: {by_digest}")

@@ -12,6 +12,10 @@ import json
 import uuid
 from typing import TYPE_CHECKING
 
+from cyclonedx.schema import OutputFormat, SchemaVersion
+from packageurl import PackageURL
+from packaging.utils import canonicalize_name
+
 from envbuild.core.errors import EnvbuildError
 from envbuild.lock.lockfile import parse
 
@@ -28,9 +32,6 @@ def sbom(engine: Engine, image: str) -> str:
     from cyclonedx.model.bom import Bom, BomMetaData
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.output import make_outputter
-    from cyclonedx.schema import OutputFormat, SchemaVersion
-    from packageurl import PackageURL
-    from packaging.utils import canonicalize_name
 
     found = engine.image(image)
     if found is None:

@@ -3,11 +3,13 @@ options, the result, the check of its labels against the matrix, the smoke resul
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from envbuild.core.errors import EnvbuildError, PublishError
+from envbuild.core.files import write_atomic
 from envbuild.ship import manifest
 
 if TYPE_CHECKING:
@@ -68,9 +70,6 @@ def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> 
 def write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOptions,
                echo: Callable[[str], None], suffix: str = "") -> dict[str, str] | None:
     """The image's SBOM beside the manifest; what the manifest records of it (its file and sha256)."""
-    import hashlib
-
-    from envbuild.core.files import write_atomic
     from envbuild.ship.sbom import sbom
 
     try:

@@ -19,6 +19,7 @@ from envbuild.core import owner
 from envbuild.core.cachemount import CACHE, cache_mount, is_folder
 from envbuild.core.errors import DockerError, InvalidInput, SmokeError
 from envbuild.core.owner import OWNED_LABEL
+from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
 from envbuild.core.text import shown, unsafe_char
 from envbuild.smoke import preflight
 
@@ -117,8 +118,6 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
           root: Path = Path("/"), cache: str | None = None, platform: str | None = None) -> SmokeResult:
     """Run the probe once, in one container (default image: the backend's tag for `platform`, REPO:BACKEND-ARCH when
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
-    from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
-
     if platform and (why := backend.unlisted(platform)):
         raise InvalidInput(why)
     image = image or matrix.tags(backend, foreign_arch(platform))[0]

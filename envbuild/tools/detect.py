@@ -25,10 +25,15 @@ from glob import escape, glob
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
+from envbuild.core import hostfacts as drivers
 from envbuild.core.errors import InvalidInput, NotContainerizableError
 from envbuild.core.files import read_host
-from envbuild.matrix import Backend, Detect, Matrix, not_containerizable_message
+from envbuild.matrix import Backend, Detect, Matrix, not_containerizable_message, stacks
 from envbuild.core.platform import arch as arch_name
+from envbuild.matrix.compat import host_check
+from envbuild.smoke.preflight import daemon_runtimes
 
 DISPLAY, PROCESSING_ACCELERATOR = 0x03, 0x12
 # Cloud vendors' own chips (AWS Trainium, Google TPU) enumerate as "system peripheral"/"unassigned" classes;
@@ -259,9 +264,6 @@ def _find(b: Backend, root: Path, pci: list[PciDevice] | None, env: dict[str, An
 def _driver(b: Backend, root: Path, env: dict[str, Any], f: Finding) -> None:
     """The detected device's driver version and architectures: evidence when known, a hint when not (never a
     reason to call the device absent)."""
-    from envbuild.core import hostfacts as drivers
-    from envbuild.matrix import stacks
-
     stack = stacks.STACKS[b.host.stack]
     cache = env.setdefault("drivers", {})
     if stack.driver not in cache:
@@ -315,7 +317,6 @@ def detect_host(matrix: Matrix, root: str | os.PathLike[str] | None = None) -> D
 def docker_runtimes_from_engine() -> set[str] | None:
     """Runtimes registered with the Docker daemon (e.g. {'runc', 'nvidia'}); None when none is reachable."""
     from envbuild.core.engine import Engine
-    from envbuild.smoke.preflight import daemon_runtimes
 
     engine = Engine(timeout=5)
     try:
@@ -364,10 +365,6 @@ def choose(detection: Detection, matrix: Matrix, *, native: bool = False,
 def newest_variant(variants: list[Backend], root: Path = Path("/")) -> tuple[str, str]:
     """Among variants of one backend: the one with the newest accelerator stack that this host is not known to
     refuse (its driver and devices, read under `root`), and why; the newest of all when the host says nothing."""
-    from packaging.version import InvalidVersion, Version
-
-    from envbuild.matrix.compat import host_check
-
     def stack(b: Backend) -> Version:
         try:
             return Version(b.host.version) if b.host and b.host.version else Version("0")

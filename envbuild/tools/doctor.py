@@ -24,8 +24,10 @@ from envbuild.core import credentials
 from envbuild.core.imageref import Reference
 from envbuild.smoke import preflight
 from envbuild.core.checks import Check, skip as _skip
+from envbuild.core.owner import left_behind
 from envbuild.matrix import compat
-from envbuild.core.platform import host_platform
+from envbuild.core.platform import can_run, emulation_fix, host_platform
+from envbuild.tools.detect import detect
 
 if TYPE_CHECKING:
     from envbuild.core.engine import Engine
@@ -137,8 +139,6 @@ def needed_gib(backend: Backend) -> int:
 
 def check_devices(matrix: Matrix, backend: Backend, root: Path, path_env: str | None) -> list[Check]:
     """The accelerator itself (the detection rules of envbuild.detect) and the nodes `docker run --device` passes."""
-    from envbuild.tools.detect import detect
-
     if backend.device == "cpu":
         return [Check("device", True, "the CPU is always there")]
     finding = detect(matrix, root, path_env=path_env, docker_runtimes=set()).finding(backend.name)
@@ -191,7 +191,6 @@ def check_disk(backend: Backend, engine: Engine | None) -> Check:
 def check_leftovers(engine: Engine | None) -> Check | None:
     if engine is None:
         return None
-    from envbuild.core.owner import left_behind
 
     try:
         names = left_behind(engine)
@@ -248,8 +247,6 @@ def native_checks(backend: Backend, system: str | None = None, machine: str | No
 def check_platforms(backend: Backend, root: str = "/", host: str | None = None) -> Check:
     """Which of the backend's platforms this host builds and runs: natively, under QEMU (binfmt_misc), or not. A
     warning only: this host's own platform is what build and smoke use by default."""
-    from envbuild.core.platform import can_run, emulation_fix
-
     here = host or host_platform()
     said, missing = [], []
     for p in backend.platforms:

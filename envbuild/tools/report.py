@@ -4,9 +4,14 @@ Markdown for CI job summaries, and the reports of detect, doctor and env."""
 from __future__ import annotations
 
 import shlex
+import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
-from envbuild.matrix import Backend, Matrix, not_containerizable_message
+from envbuild.core.errors import InvalidInput
+from envbuild.core.files import read_json
+from envbuild.core.text import shown
+from envbuild.matrix import Backend, Matrix, compat, not_containerizable_message
+from envbuild.smoke.runner import result_problem
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -81,8 +86,6 @@ def backend_detail(m: Matrix, b: Backend) -> dict[str, Any]:
 
 
 def _needs(b: Backend) -> Any:
-    from envbuild.matrix import compat
-
     return compat.needs(b)
 
 
@@ -151,10 +154,6 @@ def smoke_summary(result: Any) -> str:
 def smoke_docs(f: Path, doc: Any, strict: bool) -> list[dict[str, Any]]:
     """The `smoke --json` results in one JSON document read from `f`; [] for other JSON in a folder (strict: a file
     given by name, which must be one; refused otherwise, naming it: exit 2)."""
-    from envbuild.core.errors import InvalidInput
-    from envbuild.smoke.runner import result_problem
-    from envbuild.core.text import shown
-
     items = doc if isinstance(doc, list) else [doc]
     if not strict and not any(isinstance(d, dict) and {"backend", "ok", "checks"} <= d.keys() for d in items):
         return []  # another JSON file in an artifacts folder
@@ -167,10 +166,6 @@ def smoke_docs(f: Path, doc: Any, strict: bool) -> list[dict[str, Any]]:
 def read_smoke_results(paths: list[Path] | tuple[Path, ...]) -> list[dict[str, Any]]:
     """`smoke --json` documents from files, or folders searched for *.json (another JSON file in an artifacts
     folder is passed over); a file given by name that is not such a document is refused, naming it (exit 2)."""
-    from envbuild.core.errors import InvalidInput
-    from envbuild.core.files import read_json
-    from envbuild.core.text import shown
-
     docs: list[dict[str, Any]] = []
     for path in paths:
         for f in sorted(path.rglob("*.json")) if path.is_dir() else [path]:
@@ -210,8 +205,6 @@ def lock_line(result: Any) -> str:
 
 def junit_xml(results: list[Any]) -> str:
     """JUnit XML that CI systems render: a suite per backend, a test case per probe check."""
-    import xml.etree.ElementTree as ET
-
     suites = ET.Element("testsuites", name="envbuild smoke")
     for r in results:
         checks = r.checks or [{"name": "probe", "ok": False, "message": r.error or "no report", "seconds": r.seconds}]

@@ -25,6 +25,8 @@ from envbuild.core.text import unsafe_char
 from envbuild.core import owner
 from envbuild.core.cachemount import CACHE, DEFAULT_CACHE, VOLUME_NAME as _VOLUME_NAME  # noqa: F401
 from envbuild.core.cachemount import cache_mount as _cache_mount, is_folder as _is_folder
+from envbuild.ship.trust import VerifyError
+from envbuild.smoke import preflight
 
 if TYPE_CHECKING:
     from envbuild.core.engine import Engine
@@ -131,8 +133,6 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
         out=None, ignore_host: bool = False, key=None) -> int:
     """Run `docker run ...` on this terminal and return the command's exit status (the terminal and the signals
     are the command's); with dry_run, print that line instead. A flag the host refuses is explained."""
-    from envbuild.smoke import preflight
-
     call = invocation(matrix, backend, opts, interactive=sys.stdin.isatty() and sys.stdout.isatty())
     if dry_run:
         print(call.display(), file=out or sys.stdout)
@@ -164,7 +164,6 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
 
 def verify_local(engine: Engine, image: str, key) -> object:
     """A local image verifies when one of its registry digests does (signature, attestations, smoke passed)."""
-    from envbuild.ship.trust import VerifyError
     from envbuild.ship.trust.verify import verify
 
     found = engine.image(image)

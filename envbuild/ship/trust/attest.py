@@ -4,6 +4,8 @@ smoke attestation added later to an image already in the registry (the nightly h
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -18,8 +20,6 @@ if TYPE_CHECKING:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("envbuild")
     except PackageNotFoundError:
@@ -28,8 +28,6 @@ def _version() -> str:
 
 def _utc(when: Any) -> str | None:
     """The image's creation time as RFC 3339 UTC (the engine gives a datetime)."""
-    from datetime import datetime, timezone
-
     if isinstance(when, datetime):
         return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return str(when) if when else None

@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+import nacl.exceptions
+import nacl.secret
+import nacl.utils
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from envbuild.core.files import read_user
 from envbuild.ship.trust import KeyError_
 
 PRIVATE_PEM = "ENCRYPTED SIGSTORE PRIVATE KEY"
@@ -57,9 +65,6 @@ def _box_key(passphrase: bytes, salt: bytes, params: Mapping[str, int]) -> bytes
 
 def encrypt(plaintext: bytes, passphrase: bytes) -> bytes:
     """securesystemslib's `encrypted` envelope (the one cosign uses): JSON bytes."""
-    import nacl.secret
-    import nacl.utils
-
     salt = nacl.utils.random(32)
     nonce = nacl.utils.random(nacl.secret.SecretBox.NONCE_SIZE)
     box = nacl.secret.SecretBox(_box_key(passphrase, salt, SCRYPT))
@@ -70,9 +75,6 @@ def encrypt(plaintext: bytes, passphrase: bytes) -> bytes:
 
 
 def decrypt(envelope: bytes, passphrase: bytes, source: str) -> bytes:
-    import nacl.exceptions
-    import nacl.secret
-
     try:
         doc = json.loads(envelope)
         kdf, cipher = doc["kdf"], doc["cipher"]
@@ -113,9 +115,6 @@ class KeyPair:
 
 
 def generate(secret: bytes) -> KeyPair:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     key = ec.generate_private_key(ec.SECP256R1())
     der = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -150,9 +149,6 @@ class SigningKey:
         return f"SigningKey({self.source})"
 
     def sign(self, data: bytes) -> bytes:
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.hazmat.primitives.asymmetric import ec
-
         return self._key.sign(data, ec.ECDSA(hashes.SHA256()))
 
     def public(self) -> "PublicKey":
@@ -165,10 +161,6 @@ class PublicKey:
         self.source = source
 
     def verify(self, signature: bytes, data: bytes) -> bool:
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.hazmat.primitives.asymmetric import ec
-
         try:
             self._key.verify(signature, data, ec.ECDSA(hashes.SHA256()))
             return True
@@ -176,22 +168,15 @@ class PublicKey:
             return False
 
     def pem(self) -> bytes:
-        from cryptography.hazmat.primitives import serialization
-
         return self._key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
     def fingerprint(self) -> str:
         """sha256 of the DER public key: names the key in messages without printing it."""
-        from cryptography.hazmat.primitives import serialization
-
         der = self._key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
         return "sha256:" + hashlib.sha256(der).hexdigest()
 
 
 def load_private(text: bytes, secret: bytes, source: str) -> SigningKey:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     kind, body = _unpem(text, source)
     if kind not in (PRIVATE_PEM, PRIVATE_PEM_OLD):
         raise KeyError_(f"{source}: a '{kind}' PEM block, not a cosign private key ('{PRIVATE_PEM}'; make one with `envbuild keygen`)")
@@ -206,9 +191,6 @@ def load_private(text: bytes, secret: bytes, source: str) -> SigningKey:
 
 
 def load_public(text: bytes, source: str) -> PublicKey:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     kind, _ = _unpem(text, source)
     if kind != "PUBLIC KEY":
         raise KeyError_(f"{source}: a '{kind}' PEM block, not a public key (give the .pub file)")
@@ -222,8 +204,6 @@ def load_public(text: bytes, source: str) -> PublicKey:
 
 
 def _read(path: str, what: str) -> bytes:
-    from envbuild.core.files import read_user
-
     return read_user(Path(path), f"{what} {path}", KeyError_, limit=64 << 10)
 
 

@@ -9,6 +9,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from envbuild.core.errors import InvalidInput
+from envbuild.core.imageref import DIGEST, TAG
+from envbuild.core.text import shown
 from envbuild.ship.trust import TrustError, VerifyError
 from envbuild.ship.trust import dsse
 from envbuild.ship.trust.keys import PublicKey
@@ -107,10 +110,6 @@ def _smoke_of(statements: list[dict[str, Any]], digest: str) -> dict[str, Any] |
 def split_image(value: str) -> tuple[str, str]:
     """`verify IMAGE`: REPOSITORY:TAG or REPOSITORY@sha256:DIGEST -> (REPOSITORY, TAG or DIGEST); anything else is
     refused (exit 2), the value quoted safely."""
-    from envbuild.core.errors import InvalidInput
-    from envbuild.core.imageref import DIGEST, TAG
-    from envbuild.core.text import shown
-
     if "@" in value:
         repo, _, reference = value.partition("@")
         if not DIGEST.match(reference):

@@ -8,6 +8,7 @@ run can start from the published one.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shlex
@@ -27,6 +28,8 @@ from envbuild.core.files import read_json
 from envbuild.matrix import Backend, Matrix, not_containerizable_message
 from envbuild.ship import manifest as manifests
 from envbuild.core.text import shown
+from envbuild.tools.run import RunOptions, invocation
+from envbuild.tools.site import charts
 
 HERE = Path(__file__).parent
 MARKER = ".envbuild-site"  # in every site written: only such a folder (or an empty one) is replaced
@@ -374,7 +377,6 @@ def _lines(m: Matrix, b: Backend | None) -> dict[str, Any]:
     """The `docker run` and `envbuild run` lines, from the functions `show` and `run --dry-run` use."""
     if b is None or not b.containerizable:
         return {"docker_run": None, "envbuild_run": None, "envbuild_run_docker": None, "run_flags": None, "tags": []}
-    from envbuild.tools.run import RunOptions, invocation
 
     command = ("python", "train.py")
     inv = invocation(m, b, RunOptions(mount_workdir=False, command=command), interactive=False)
@@ -390,8 +392,6 @@ def _lines(m: Matrix, b: Backend | None) -> dict[str, Any]:
 
 def markdown(data: dict[str, Any]) -> str:
     """The grid for a CI job summary ($GITHUB_STEP_SUMMARY); values are escaped, never markup."""
-    import html
-
     def md(value: Any) -> str:
         return html.escape(str(value), quote=False)
 
@@ -449,8 +449,6 @@ def build(m: Matrix, inputs: Inputs, output: Path, echo: Callable[[str], None] =
 
 
 def _write(data: dict[str, Any], inputs: Inputs, out: Path) -> None:
-    from envbuild.tools.site import charts
-
     (out / "backend").mkdir()
     (out / "charts").mkdir()
     for static in ("style.css", "site.js"):

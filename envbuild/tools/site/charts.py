@@ -5,6 +5,7 @@ The SVGs are shown through <img> and carry no script (pygal's tooltips, fetched 
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,6 @@ def _config(Style: Any, colours: tuple[str, ...], **more: Any) -> dict[str, Any]
 
 def _without_script(svg: bytes) -> bytes:
     """pygal always embeds its config as a <script>: dropped, the chart is static."""
-    import xml.etree.ElementTree as ET
-
     ET.register_namespace("", "http://www.w3.org/2000/svg")
     ET.register_namespace("xlink", "http://www.w3.org/1999/xlink")
     root = ET.fromstring(svg)

@@ -10,14 +10,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from packaging.requirements import Requirement
 from packaging.version import Version
 
+from envbuild.core.errors import InvalidInput
 from envbuild.matrix import stacks
 from envbuild.matrix import rules
 from envbuild.matrix.facts import Facts
 from envbuild.matrix.model import Backend, Matrix
-from envbuild.core.imageref import Reference, mirror
+from envbuild.core.imageref import Reference, mirror, parse_mirror
 from envbuild.tools.sources.index import IndexClient, SourceError
+from envbuild.tools.sources.metadata import record
 from envbuild.tools.sources.tags import RegistryClient, follow, newer_tags
 
 __all__ = ["Finding", "Sources", "SourceError", "outdated"]
@@ -76,8 +79,6 @@ class Sources:
         anything is asked: --ca-bundle and --netrc regular files, each --mirror FROM=TO (exit 2). The CA bundle
         defaults to the host's, as for build."""
         from envbuild.imagebuild.plan import default_ca_bundle
-        from envbuild.core.errors import InvalidInput
-        from envbuild.core.imageref import parse_mirror
 
         for given, option in ((ca_bundle, "--ca-bundle"), (netrc, "--netrc")):
             if given is not None and not given.is_file():
@@ -88,8 +89,6 @@ class Sources:
 
     def cannot(self, index_url: str, dist: str, version: Version | str, backend: Backend, torch: str) -> list[str]:
         """Why this backend (its Python, this torch) cannot carry `dist version`, from the release's own metadata."""
-        from envbuild.tools.sources.metadata import record
-
         python = backend.python.version
         if self.facts.why_not(dist, str(version), python, torch) is None:
             record(self.facts, self.index, index_url, dist, Version(str(version)), self.index.files(index_url, dist),
@@ -227,8 +226,6 @@ def _uv(sources: Sources, matrix: Matrix) -> Finding:
 
 
 def _extras(sources: Sources, matrix: Matrix, backend: Backend | None) -> list[Finding]:
-    from packaging.requirements import Requirement
-
     out = []
     reqs = backend.packages if backend else matrix.packages
     prefix = f"backends.{backend.name}.packages" if backend else "packages"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from envbuild.core import files
-from envbuild import render
+from envbuild import lock as locks, render
 from envbuild.core.errors import EnvbuildError, InvalidInput
 from envbuild.matrix import edit, facts
 from envbuild.matrix.load import MAX_MATRIX, loads
@@ -17,7 +17,7 @@ from envbuild.core.paths import PACKAGE
 from envbuild.matrix.model import Matrix
 from envbuild.matrix.rules import torch_required
 from envbuild.matrix.schema import check_field
-from envbuild.tools.sources import Finding, Sources
+from envbuild.tools.sources import Finding, Sources, outdated
 
 if TYPE_CHECKING:
     from envbuild.imagebuild.locking import LockResult
@@ -207,7 +207,6 @@ def refresh_locks(result: Bump, opts: BuildOptions, engine: Callable[[], Engine]
     change, refreshed, and those left as they were, each with why. A backend that cannot be resolved here (its
     vendor's registry, no engine) is named, not fatal; with `no_lock` none is refreshed. `engine` is asked for the
     engine only when a lock is to be resolved."""
-    from envbuild import lock as locks
     from envbuild.imagebuild import locking
 
     refreshed: list[LockResult] = []
@@ -250,8 +249,6 @@ def run(matrix_path: Path, matrix: Matrix, backends: list[Backend], sources: Sou
     edit the matrix and write what derives from it (unless `dry_run`), then refresh the locks that exist of the
     images that change (refresh_locks). --only and --to are checked (check_only, check_to) and the matrix is one of
     a working folder (working) before any source is asked: the caller does that before loading `matrix`."""
-    from envbuild.tools.sources import outdated
-
     findings = outdated(matrix, backends, sources, progress=progress)
     new = changes(findings, only, to, matrix=matrix, sources=sources)
     result = bump(matrix_path, new, dockerfiles, dry_run=dry_run, index=sources.index)

@@ -9,7 +9,10 @@ from typing import Callable
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from envbuild.core import files
+from envbuild.matrix import facts as facts_mod
 from envbuild.matrix.facts import EXTRA, Facts, Wheel, carried, wheel_tag
+from envbuild.matrix.load import load
 from envbuild.matrix.model import Matrix
 from envbuild.tools.sources.index import File, IndexClient, SourceError, requirement_of
 
@@ -100,10 +103,6 @@ def update(matrix_path: str, index: IndexClient, *, dry_run: bool = False,
     """`envbuild metadata --refresh`: the cache beside `matrix_path` refreshed from the indexes and written (unless
     `dry_run`); returns it, what could not be asked, and whether the file changed. The matrix is then validated
     against it by the caller."""
-    from envbuild.core import files
-    from envbuild.matrix import facts as facts_mod
-    from envbuild.matrix.load import load
-
     matrix = load(matrix_path, with_facts=False)
     path = facts_mod.path_for(matrix_path)
     current = facts_mod.read(path)

@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+import oras.container
+
 from envbuild.core.credentials import from_env
 from envbuild.core.imageref import Reference, api_host, is_loopback as _loopback
 from envbuild.ship.session import unreachable_reason
@@ -53,7 +55,6 @@ class RegistryClient:
 
     def _request(self, ref: Reference, url: str, method: str = "GET", headers: dict | None = None):
         client = self._client(ref.registry)
-        import oras.container
 
         try:
             client.auth.load_configs(oras.container.Container(ref.name))

@@ -1,41 +1,41 @@
 """The envbuild command line: a thin layer over the library; each command calls one library function.
 
-Heavy modules (docker, jinja2) are imported inside the commands that need them, so `--help` stays fast.
+An import that costs more than 20 ms of start-up (a stage, the docker SDK) is made inside the command that needs it,
+so `--help` stays fast; CONTRIBUTING.md ("Imports") lists them with their measured cost.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
+import signal
 import sys
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import click
 
 from envbuild.core.errors import EnvbuildError, InvalidInput
+from envbuild.core.files import read_host, write_atomic
+from envbuild.core.imageref import Reference, check_repository
+from envbuild.core.output import OutputFault, capped, guarded, safe, scrub
 from envbuild.core.text import shown
-
-if TYPE_CHECKING:
-    from pathlib import Path
+from envbuild.tools import clean as cleaning, run as runner
 
 MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
 SET_HELP = "Override a matrix field for this run, e.g. backends.cpu.torch.version=2.13.0 (repeatable)."
 
 
 class _PathArg(click.Path):
-    """click.Path whose value is a pathlib.Path, imported when a value comes: `--help` needs neither pathlib nor
-    json (the commands import what they use)."""
+    """click.Path whose value is a pathlib.Path."""
 
     def coerce_path_result(self, value: Any) -> Any:
-        from pathlib import Path
-
         return Path(value)
 
 
 def _sigterm_as_interrupt() -> None:
     """A CI cancel (SIGTERM) cleans up as Ctrl-C does: containers, temporary tags, staged files."""
-    import signal
-
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -47,8 +47,6 @@ def _sigterm_as_interrupt() -> None:
 
 def _scrub(text: str) -> str:
     """No secret (by name or by shape) reaches the terminal, even in an unexpected error."""
-    from envbuild.core.output import scrub
-
     return scrub(text)
 
 
@@ -56,8 +54,6 @@ MAX_ERROR_LINES = 50  # problems printed of one error; the rest are counted
 
 
 def _error_lines(text: str) -> list[str]:
-    from envbuild.core.output import capped
-
     lines = text.split("\n")
     more = len(lines) - MAX_ERROR_LINES
     lines = [capped(line) for line in lines[:MAX_ERROR_LINES]]
@@ -73,7 +69,6 @@ class Group(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
-        from envbuild.core.output import OutputFault, guarded
 
         try:
             with guarded():  # every line printed from here on: secrets masked, escapes shown
@@ -95,8 +90,6 @@ class Group(click.Group):
         except EnvbuildError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            from envbuild.core.output import OutputFault
-
             if isinstance(exc, OutputFault):
                 ctx.exit(_output_fault(exc))
             for line in _error_lines(_scrub(str(exc))) or [type(exc).__name__]:
@@ -204,8 +197,6 @@ def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
 
 
 def _emit_json(data: Any) -> None:
-    import json
-
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
@@ -247,8 +238,6 @@ def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str
 
     Output is deterministic and written atomically; unchanged files are not touched.
     """
-    from pathlib import Path
-
     from envbuild import render as r
 
     m = _load(matrix_path, overrides)
@@ -297,8 +286,6 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
         rows = report.compat_rows(m, manifests.load(manifest, must_exist=True) if manifest else None)
         text = report.compat_markdown(rows)
         if check_path:
-            from envbuild.core.files import read_host
-
             if read_host(check_path) != text:
                 click.secho(f"{check_path} is not the current compatibility table: run `envbuild list --compat "
                             f"--markdown > {check_path}`.", fg="red", err=True)
@@ -360,11 +347,6 @@ def _choose(m, backends: tuple[str, ...]) -> list:
 
 
 def _write_output(path: str, text: str) -> None:
-    from pathlib import Path
-
-    from envbuild.core.files import write_atomic
-    from envbuild.core.output import scrub
-
     write_atomic(Path(path), scrub(text))  # a report holds no secret either
 
 
@@ -615,8 +597,6 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
       envbuild bump --only backends.cuda.base_image
       envbuild bump --only transformers --to 5.24.0
     """
-    from pathlib import Path
-
     from envbuild import matrix as matrix_mod
     from envbuild.tools.sources import bump as bumping
 
@@ -661,8 +641,6 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 
 
 def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
-    import json
-
     from envbuild.tools import report
 
     for result in results:
@@ -702,8 +680,6 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
     check passed. Under QEMU emulation (an image of another architecture) the result says so, and checks that
     mean nothing there (timings, torch.compile) are reported as skipped with the reason.
     """
-    import json
-
     from envbuild.tools import report
     from envbuild import smoke as s
 
@@ -739,11 +715,7 @@ def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
     images and anything envbuild did not make are never touched; an image a container still uses stays.
     With --build-cache, the cache mounts of envbuild's install steps go too (the next build downloads again):
     the way out when a build fails in a way a broken cache can cause."""
-    import json
-
-    from envbuild.tools import clean as c
-
-    done = c.clean(_engine(), images=not containers_only, build_cache=build_cache)
+    done = cleaning.clean(_engine(), images=not containers_only, build_cache=build_cache)
     if as_json:
         click.echo(json.dumps(done.to_json(), indent=2))
         return
@@ -829,7 +801,6 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
       envbuild run -e HF_TOKEN --cache ./cache -- python -c "import torch; print(torch.cuda.is_available())"
       envbuild run --dry-run --backend rocm
     """
-    from envbuild.tools import run as runner
     from envbuild.core.engine import Engine
 
     m = _load(matrix_path, overrides)
@@ -899,8 +870,6 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     if publish and not registry:
         registry = m.image.repository
     if registry:
-        from envbuild.core.imageref import check_repository
-
         registry = check_repository(registry)
     report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
     if as_json:
@@ -967,8 +936,6 @@ MANIFEST_HELP = "The manifest of published images [default: ./envbuild-manifest.
 
 def _append_output(path: str, text: str) -> None:
     """Append (a CI job summary collects every step's lines)."""
-    from envbuild.core.output import safe
-
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(safe(text))
 
@@ -1008,8 +975,6 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
       envbuild smoke --backend cpu --json smoke.json
       envbuild publish --backend cpu --registry ghcr.io/org/envbuild --smoke-json smoke.json
     """
-    from pathlib import Path
-
     from envbuild.tools import report
     from envbuild.core.engine import Engine
     from envbuild.ship import manifest as manifests
@@ -1173,7 +1138,6 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
     The result must be of that very image: its image id is the registry manifest's config digest.
     """
     from envbuild.ship import manifest as manifests
-    from envbuild.core.imageref import Reference, check_repository
     from envbuild.ship.trust.attest import attest_smoke
 
     m = _load(matrix_path, overrides)
@@ -1203,8 +1167,6 @@ def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
     from the backend's ci.runs_on), self-hosted, smoke (whether that runner has the device: the CPU always,
     accelerators on self-hosted runners) and smoke_args. Workflows take their backend list from here only.
     """
-    import json
-
     from envbuild.tools import ci, report
 
     m = _load(matrix_path, overrides)

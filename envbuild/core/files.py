@@ -6,8 +6,10 @@ import contextlib
 import json
 import netrc
 import os
+import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -24,8 +26,6 @@ def stage(files: dict[Path, str | bytes], mode: int = 0o644) -> dict[Path, Path]
             if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
-            import tempfile  # only when something is written: an unchanged render writes nothing
-
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
             staged[path] = Path(tmp)
             with os.fdopen(fd, "wb") as fh:
@@ -81,8 +81,6 @@ def _keep_aside(target: Path) -> Path:
         backup.unlink()
         os.link(target, backup, follow_symlinks=False)
     except OSError:  # no hard links here: a copy
-        import shutil
-
         shutil.copy2(target, backup, follow_symlinks=False)
     return backup
 
@@ -210,8 +208,6 @@ def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None,
             if wait is None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             else:
-                import time
-
                 deadline = time.monotonic() + wait
                 while True:
                     try:

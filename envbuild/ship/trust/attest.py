@@ -4,6 +4,7 @@ smoke attestation added later to an image already in the registry (the nightly h
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -98,8 +99,6 @@ def attest_smoke(repository: str, tag: str, result: Mapping[str, Any], key: Sign
     platform = None
     if config:
         try:
-            import json
-
             image_config = json.loads(client.blob(path, config))
             platform = f"{image_config.get('os')}/{image_config.get('architecture')}"
         except (TrustError, ValueError, AttributeError):

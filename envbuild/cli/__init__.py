@@ -21,6 +21,8 @@ from envbuild.core.files import read_host, write_atomic
 from envbuild.core.imageref import Reference, check_repository
 from envbuild.core.output import OutputFault, capped, guarded, safe, scrub
 from envbuild.core.text import shown
+from envbuild import smoke as smoking
+from envbuild.ship import manifest as manifests
 from envbuild.tools import clean as cleaning, run as runner
 
 MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
@@ -281,8 +283,6 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
     if (markdown or manifest or check_path) and not compat:
         raise click.UsageError("--markdown, --manifest and --check go with --compat")
     if compat:
-        from envbuild.ship import manifest as manifests
-
         rows = report.compat_rows(m, manifests.load(manifest, must_exist=True) if manifest else None)
         text = report.compat_markdown(rows)
         if check_path:
@@ -681,17 +681,16 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
     mean nothing there (timings, torch.compile) are reported as skipped with the reason.
     """
     from envbuild.tools import report
-    from envbuild import smoke as s
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
-    s.model_args(model)  # bad input before any engine
+    smoking.model_args(model)  # bad input before any engine
     if cache is not None:
-        s.runner.cache_source(cache)
-    results = s.smoke_each(m, chosen, _engine(), keep_going=len(chosen) > 1 or bool(json_path or junit_path),
+        smoking.runner.cache_source(cache)
+    results = smoking.smoke_each(m, chosen, _engine(), keep_going=len(chosen) > 1 or bool(json_path or junit_path),
                            failed=lambda exc: click.secho(f"Error: {exc}", fg="red", err=True),
                            done=lambda result: click.echo(report.smoke_summary(result)), image=image, model=model,
                            timeout=timeout, echo=echo, ignore_host=ignore_host, cache=cache, platform=platform)
@@ -977,7 +976,6 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     """
     from envbuild.tools import report
     from envbuild.core.engine import Engine
-    from envbuild.ship import manifest as manifests
     from envbuild.ship import publish as p
 
     m = _load(matrix_path, overrides)
@@ -1137,7 +1135,6 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
 
     The result must be of that very image: its image id is the registry manifest's config digest.
     """
-    from envbuild.ship import manifest as manifests
     from envbuild.ship.trust.attest import attest_smoke
 
     m = _load(matrix_path, overrides)

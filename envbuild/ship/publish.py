@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from envbuild.core.errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
 from envbuild.matrix.compat import image_arch
 from envbuild.ship import manifest
+from envbuild.ship.index import publish_platforms
 from envbuild.core.imageref import check_repository, with_tags
 from envbuild.ship.session import Session
 from envbuild.ship.shared import Published, PublishOptions, label_mismatches, smoke_summary, write_sbom  # noqa: F401 (PublishOptions and Published: publish's API)
@@ -46,8 +47,6 @@ def publish(m: Matrix, backends: list[Backend], opts: PublishOptions, engine: En
     for backend in backends:
         try:
             if opts.platforms or opts.index_from:
-                from envbuild.ship.index import publish_platforms
-
                 results.append(publish_platforms(m, backend, registry, session, smoke_results, opts, echo, joined,
                                                  environ))
                 continue

@@ -20,6 +20,7 @@ def test_the_wheel_holds_only_what_users_run(tmp_path):
     assert all(n.startswith("envbuild/") for n in names), names
     assert not [n for n in names if any(word in n for word in ("testbed", "bench", "fixtures", "fakes", "tests/"))]
     for needed in ("envbuild/cli/__init__.py", "envbuild/core/engine.py", "envbuild/render/templates/Dockerfile.j2",
+                   "envbuild/render/scripts/uv-step.sh",
                    "envbuild/smoke/probe.py", "envbuild/lock/resolve.py", "envbuild/ship/sbom.py",
                    "envbuild/imagebuild/plan.py", "envbuild/ship/publish.py", "envbuild/tools/doctor.py",
                    "envbuild/tools/site/base.html.j2"):

@@ -126,18 +126,18 @@ def _conflict(backend: Backend, matrix: Matrix, requirements: list[str], said: s
 
 def _platform_opts(opts: BuildOptions, platform: str) -> BuildOptions:
     """The options of one platform's build: --platform for any but this host's own."""
-    from envbuild.core.platform import host_platform
+    from envbuild.core.platform import target
 
-    return opts if platform == (opts.platform or host_platform()) else dataclasses.replace(opts, platform=platform)
+    return opts if platform == target(opts.platform) else dataclasses.replace(opts, platform=platform)
 
 
 def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, engine: Engine, *, locked: bool,
            echo: Callable[[str], None], verbose: bool = False) -> LockFile:
     """The lock to build from (the platform's: --platform, else this host's): the current one, or (unless
     --locked) a fresh one, written and said so. A GPU backend's lock whose torch is a CPU-only build is refused."""
-    from envbuild.core.platform import host_platform
+    from envbuild.core.platform import target
 
-    platform = opts.platform or host_platform()
+    platform = target(opts.platform)
     file = path(opts, backend, platform)
     current = read(file)
     try:

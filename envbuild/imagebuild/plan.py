@@ -111,9 +111,10 @@ class BuildOptions:
                 raise InvalidInput(f"{exc} (e.g. 'myorg/envbuild:cpu')") from None
             if ref.digest:
                 raise InvalidInput(f"--tag {tag!r}: a tag cannot carry a digest (e.g. 'myorg/envbuild:cpu')")
-        for platform in (self.platform or "").split(",") if self.platform else ():
-            if not re.fullmatch(r"linux/(?:amd64|arm64(?:/v8)?|arm/v[67]|ppc64le|s390x|riscv64|386)", platform):
-                raise InvalidInput(f"--platform {platform!r} is not a Linux platform such as linux/amd64 or linux/arm64")
+        if self.platform:  # the CLI gave it read (canonical); a library caller's is read here, by the same rule
+            from envbuild.core.platform import Platform
+
+            Platform.parse(self.platform)
         if self.network and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.network):
             raise InvalidInput(f"--network {self.network!r} is not a network name such as host, none or default")
 

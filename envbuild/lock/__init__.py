@@ -49,15 +49,15 @@ __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms",
 
 def path(opts: Settings, backend: Backend, platform: str | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
-    from envbuild.core.platform import host_platform
+    from envbuild.core.platform import target
 
-    return opts.locks_dir / backend.name / f"{(platform or host_platform()).replace('/', '-')}.txt"
+    return opts.locks_dir / backend.name / f"{target(platform).replace('/', '-')}.txt"
 
 
 def platforms(backend: Backend, opts: Settings | None = None) -> list[str]:
     """The platforms to lock: the one asked for (--platform), else every one the backend lists."""
     if opts is not None and opts.platform:
-        return [p for p in opts.platform.split(",") if p]
+        return [opts.platform]
     return [p for p in backend.platforms if p.startswith("linux/")]
 
 

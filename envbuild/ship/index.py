@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from envbuild.core.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryUnreachableError
 from envbuild.matrix.compat import image_arch
-from envbuild.core.platform import foreign_arch, platform_arch
+from envbuild.core.platform import canonical, foreign_arch, platform_arch
 from envbuild.ship import manifest
 from envbuild.core.regclient import Registry
 from envbuild.core.imageref import with_tags
@@ -81,7 +81,8 @@ def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: 
             continue
         if entry.get("repository") != registry:
             raise PublishError(f"--index-from {file}: {backend.name} was pushed to {entry.get('repository')}, not {registry}")
-        for platform, rec in (entry.get("platforms") or {}).items():
+        for written, rec in (entry.get("platforms") or {}).items():
+            platform = canonical(written)
             if platform in found and found[platform]["digest"] != rec.get("digest"):
                 raise PublishError(f"--index-from: two different digests for {backend.name} on {platform}")
             found[platform] = rec

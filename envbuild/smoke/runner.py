@@ -117,7 +117,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
           root: Path = Path("/"), cache: str | None = None, platform: str | None = None) -> SmokeResult:
     """Run the probe once, in one container (default image: the backend's tag for `platform`, REPO:BACKEND-ARCH when
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
-    from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
+    from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch, target
 
     if platform and (why := backend.unlisted(platform)):
         raise InvalidInput(why)
@@ -141,7 +141,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     if not ignore_host:  # again with the architectures its build measured (read from the image, not started)
         preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image_id), echo=echo)
     found = engine.image(image)
-    ran = f"{found.os}/{platform_arch(found.architecture)}" if found else (platform or host_platform())
+    ran = f"{found.os}/{platform_arch(found.architecture)}" if found else target(platform)
     if platform and ran != platform:
         raise SmokeError(f"image {image} is {ran}, not {platform}: build it with `envbuild build --backend {backend.name} "
                          f"--platform {platform}` (or pass --image)")

@@ -53,6 +53,14 @@ class _PlatformArg(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+def _listed(chosen: list, platforms: tuple[str, ...]) -> None:
+    """Each --platform is one every chosen backend lists (matrix.yaml): refused alike by every command, exit 2,
+    before any engine or registry is asked."""
+    for backend in chosen:
+        if why := next(filter(None, (backend.unlisted(p) for p in platforms)), None):
+            raise InvalidInput(why)
+
+
 def _sigterm_as_interrupt() -> None:
     """A CI cancel (SIGTERM) cleans up as Ctrl-C does: containers, temporary tags, staged files."""
     import signal
@@ -458,6 +466,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
+    _listed(chosen, (platform,) if platform else ())
     if tags and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
     opts = inputs.options(tags=tags, build_args=build_args, labels=labels, no_cache=no_cache, platform=platform,
@@ -507,6 +516,7 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else m.containerizable()
+    _listed(chosen, (platform,) if platform else ())
     opts = inputs.options(platform=platform)
     if check:
         if upgrade or upgrade_packages:
@@ -754,6 +764,7 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
+    _listed(chosen, (platform,) if platform else ())
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
@@ -1065,6 +1076,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
     wanted = tuple(dict.fromkeys(p_ for many in platforms for p_ in many))
+    _listed(chosen, wanted)
     if no_index and (not wanted or index_from):
         raise click.UsageError("--no-index goes with --platform (and not with --index-from)")
     if image and len(wanted) > 1:
@@ -1117,6 +1129,7 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key,
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
+    _listed(chosen, (platform,) if platform else ())
     if tag and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
     results = []

@@ -151,7 +151,7 @@ def emulator(p: str, root: str = "/") -> tuple[bool, str]:
 
 def foreign_arch(p: str | None, host: str | None = None) -> str | None:
     """The architecture of `p` when it is not this host's (the suffix of its local tags), else None."""
-    if not p or "," in p:
+    if not p:
         return None
     a = platform_arch(p)
     return None if a == platform_arch(host or host_platform()) else a

@@ -108,7 +108,7 @@ def check_platform(backend: Backend, platform: str | None, what: str = "building
         return False
     Platform.parse(platform)  # the CLI gave it read; a library caller's by the same rule (one platform a build)
     if why := backend.unlisted(platform):
-        raise InvalidInput(f"{why} (matrix.yaml, its `platforms`)")
+        raise InvalidInput(why)
     return require_runnable(platform, f"{what} {backend.name} for {platform}")
 
 

@@ -199,7 +199,7 @@ def _checked_platforms(backend: Backend, opts: BuildOptions) -> list[str]:
     chosen = platforms(backend, opts)
     for p in chosen:
         if why := backend.unlisted(p):
-            raise InvalidInput(f"{why} (matrix.yaml, its `platforms`)")
+            raise InvalidInput(why)
     return chosen
 
 

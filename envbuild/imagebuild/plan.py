@@ -206,18 +206,9 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         if path and not path.is_file():
             raise BuildError(f"{what} {path}: no such file")
     builder = find_builder()
-    multi_platform = bool(opts.platform and "," in opts.platform)
     from envbuild.core.platform import foreign_arch
 
     tags: tuple[str, ...] = tuple(opts.tags) or tuple(matrix.tags(backend, foreign_arch(opts.platform)))
-    if multi_platform:
-        if not builder.buildx:
-            raise BuildError(f"--platform {opts.platform}: several platforms in one build need the buildx plugin "
-                             "(install docker-buildx or docker-buildx-plugin), or build one platform at a time")
-        # The local engine holds one platform per tag: the result stays in the builder (export it with
-        # --cache-to), and nothing is tagged here.
-        builder = Builder(tuple(a for a in builder.argv if a != "--load"), builder.env, builder.buildx)
-        tags = ()
     context = (opts.context_dir / backend.name).resolve()
     environment = [("engine", engine.host if engine else None)] + [(name, env.get(name)) for name in STEERING]
     environment += [(f"builder {k}", v) for k, v in builder.env]

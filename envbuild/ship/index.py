@@ -102,9 +102,7 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
                 failed[p] = "no per-platform publish recorded it (--index-from)"
         done = {p: done[p] for p in wanted if p in done}
     else:
-        for p in opts.platforms:
-            if why := backend.unlisted(p):
-                raise PublishError(why)
+        for p in opts.platforms:  # each one the backend lists: publish refused any other before the registry
             try:
                 done[p] = _push_platform(m, backend, registry, session, p, smoke_results, opts, echo)
             except (RegistryAuthError, RegistryUnreachableError):

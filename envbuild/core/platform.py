@@ -16,8 +16,7 @@ _OS_NAMES = {"darwin": "macOS", "linux": "Linux"}
 SUPPORTED = {"linux": ("amd64", "arm64", "ppc64le", "s390x"), "darwin": ("amd64", "arm64")}
 # Docker's (containerd's) normalisation of what a user writes: its other names of an architecture, the variant
 # it drops (arm64/v8 is arm64), an operating system's other name.
-_ARCH_SPELLINGS = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64", "i386": "386", "x86": "386",
-                   "armhf": "arm/v7", "armel": "arm/v6"}
+_ARCH_SPELLINGS = {**ARCH_ALIASES, "x86-64": "amd64", "i386": "386", "x86": "386", "armhf": "arm/v7", "armel": "arm/v6"}
 _DROPPED_VARIANTS = {"amd64": ("v1",), "arm64": ("v8", "8")}
 _OS_SPELLINGS = {"macos": "darwin"}
 

@@ -36,6 +36,35 @@ class _PathArg(click.Path):
         return Path(value)
 
 
+class _PlatformArg(click.ParamType):
+    """--platform: one platform (several, comma-separated, with `many`), read once by core.platform.Platform with
+    Docker's spellings; the value is its canonical string ('linux/arm64'). The same refusal (exit 2, the value
+    escaped) from every command, before any engine or registry is asked."""
+
+    name = "OS/ARCH"
+
+    def __init__(self, many: bool = False):
+        self.many = many
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        from envbuild.core.platform import InvalidPlatform, Platform, parse_list
+
+        if isinstance(value, tuple):  # already read (a default)
+            return value
+        try:
+            return parse_list(value) if self.many else str(Platform.parse(value))
+        except InvalidPlatform as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _listed(chosen: list, platforms: tuple[str, ...]) -> None:
+    """Each --platform is one every chosen backend lists (matrix.yaml): refused alike by every command, exit 2,
+    before any engine or registry is asked."""
+    for backend in chosen:
+        if why := next(filter(None, (backend.unlisted(p) for p in platforms)), None):
+            raise InvalidInput(why)
+
+
 def _sigterm_as_interrupt() -> None:
     """A CI cancel (SIGTERM) cleans up as Ctrl-C does: containers, temporary tags, staged files."""
     def interrupt(signum: int, frame: Any) -> None:
@@ -359,7 +388,7 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
 @click.option("--no-cache", is_flag=True, help="Build every layer afresh.")
-@click.option("--platform", help="Target platform, one the backend lists, e.g. linux/arm64: built natively, or under QEMU (binfmt) on another architecture; tagged REPO:BACKEND-ARCH when it is not this host's. Several, comma-separated, need buildx; the result then stays in the builder (export it with --cache-to).")
+@click.option("--platform", type=_PlatformArg(), help="Target platform, one the backend lists, e.g. linux/arm64: built natively, or under QEMU (binfmt) on another architecture; tagged REPO:BACKEND-ARCH when it is not this host's. One per build (each installs its own lock); `envbuild publish --platform` joins several in one image index.")
 @click.option("--builder", help="A buildx builder to use, e.g. a remote BuildKit (needs buildx).")
 @click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, e.g. type=registry,ref=REG/cache:cpu or type=local,src=DIR (local caches need buildx; repeatable).")
 @click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, e.g. type=registry,ref=REG/cache:cpu,mode=max or type=local,dest=DIR (needs buildx; repeatable).")
@@ -393,6 +422,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
+    _listed(chosen, (platform,) if platform else ())
     if tags and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
     opts = inputs.options(tags=tags, build_args=build_args, labels=labels, no_cache=no_cache, platform=platform,
@@ -418,7 +448,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
 @click.option("--upgrade", is_flag=True, help="Resolve afresh: take the newest releases the pins allow, keeping nothing of the old lock.")
 @click.option("--upgrade-package", "upgrade_packages", multiple=True, metavar="NAME", help="Let this distribution move to its newest fitting release; everything else keeps its locked version where it fits (repeatable).")
 @click.option("--check", is_flag=True, help="Write nothing, resolve nothing, read files only (no Docker, no network): exit 1 naming each stale lock, each missing platform, and a GPU backend's CPU-only torch.")
-@click.option("--platform", help="Lock only this platform, e.g. linux/arm64 [default: every platform the backend lists; another architecture than this host's resolves under QEMU].")
+@click.option("--platform", type=_PlatformArg(), help="Lock only this platform, e.g. linux/arm64 [default: every platform the backend lists; another architecture than this host's resolves under QEMU].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--verbose", "-v", is_flag=True, help="Show the resolver's full output.")
 def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, platform, as_json, verbose) -> None:
@@ -442,9 +472,8 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else m.containerizable()
+    _listed(chosen, (platform,) if platform else ())
     opts = inputs.options(platform=platform)
-    if platform and "," in platform:
-        raise click.UsageError("--platform: one platform per lock run (each has its own file)")
     if check:
         if upgrade or upgrade_packages:
             raise click.UsageError("--check writes nothing: it takes no --upgrade or --upgrade-package")
@@ -667,7 +696,7 @@ def _report_builds(results: list, json_path: str | None, platform: str | None) -
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
 @click.option("--cache", metavar="DIR|VOLUME", help="Mount this at /cache, as `envbuild run --cache` does: the probe's model and compiled kernels stay there, and the next smoke reuses them (a folder with a '/', or a volume name, e.g. envbuild-cache) [default: a new volume, removed afterwards].")
-@click.option("--platform", help="Test the image of this platform, e.g. linux/arm64 [default: this host's]: REPO:BACKEND-ARCH when it is not this host's architecture, run under QEMU; the result says so.")
+@click.option("--platform", type=_PlatformArg(), help="Test the image of this platform, e.g. linux/arm64 [default: this host's]: REPO:BACKEND-ARCH when it is not this host's architecture, run under QEMU; the result says so.")
 @_matrix_options
 def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, cache, platform, matrix_path, overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
@@ -684,6 +713,7 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
+    _listed(chosen, (platform,) if platform else ())
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
@@ -945,7 +975,7 @@ def _append_output(path: str, text: str) -> None:
 @click.option("--image", callback=_image_ref, help="The local image to publish (one backend) [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help=MANIFEST_HELP)
 @click.option("--smoke-json", "smoke_json", multiple=True, type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for this image (one per platform: repeatable): summarized into the manifest; a failed result refuses the push, and a platform of an index (--platform, --no-index) needs its own.")
-@click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH", help="Publish these platforms' images as one image index under the backend's tags (repeatable or comma-separated, e.g. linux/amd64,linux/arm64); each is checked and smoke-tested first, a failed one is left out and the publish exits 1.")
+@click.option("--platform", "platforms", multiple=True, type=_PlatformArg(many=True), help="Publish these platforms' images as one image index under the backend's tags (repeatable or comma-separated, e.g. linux/amd64,linux/arm64); each is checked and smoke-tested first, a failed one is left out and the publish exits 1.")
 @click.option("--no-index", is_flag=True, help="With --platform: push the platform's image (REG:PINNED-ARCH) and record it, but no index: a native runner's part, joined later with --index-from.")
 @click.option("--index-from", "index_from", multiple=True, type=_PathArg(dir_okay=False, exists=True), help="Manifests written by per-platform publishes (--no-index): push one index of their platforms under the backend's tags (repeatable).")
 @click.option("--force", is_flag=True, help="Push even when the smoke result failed or the image's labels disagree with the matrix (the manifest says so).")
@@ -982,7 +1012,8 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     chosen = _choose(m, backends)
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
-    wanted = tuple(dict.fromkeys(x.strip() for p_ in platforms for x in p_.split(",") if x.strip()))
+    wanted = tuple(dict.fromkeys(p_ for many in platforms for p_ in many))
+    _listed(chosen, wanted)
     if no_index and (not wanted or index_from):
         raise click.UsageError("--no-index goes with --platform (and not with --index-from)")
     if image and len(wanted) > 1:
@@ -1012,7 +1043,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 @click.option("--manifest", type=_PathArg(dir_okay=False), help="Refuse the image unless its digest is the one this manifest records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
-@click.option("--platform", help="The platform to pull from the tag's image index [default: this host's]; another architecture only where QEMU (binfmt) runs it.")
+@click.option("--platform", type=_PlatformArg(), help="The platform to pull from the tag's image index [default: this host's]; another architecture only where QEMU (binfmt) runs it.")
 @_verify_options
 @_matrix_options
 def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key, insecure_skip_verify, matrix_path, overrides) -> None:
@@ -1035,6 +1066,7 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key,
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
+    _listed(chosen, (platform,) if platform else ())
     if tag and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
     results = []

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from envbuild.core.errors import PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.core.platform import canonical
 from envbuild.core.credentials import Credentials, config_login, from_env, github_token
 from envbuild.core.imageref import Reference, api_host, is_loopback as _loopback
 
@@ -51,14 +52,15 @@ class Manifest:
         return self.media_type in INDEXES
 
     def platforms(self) -> dict[str, str]:
-        """An index's 'os/arch[/variant]' -> manifest digest (attestation entries, 'unknown/unknown', left out)."""
+        """An index's platforms in Docker's canonical spelling ('linux/arm64' for arm64/v8) -> manifest digest
+        (attestation entries, 'unknown/unknown', left out)."""
         out = {}
         for m in self.doc.get("manifests") or []:
             p = m.get("platform") or {}
             if p.get("os") in (None, "unknown"):
                 continue
             name = f"{p['os']}/{p.get('architecture')}" + (f"/{p['variant']}" if p.get("variant") else "")
-            out.setdefault(name, m["digest"])
+            out.setdefault(canonical(name), m["digest"])
         return out
 
 
@@ -249,13 +251,13 @@ class Registry:
             raise PublishError(f"{ref} is not in the registry {self.host}")
         if top.is_index:
             found = top.platforms()
-            digest = found.get(platform) or (found.get("linux/arm64/v8") if platform == "linux/arm64" else None)
+            digest = found.get(canonical(platform))
             if digest is None:
                 raise PublishError(f"{ref} has no image for {platform}: its index lists {', '.join(sorted(found)) or 'none'}")
             return digest, top
         config = json.loads(self.blob(ref, top.doc["config"]["digest"]))
-        has = f"{config.get('os')}/{config.get('architecture')}"
-        if has != platform and not (platform == "linux/arm64" and has == "linux/arm64/v8"):
+        has = canonical(f"{config.get('os')}/{config.get('architecture')}" + (f"/{config['variant']}" if config.get("variant") else ""))
+        if has != canonical(platform):
             raise PublishError(f"{ref} is a single image for {has}, not {platform}: publish an index (manifest list) "
                                f"with both, or pin each platform's base by digest")
         return top.digest, top

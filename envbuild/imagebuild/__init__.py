@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from envbuild.core.errors import BuildError, InvalidInput, LockError, StaleLock
-from envbuild.core.platform import require_runnable
+from envbuild.core.platform import Platform, require_runnable
 from envbuild.imagebuild import builder, locking, records
 from envbuild.imagebuild.plan import BuildOptions, BuildPlan, default_ca_bundle, make_plan, write_context
 
@@ -105,12 +105,9 @@ def check_platform(backend: Backend, platform: str | None, what: str = "building
     the fix); True when the platform is emulated here."""
     if not platform:
         return False
-    for p in platform.split(","):
-        if why := backend.unlisted(p):
-            raise InvalidInput(f"{why} (matrix.yaml, its `platforms`)")
-    if "," in platform:
-        raise InvalidInput(f"--platform {platform}: build one platform at a time (each installs its own lock, "
-                           f"locks/{backend.name}/OS-ARCH.txt); `envbuild publish` joins them in one image index")
+    Platform.parse(platform)  # the CLI gave it read; a library caller's by the same rule (one platform a build)
+    if why := backend.unlisted(platform):
+        raise InvalidInput(why)
     return require_runnable(platform, f"{what} {backend.name} for {platform}")
 
 

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 from envbuild.core.errors import InvalidInput, LockError, StaleLock
 from envbuild.core.files import write_all, write_atomic
 from envbuild.core.imageref import mirror
-from envbuild.core.platform import arch, host_platform, require_runnable
+from envbuild.core.platform import arch, require_runnable, target
 from envbuild.lock import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
 from envbuild.lock.lockfile import LockFile, from_report
 from envbuild.imagebuild import builder, records
@@ -125,14 +125,14 @@ def _conflict(backend: Backend, matrix: Matrix, requirements: list[str], said: s
 
 def _platform_opts(opts: BuildOptions, platform: str) -> BuildOptions:
     """The options of one platform's build: --platform for any but this host's own."""
-    return opts if platform == (opts.platform or host_platform()) else dataclasses.replace(opts, platform=platform)
+    return opts if platform == target(opts.platform) else dataclasses.replace(opts, platform=platform)
 
 
 def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, engine: Engine, *, locked: bool,
            echo: Callable[[str], None], verbose: bool = False) -> LockFile:
     """The lock to build from (the platform's: --platform, else this host's): the current one, or (unless
     --locked) a fresh one, written and said so. A GPU backend's lock whose torch is a CPU-only build is refused."""
-    platform = opts.platform or host_platform()
+    platform = target(opts.platform)
     file = path(opts, backend, platform)
     current = read(file)
     try:
@@ -194,7 +194,7 @@ def _checked_platforms(backend: Backend, opts: BuildOptions) -> list[str]:
     chosen = platforms(backend, opts)
     for p in chosen:
         if why := backend.unlisted(p):
-            raise InvalidInput(f"{why} (matrix.yaml, its `platforms`)")
+            raise InvalidInput(why)
     return chosen
 
 

@@ -115,9 +115,10 @@ class BuildOptions:
                 raise InvalidInput(f"{exc} (e.g. 'myorg/envbuild:cpu')") from None
             if ref.digest:
                 raise InvalidInput(f"--tag {tag!r}: a tag cannot carry a digest (e.g. 'myorg/envbuild:cpu')")
-        for platform in (self.platform or "").split(",") if self.platform else ():
-            if not re.fullmatch(r"linux/(?:amd64|arm64(?:/v8)?|arm/v[67]|ppc64le|s390x|riscv64|386)", platform):
-                raise InvalidInput(f"--platform {platform!r} is not a Linux platform such as linux/amd64 or linux/arm64")
+        if self.platform:  # the CLI gave it read (canonical); a library caller's is read here, by the same rule
+            from envbuild.core.platform import Platform
+
+            Platform.parse(self.platform)
         if self.network and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.network):
             raise InvalidInput(f"--network {self.network!r} is not a network name such as host, none or default")
 
@@ -206,17 +207,8 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         if path and not path.is_file():
             raise BuildError(f"{what} {path}: no such file")
     builder = find_builder()
-    multi_platform = bool(opts.platform and "," in opts.platform)
 
     tags: tuple[str, ...] = tuple(opts.tags) or tuple(matrix.tags(backend, foreign_arch(opts.platform)))
-    if multi_platform:
-        if not builder.buildx:
-            raise BuildError(f"--platform {opts.platform}: several platforms in one build need the buildx plugin "
-                             "(install docker-buildx or docker-buildx-plugin), or build one platform at a time")
-        # The local engine holds one platform per tag: the result stays in the builder (export it with
-        # --cache-to), and nothing is tagged here.
-        builder = Builder(tuple(a for a in builder.argv if a != "--load"), builder.env, builder.buildx)
-        tags = ()
     context = (opts.context_dir / backend.name).resolve()
     environment = [("engine", engine.host if engine else None)] + [(name, env.get(name)) for name in STEERING]
     environment += [(f"builder {k}", v) for k, v in builder.env]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 from envbuild.core.errors import LockError, PublishError
 from envbuild.core.files import read_user
-from envbuild.core.platform import host_platform
+from envbuild.core.platform import target
 from envbuild.core import regclient
 from envbuild.lock.lockfile import FORMAT, LockFile, parse
 
@@ -51,13 +51,13 @@ __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms",
 
 def path(opts: Settings, backend: Backend, platform: str | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
-    return opts.locks_dir / backend.name / f"{(platform or host_platform()).replace('/', '-')}.txt"
+    return opts.locks_dir / backend.name / f"{target(platform).replace('/', '-')}.txt"
 
 
 def platforms(backend: Backend, opts: Settings | None = None) -> list[str]:
     """The platforms to lock: the one asked for (--platform), else every one the backend lists."""
     if opts is not None and opts.platform:
-        return [p for p in opts.platform.split(",") if p]
+        return [opts.platform]
     return [p for p in backend.platforms if p.startswith("linux/")]
 
 

@@ -108,7 +108,7 @@ class Backend:
         """Why `--platform platform` is refused for this backend (its `platforms` do not list it), or None."""
         if platform in self.platforms:
             return None
-        return f"--platform {platform}: backend {self.name} lists {', '.join(self.platforms)}"
+        return f"--platform {platform}: backend {self.name} lists {', '.join(self.platforms)} (matrix.yaml, its `platforms`)"
 
     @property
     def pins(self) -> dict[str, str]:

@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from envbuild.core.errors import InvalidInput
 from envbuild.core.imageref import Reference
 from envbuild.core.output import scrub, secret_name
+from envbuild.core.platform import Platform
 from envbuild.core.text import unsafe_char, unsafe_message
 from envbuild.matrix.rules import RULES
 
@@ -40,6 +41,8 @@ class _Reads:
         return True
 
 
+MATRIX_OSES = ("linux", "darwin")  # darwin: a backend that runs on the host (mps), never in a container
+
 _PATTERNS = {
     "name": (re.compile(r"^[a-z][a-z0-9_-]*$"), "a lower-case name (letters, digits, '-', '_')"),
     "image": (_Reads(Reference.parse), "an image reference such as 'debian:bookworm-slim' or 'host:5000/repo/name:tag'"),
@@ -56,7 +59,7 @@ _PATTERNS = {
     "volume": (re.compile(r"^/[^\s:\"'`$]+:/[^\s:\"'`$]+(?::(?:ro|rw))?$"), "'HOST:CONTAINER[:ro]' with absolute paths"),
     "glob": (re.compile(r"^/[A-Za-z0-9_./*?\[\]-]+$"), "an absolute path glob such as '/dev/nvidia[0-9]*'"),
     "label": (re.compile(r"^[A-Za-z0-9_.:-]+$"), "a runner label"),
-    "platform": (re.compile(r"^(?:linux|darwin)/(?:amd64|arm64|ppc64le|s390x)$"), "a platform such as 'linux/amd64'"),
+    "platform": (_Reads(lambda v: Platform.parse(v, MATRIX_OSES)), "a platform such as 'linux/amd64'"),
     "size": (re.compile(r"^[0-9]+[bkmgBKMG]?$"), "a size such as '8g'"),
     "word": (re.compile(r"^[A-Za-z0-9_.:=][A-Za-z0-9_.:=-]*$"), "a single word (not starting with '-': docker would read it as an option)"),
     # docker run --gpus: all, a count, or one device (a list would need the client's CSV quoting)
@@ -80,6 +83,8 @@ def check_str(kind: str) -> Callable[[Any], tuple[Any, str | None]]:
             return None, f"{value!r} is not {hint}"
         if kind == "url" and (why := url_credentials(value)):
             return None, why
+        if kind == "platform":  # read as Docker reads it, kept in its one spelling: linux/aarch64 is linux/arm64
+            return str(Platform.parse(value, MATRIX_OSES)), None
         return value, None
 
     return check

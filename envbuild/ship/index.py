@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from envbuild.core.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryUnreachableError
 from envbuild.matrix.compat import image_arch
-from envbuild.core.platform import foreign_arch, platform_arch
+from envbuild.core.platform import canonical, foreign_arch, platform_arch
 from envbuild.ship import manifest
 from envbuild.core.regclient import Registry
 from envbuild.core.imageref import with_tags
@@ -83,7 +83,8 @@ def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: 
             continue
         if entry.get("repository") != registry:
             raise PublishError(f"--index-from {file}: {backend.name} was pushed to {entry.get('repository')}, not {registry}")
-        for platform, rec in (entry.get("platforms") or {}).items():
+        for written, rec in (entry.get("platforms") or {}).items():
+            platform = canonical(written)
             if platform in found and found[platform]["digest"] != rec.get("digest"):
                 raise PublishError(f"--index-from: two different digests for {backend.name} on {platform}")
             found[platform] = rec
@@ -103,9 +104,7 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
                 failed[p] = "no per-platform publish recorded it (--index-from)"
         done = {p: done[p] for p in wanted if p in done}
     else:
-        for p in opts.platforms:
-            if why := backend.unlisted(p):
-                raise PublishError(why)
+        for p in opts.platforms:  # each one the backend lists: publish refused any other before the registry
             try:
                 done[p] = _push_platform(m, backend, registry, session, p, smoke_results, opts, echo)
             except (RegistryAuthError, RegistryUnreachableError):

@@ -67,7 +67,10 @@ def load_smoke_results(path: Path) -> dict[str, dict[str, Any]]:
         if why:
             raise InvalidInput(f"--smoke-json {path}: not the output of `envbuild smoke --json`: {why}")
         out[d["backend"]] = d
-        if d.get("platform"):  # one result per platform of a backend: BACKEND@PLATFORM
+        if isinstance(d.get("platform"), str) and d["platform"]:  # one result per platform of a backend: BACKEND@PLATFORM
+            from envbuild.core.platform import canonical
+
+            d["platform"] = canonical(d["platform"])
             out[f"{d['backend']}@{d['platform']}"] = d
     return out
 

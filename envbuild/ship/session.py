@@ -4,6 +4,7 @@ one clear error (authentication, unreachable, or what the registry said), with s
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import queue
@@ -197,7 +198,7 @@ class Session:
         """Pull one reference; the digest the registry named. `missing`: the message for a tag it does not have."""
         self._own(ref)
         self.check_reachable()
-        pull = (lambda: self.engine.pull(ref, self.auth, platform)) if platform else (lambda: self.engine.pull(ref, self.auth))
+        pull = functools.partial(self.engine.pull, ref, self.auth, platform)
         try:
             return self._retrying(f"pulling {ref}", lambda: self._transfer(pull, ref,
                                                                             f"pulling {ref}", echo), echo)

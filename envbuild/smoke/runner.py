@@ -19,7 +19,7 @@ from envbuild.core import owner
 from envbuild.core.cachemount import CACHE, cache_mount, is_folder
 from envbuild.core.errors import DockerError, InvalidInput, SmokeError
 from envbuild.core.owner import OWNED_LABEL
-from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch
+from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch, target
 from envbuild.core.text import shown, unsafe_char
 from envbuild.smoke import preflight
 
@@ -140,7 +140,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None
     if not ignore_host:  # again with the architectures its build measured (read from the image, not started)
         preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image_id), echo=echo)
     found = engine.image(image)
-    ran = f"{found.os}/{platform_arch(found.architecture)}" if found else (platform or host_platform())
+    ran = f"{found.os}/{platform_arch(found.architecture)}" if found else target(platform)
     if platform and ran != platform:
         raise SmokeError(f"image {image} is {ran}, not {platform}: build it with `envbuild build --backend {backend.name} "
                          f"--platform {platform}` (or pass --image)")

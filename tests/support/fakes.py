@@ -13,11 +13,14 @@ import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from envbuild.core.engine import EngineError, Image
+from envbuild.core.engine import EngineAPI, EngineError, Exited, Image
 from envbuild.core.imageref import Reference
 from envbuild.core.owner import OWNED_LABEL, Container
+
+if TYPE_CHECKING:
+    from envbuild.core.runspec import RunSpec
 
 
 def _split(ref: str) -> tuple[str, str]:
@@ -60,8 +63,9 @@ class FakeImage:
     files: dict[str, bytes] = field(default_factory=dict)
 
 
-class FakeEngine:
-    """Answers like a daemon would; records what was asked (logins, pushes, removed tags)."""
+class FakeEngine(EngineAPI):
+    """Answers like a daemon would; records what was asked (logins, pushes, pulls, removed tags). Its engine methods
+    take EngineAPI's parameters exactly (tests/unit/test_engine.py checks); add_image sets the scene."""
 
     host = "fake://engine"  # not a local socket: sessions skip their network reachability check
 
@@ -71,6 +75,7 @@ class FakeEngine:
         self.registry: dict[str, str] = {}  # ref -> the digest the registry serves
         self.removed: list[str] = []
         self.pushed: list[tuple[str, Any]] = []
+        self.pulled: list[tuple[str, str | None]] = []  # (ref, platform) of each pull
         self.logins: list[tuple[str, str]] = []
         self.login_error: str | None = None
         self.leftovers = list(containers)
@@ -133,9 +138,12 @@ class FakeEngine:
         self.removed.append(ref)
         self.refs.pop(ref, None)
 
-    def read_file(self, image: str, path: str) -> bytes | None:
+    def read_file(self, image: str, path: str, limit: int = 64 << 20) -> bytes | None:
         img = self._find(image)
-        return img.files.get(path) if img else None
+        data = img.files.get(path) if img else None
+        if data is not None and len(data) > limit:
+            raise EngineError(f"cannot read {path} from {image}", f"larger than {limit >> 20} MiB")
+        return data
 
     def containers(self, label: str, stopped: bool = False) -> list[str]:
         return [c.name for c in self.container_list(label) if not stopped or c.state != "running"]
@@ -146,6 +154,12 @@ class FakeEngine:
 
     def dangling_images(self, label: str) -> list[str]:
         return []
+
+    def remove_image(self, ref: str) -> str | None:
+        img = self._find(ref)
+        self.removed.append(ref)
+        self.refs = {r: i for r, i in self.refs.items() if i is not img and r != ref}
+        return None
 
     def build_cache_mounts(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.cache_mounts]
@@ -168,8 +182,9 @@ class FakeEngine:
         self.pushed.append((ref, auth))
         return iter(self.push_lines(repo, tag))
 
-    def pull(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]:
+    def pull(self, ref: str, auth: dict[str, str] | None, platform: str | None = None) -> Iterator[dict[str, Any]]:
         repo, tag = _split(ref)
+        self.pulled.append((ref, platform))
         return iter(self.pull_lines(repo, tag))
 
     def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str:
@@ -177,12 +192,16 @@ class FakeEngine:
             raise EngineError(f"asking the registry about {ref}", "manifest unknown", not_found=True)
         return self.registry[ref]
 
-    def run(self, image: str, command: list[str], **kw: Any) -> Any:
+    def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
+            volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
+            user: str | None = None) -> Exited:
         if self.start_error:
             raise EngineError(f"cannot run {image}", self.start_error)
         if self.exited is None:
             raise NotImplementedError("the fake runs no container: tests/engine/ does")
-        self.runs.append({"image": image, "command": command, **kw, "volumes_alive": [v for v in self.volumes if v not in self.volumes_removed]})
+        self.runs.append({"image": image, "command": command, "name": name, "labels": labels, "run": run,
+                          "volumes": volumes, "environment": environment, "timeout": timeout, "user": user,
+                          "volumes_alive": [v for v in self.volumes if v not in self.volumes_removed]})
         return self.exited
 
     @contextlib.contextmanager
@@ -196,6 +215,9 @@ class FakeEngine:
     def start_client(self, argv: list[str], env: dict[str, str]) -> FakeBuild:
         self.builds.append(list(argv))
         return FakeBuild(argv, self.build_lines, self.build_rc)
+
+    def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+        raise NotImplementedError("the fake starts no docker client: test_run binds Engine.client_run to it")
 
     def close(self) -> None:
         self.closed = True

@@ -457,7 +457,7 @@ def test_a_failed_build_leaves_no_record(tmp_path, engine, fake_builder, monkeyp
 def test_platforms_are_built_one_at_a_time_and_only_those_the_backend_lists(monkeypatch, tmp_path, engine, fake_builder):
     monkeypatch.setattr(plan, "find_builder", lambda: BUILDX)
     monkeypatch.setattr(builder, "find_builder", lambda: BUILDX)
-    with pytest.raises(EnvbuildError, match="build one platform at a time .each installs its own lock"):
+    with pytest.raises(EnvbuildError, match="'linux/amd64,linux/arm64' is several platforms; one is taken here .`envbuild publish --platform` joins"):
         build.build(MATRIX, CPU, opts(tmp_path, platform="linux/amd64,linux/arm64"), engine, echo=lambda s: None)
     with pytest.raises(EnvbuildError, match=r"--platform linux/s390x: backend cpu lists linux/amd64, linux/arm64"):
         build.build(MATRIX, CPU, opts(tmp_path, platform="linux/s390x"), engine, echo=lambda s: None)

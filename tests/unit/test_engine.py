@@ -165,3 +165,38 @@ def test_a_local_engine_answers_ping_and_image_questions_without_the_sdk(tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["sha256:aaa {'k': 'v'} 7 None",
                                         "EngineError cannot inspect image broken:1: the daemon broke", "False False"]
+
+
+# --- the contract: Engine and the unit tests' FakeEngine take the same parameters ------------------------
+
+def _contract() -> dict[str, object]:
+    return {name: fn for name, fn in vars(engine.EngineAPI).items() if callable(fn) and not name.startswith("_")}
+
+
+def _public(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
+
+
+@pytest.mark.parametrize("name", sorted(_contract()))
+def test_engine_and_fake_take_the_contracts_parameters(name):
+    """Each method a stage may call, with the parameters EngineAPI names (names, kinds, defaults, annotations), in
+    both: a call with a wrong or missing name fails against the fake as it would against the daemon."""
+    import inspect
+
+    from support.fakes import FakeEngine
+
+    want = inspect.signature(_contract()[name]).parameters
+    for cls in (engine.Engine, FakeEngine):
+        assert engine.EngineAPI in cls.__mro__  # declared, not merely shaped alike
+        own = next((vars(c)[name] for c in cls.__mro__ if c is not engine.EngineAPI and name in vars(c)), None)
+        assert own is not None, f"{cls.__name__} does not define {name} (it would inherit the contract's empty body)"
+        assert inspect.signature(own).parameters == want, f"{cls.__name__}.{name}{inspect.signature(own)}"
+
+
+def test_neither_has_public_methods_beyond_the_contract():
+    """What a stage may call is the contract; the fake's extras only set the scene, the engine's only connect."""
+    from support.fakes import FakeEngine
+
+    contract = set(_contract())
+    assert _public(engine.Engine) - contract == {"connect"}
+    assert _public(FakeEngine) - contract == {"add_image"}

@@ -1,0 +1,138 @@
+"""One platform, read once: Docker's spellings give one canonical form, and every command that takes --platform
+accepts and refuses the same spellings with the same message (exit 2, the value escaped), before any engine."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from support.constants import FIXED
+
+from envbuild.cli import cli
+from envbuild.core.errors import InvalidInput
+from envbuild.core.platform import InvalidPlatform, Platform, canonical, parse_list, target
+
+ACCEPTED = {
+    "linux/amd64": "linux/amd64",
+    "LINUX/AMD64": "linux/amd64",
+    "linux/x86_64": "linux/amd64",
+    "x86_64": "linux/amd64",  # a bare architecture: Docker reads it as Linux's
+    "linux/aarch64": "linux/arm64",
+    "linux/arm64/v8": "linux/arm64",  # Docker drops arm64's v8
+    "linux/arm64": "linux/arm64",
+    "Linux/PPC64LE": "linux/ppc64le",
+}
+REFUSED = ["linux/arm/v7", "linux/amd64/v3", "windows/amd64", "darwin/arm64", "linux", "", " linux/amd64", "linux//amd64",
+           "linux/amd64\nError: forged", "linux/amd64\x1b[2J", "linux/amd64,linux/arm64"]
+
+
+def _commands() -> dict[str, click.Command]:
+    """Every command (and subcommand) with a --platform option: a new one is held to the same table."""
+    found = {}
+    for name, cmd in cli.commands.items():
+        for sub_name, sub in ([(name, cmd)] + [(f"{name} {n}", c) for n, c in getattr(cmd, "commands", {}).items()]):
+            if any("--platform" in getattr(p, "opts", ()) for p in sub.params):
+                found[sub_name] = sub
+    return found
+
+
+COMMANDS = _commands()
+
+
+def _read(name: str, spelling: str) -> tuple[int, str]:
+    """(0, the platform the command was given) or (exit code, message) for `envbuild NAME --platform SPELLING`:
+    the options are read as the command would read them, without running it (no engine, no registry)."""
+    cmd = COMMANDS[name]
+    try:
+        ctx = cmd.make_context(name, ["--platform", spelling])
+    except click.ClickException as exc:
+        return exc.exit_code, exc.format_message()
+    param = next(p for p in cmd.params if "--platform" in p.opts)
+    value = ctx.params[param.name]
+    return 0, ",".join(p for many in value for p in many) if param.multiple else value
+
+
+def test_the_commands_with_a_platform():
+    assert set(COMMANDS) == {"build", "lock", "smoke", "pull", "publish"}
+
+
+@pytest.mark.parametrize("spelling", [*ACCEPTED, *REFUSED])
+def test_every_command_gives_a_spelling_the_same_answer(spelling):
+    answers = {name: _read(name, spelling) for name in COMMANDS}
+    if "," in spelling:  # publish's list (one image index), read element by element; the others take one
+        assert answers.pop("publish") == (0, spelling)
+    assert len(set(answers.values())) == 1, answers
+    code, said = next(iter(answers.values()))
+    if spelling in ACCEPTED:
+        assert (code, said) == (0, ACCEPTED[spelling])
+    else:
+        assert code == 2 and said.startswith("Invalid value for '--platform': '")
+        assert "give one of linux/amd64, linux/arm64, linux/ppc64le, linux/s390x" in said
+        assert said.isprintable(), said  # escaped: no line break, no terminal control
+
+
+def test_publish_reads_each_platform_of_its_list_by_the_same_rule():
+    assert _read("publish", "LINUX/aarch64,linux/x86_64,linux/arm64") == (0, "linux/arm64,linux/amd64")
+    code, said = _read("publish", "linux/amd64,linux/amd64\nError: forged")
+    assert code == 2 and "'linux/amd64\\nError: forged' is not a platform envbuild builds for" in said
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_forged_line_is_refused_on_one_line_with_exit_2(invoke, name):
+    result = invoke(*name.split(), "--matrix", FIXED, "--backend", "cpu", "--platform", "linux/amd64\nError: forged")
+    assert result.exit_code == 2, result.output
+    assert [ln for ln in result.output.splitlines() if ln.startswith("Error:")] == [
+        "Error: Invalid value for '--platform': 'linux/amd64\\nError: forged' is not a platform envbuild builds for: give "
+        "one of linux/amd64, linux/arm64, linux/ppc64le, linux/s390x (or Docker's other names: x86_64, aarch64, arm64/v8)"]
+
+
+def test_lock_check_reads_dockers_spellings_as_build_does(invoke, tmp_path):
+    """`lock --check` refused linux/arm64/v8 that build took: now both read it as linux/arm64 (the lock's file)."""
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "linux-amd64.txt").write_text("# a lock of another platform\n")
+    result = invoke("lock", "--check", "--matrix", FIXED, "--backend", "cpu", "--platform", "linux/arm64/v8",
+                    "--locks", tmp_path)
+    assert result.exit_code == 1 and "there is no lock for linux/arm64" in result.output, result.output
+
+
+def test_build_help_offers_one_platform():
+    help_ = next(p for p in COMMANDS["build"].params if "--platform" in p.opts).help
+    assert "comma" not in help_ and "One per build" in help_
+
+
+def test_parse_normalises_as_docker_and_prints_one_way():
+    for spelling, want in ACCEPTED.items():
+        assert str(Platform.parse(spelling)) == want
+    for spelling in REFUSED:
+        with pytest.raises(InvalidPlatform):
+            Platform.parse(spelling)
+    assert issubclass(InvalidPlatform, InvalidInput)  # a library caller's bad platform exits 2 too
+    assert str(Platform.parse("darwin/arm64", ("linux", "darwin"))) == "darwin/arm64"  # the matrix's mps
+    assert parse_list("linux/amd64,linux/x86_64") == ("linux/amd64",)
+    assert str(Platform.host("Linux", "aarch64")) == "linux/arm64"
+    assert target(None) == str(Platform.host()) and target("linux/arm64") == "linux/arm64"
+
+
+def test_what_registries_say_is_spelled_the_same_way():
+    """An index's linux/arm64/v8 is the linux/arm64 a user asks for; what is no platform stays as it was."""
+    assert canonical("linux/arm64/v8") == "linux/arm64" and canonical("linux/arm/v7") == "linux/arm/v7"
+    assert canonical("unknown/unknown") == "unknown/unknown" and canonical("a\nb") == "a\nb"
+
+
+def test_the_matrix_keeps_its_platforms_in_one_spelling():
+    from envbuild.matrix import load
+    from envbuild.core.errors import MatrixError
+
+    m = load(FIXED, ["backends.cpu.platforms=[linux/x86_64, LINUX/arm64/v8]"], with_facts=False)
+    assert m.backend("cpu").platforms == ("linux/amd64", "linux/arm64")
+    with pytest.raises(MatrixError, match="is not a platform such as 'linux/amd64'"):
+        load(FIXED, ["backends.cpu.platforms=[linux/arm/v7]"], with_facts=False)
+
+
+@pytest.mark.parametrize("name", [*sorted(COMMANDS), "lock --check"])
+def test_a_platform_the_backend_does_not_list_is_refused_alike_before_any_engine(invoke, closed_socket, name):
+    """exit 2 (the input's fault) from every command, in its canonical spelling, with no engine or registry asked:
+    publish said it with exit 1, after logging in; smoke and pull never checked."""
+    result = invoke(*name.split(), "--matrix", FIXED, "--backend", "cpu", "--platform", "LINUX/S390X")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: --platform linux/s390x: backend cpu lists linux/amd64, linux/arm64 (matrix.yaml, its `platforms`)")

@@ -95,6 +95,8 @@ class Group(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
+        if _completing(kwargs):  # click writes the shell's script and candidates itself, as bytes: let them through
+            return super().main(*args, **kwargs)
         from envbuild.core.output import OutputFault, guarded
 
         try:
@@ -142,6 +144,50 @@ class Group(click.Group):
             said = shown(_error_lines(_scrub(str(exc)))[0])
             click.secho(f"Error: internal error: {type(exc).__name__}: {said} (rerun with --debug for the traceback)", fg="red", err=True)
             ctx.exit(70)
+
+
+def _completing(kwargs: dict) -> bool:
+    """Whether the shell asks for completion (_ENVBUILD_COMPLETE=bash_source, zsh_complete, ...)."""
+    import os
+
+    name = (kwargs.get("prog_name") or "envbuild").replace("-", "_").replace(".", "_").upper()
+    return bool(os.environ.get(kwargs.get("complete_var") or f"_{name}_COMPLETE"))
+
+
+def _matrix_for_completion(ctx: click.Context):
+    """The matrix a completion reads (--matrix when given before the word), or None when it cannot be read."""
+    try:
+        root = ctx.find_root()
+        path = ctx.params.get("matrix_path") or (root.params.get("matrix_path") if root is not ctx else None)
+        return _load(path, tuple(ctx.params.get("overrides") or ()))
+    except Exception:  # noqa: BLE001 - a completion never fails the shell: no candidates instead
+        return None
+
+
+def _complete_backend(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Backend names from the matrix (with what each is, for zsh and fish), and 'all'/'auto' where taken."""
+    from click.shell_completion import CompletionItem
+
+    m = _matrix_for_completion(ctx)
+    if m is None:
+        return []
+    from envbuild.matrix.names import human
+
+    items = [CompletionItem(b.name, help=human(b)) for b in m.backends]
+    if param.multiple or param.default == "auto":
+        items += [CompletionItem("auto", help="the one detected here")]
+    if param.multiple:
+        items += [CompletionItem("all", help="every containerizable backend")]
+    return [i for i in items if i.value.startswith(incomplete.split(",")[-1].lower())]
+
+
+def _complete_platform(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """The platforms the matrix's backends list (linux/amd64, linux/arm64)."""
+    from click.shell_completion import CompletionItem
+
+    m = _matrix_for_completion(ctx)
+    platforms = sorted({p for b in m.backends for p in b.platforms}) if m is not None else []
+    return [CompletionItem(p) for p in platforms if p.startswith(incomplete)]
 
 
 def _output_fault(exc) -> int:
@@ -1298,6 +1344,20 @@ def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -
     inputs = site.Inputs(matrix_path=str(matrix_path or matrices.default_path()), manifest=manifest,
                          smoke=tuple(smoke_json), history=history, keep=keep)
     site.build(m, inputs, output, echo=click.echo)
+
+
+def _wire_completion(group: click.Group) -> None:
+    """Backend names and platforms complete from the matrix in every command that takes them (set here, once,
+    for each --backend/-b, a BACKEND argument and --platform)."""
+    for command in group.commands.values():
+        for param in command.params:
+            if param.name in ("backend", "backends") and param._custom_shell_complete is None:
+                param._custom_shell_complete = _complete_backend
+            elif param.name in ("platform", "platforms") and param._custom_shell_complete is None:
+                param._custom_shell_complete = _complete_platform
+
+
+_wire_completion(cli)
 
 
 def main() -> None:

@@ -391,15 +391,20 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
 
 
 @cli.command()
-@click.argument("backend")
+@click.argument("backend_arg", metavar="[BACKEND]", required=False)
+@click.option("--backend", "-b", "backend", metavar="NAME", help="The backend to show (or name it as the argument).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @_matrix_options
-def show(backend: str, as_json: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
+def show(backend_arg: str | None, backend: str | None, as_json: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
     """One backend in full, with the exact `docker run` flags that expose its device."""
     from envbuild.tools import report
 
+    if backend_arg and backend and backend_arg != backend:
+        raise click.UsageError(f"two backends: {backend_arg} and --backend {backend}; show takes one")
+    if not (backend_arg or backend):
+        raise click.UsageError("say which backend: envbuild show BACKEND (or --backend BACKEND)")
     m = _load(matrix_path, overrides)
-    b = m.backend(backend)
+    b = m.backend(backend_arg or backend)
     detail = report.backend_detail(m, b)
     if as_json:
         _emit_json(detail)
@@ -423,6 +428,9 @@ def _names(backends: tuple[str, ...]) -> list[str]:
     return [n.strip() for b in backends for n in b.split(",") if n.strip()]
 
 
+# The one rule for --backend's default: a command that uses this host's accelerator (run, smoke, pull, doctor, env)
+# defaults to `auto`, the backend detected here; one that makes or ships an image for any host (build, sbom, attest,
+# publish) needs it named; one that ranges over the matrix (render, lock, outdated, bump, matrix) takes every backend.
 def _choose(m, backends: tuple[str, ...]) -> list:
     """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'), for build, smoke and pull."""
     names = _names(backends)
@@ -446,7 +454,7 @@ def _write_output(path: str, text: str) -> None:
 @_input_options
 @click.option("--locked", is_flag=True, help="Build only from a current lock: refuse, naming the command to run, when locks/BACKEND/OS-ARCH.txt is missing or stale (CI and publish use it).")
 @click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="Passed to the build (repeatable).")
-@click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
+@click.option("--image", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag the image as this instead of the matrix's default tags (repeatable; one backend only); `smoke --image` tests it.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
 @click.option("--no-cache", is_flag=True, help="Build every layer afresh.")
 @click.option("--platform", help="Target platform, one the backend lists, e.g. linux/arm64: built natively, or under QEMU (binfmt) on another architecture; tagged REPO:BACKEND-ARCH when it is not this host's. Several, comma-separated, need buildx; the result then stays in the builder (export it with --cache-to).")
@@ -454,10 +462,11 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, e.g. type=registry,ref=REG/cache:cpu or type=local,src=DIR (local caches need buildx; repeatable).")
 @click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, e.g. type=registry,ref=REG/cache:cpu,mode=max or type=local,dest=DIR (needs buildx; repeatable).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1), help="Build this many backends at once (one live status line each on a terminal).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the build results as JSON to this file.")
-@click.option("--verbose", "-v", is_flag=True, help="Show the builder's full output.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build results as JSON (the progress goes to stderr).")
+@click.option("--json-file", "json_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the build results as JSON to FILE.")
+@click.option("--verbose", is_flag=True, help="Show the builder's full output.")
 def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, labels,
-          no_cache, platform, builder, cache_from, cache_to, jobs, json_path, verbose) -> None:
+          no_cache, platform, builder, cache_from, cache_to, jobs, as_json, json_path, verbose) -> None:
     """Build the image of one backend (or all) with BuildKit on the local Docker engine.
 
     The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt, hash-checked, nothing resolved). A missing or
@@ -484,7 +493,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
     if tags and len(chosen) > 1:
-        raise click.UsageError("--tag needs a single backend")
+        raise click.UsageError("--image needs a single backend")
     opts = inputs.options(tags=tags, build_args=build_args, labels=labels, no_cache=no_cache, platform=platform,
                           builder=builder, cache_from=cache_from, cache_to=cache_to)
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
@@ -498,7 +507,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
             built = b.build_many(m, chosen, opts, engine, jobs=jobs, echo=echo, verbose=verbose, locked=locked, board=board)
     else:
         built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
-    _report_builds(built, json_path, platform)
+    _report_builds(built, json_path, platform, as_json)
 
 
 @cli.command("lock")
@@ -510,7 +519,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
 @click.option("--check", is_flag=True, help="Write nothing, resolve nothing, read files only (no Docker, no network): exit 1 naming each stale lock, each missing platform, and a GPU backend's CPU-only torch.")
 @click.option("--platform", help="Lock only this platform, e.g. linux/arm64 [default: every platform the backend lists; another architecture than this host's resolves under QEMU].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--verbose", "-v", is_flag=True, help="Show the resolver's full output.")
+@click.option("--verbose", is_flag=True, help="Show the resolver's full output.")
 def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, platform, as_json, verbose) -> None:
     """Write locks/BACKEND/OS-ARCH.txt: per platform, every distribution the image adds to its base, pinned and hashed.
 
@@ -732,38 +741,42 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
         sys.exit(1)
 
 
-def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
+def _report_builds(results: list, json_path: str | None, platform: str | None, as_json: bool = False) -> None:
     import json
 
     from envbuild.tools import report
 
     for result in results:
         if result.ok:
-            click.echo(report.build_line(result, platform))
+            click.echo(report.build_line(result, platform), err=as_json)
         else:
             click.secho(report.build_line(result, platform), fg="red", err=True)
             if result.log:
                 click.echo(f"{result.backend}: full log: {result.log}", err=True)
     if json_path:
         _write_output(json_path, json.dumps([r.to_json() for r in results], indent=2) + "\n")
-    if len(results) > 1:
+    if as_json:
+        _emit_json([r.to_json() for r in results])
+    elif len(results) > 1:
         click.echo(report.table(report.build_rows(results), report.BUILD_COLUMNS))
     if not all(r.ok for r in results):
         sys.exit(1)
 
 
 @cli.command()
-@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to test, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
+@click.option("--backend", "-b", "backends", multiple=True, default=["auto"], show_default=True, metavar="NAME", help="Backend to test, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
 @click.option("--image", callback=_image_ref, help="Image to test [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--model", default="synthetic", show_default=True, help="'synthetic' (a tiny random model, offline), a local model directory (mounted read-only) or a hub id.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds before the container is stopped and the smoke fails.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result (with the probe's report) as JSON.")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result (with the probe's report) as JSON (the progress goes to stderr).")
+@click.option("--json-file", "json_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the result (with the probe's report) as JSON to FILE.")
+@click.option("--junit-file", "junit_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write a JUnit XML report for CI to FILE.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
 @click.option("--cache", metavar="DIR|VOLUME", help="Mount this at /cache, as `envbuild run --cache` does: the probe's model and compiled kernels stay there, and the next smoke reuses them (a folder with a '/', or a volume name, e.g. envbuild-cache) [default: a new volume, removed afterwards].")
 @click.option("--platform", help="Test the image of this platform, e.g. linux/arm64 [default: this host's]: REPO:BACKEND-ARCH when it is not this host's architecture, run under QEMU; the result says so.")
 @_matrix_options
-def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, cache, platform, matrix_path, overrides) -> None:
+def smoke(backends, image, model, timeout, as_json, json_path, junit_path, ignore_host, cache, platform, matrix_path,
+          overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
 
     Inside the container the probe imports the plugin, checks the device is visible (never falling back
@@ -787,13 +800,15 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
     s.model_args(model)  # bad input before any engine
     if cache is not None:
         s.runner.cache_source(cache)
-    results = s.smoke_each(m, chosen, _engine(), keep_going=len(chosen) > 1 or bool(json_path or junit_path),
+    results = s.smoke_each(m, chosen, _engine(), keep_going=len(chosen) > 1 or bool(as_json or json_path or junit_path),
                            failed=lambda exc: click.secho(f"Error: {exc}", fg="red", err=True),
-                           done=lambda result: click.echo(report.smoke_summary(result)), image=image, model=model,
+                           done=lambda result: click.echo(report.smoke_summary(result), err=as_json), image=image, model=model,
                            timeout=timeout, echo=echo, ignore_host=ignore_host, cache=cache, platform=platform)
+    doc = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
     if json_path:
-        doc = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
         _write_output(json_path, json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        _emit_json(doc)
     if junit_path:
         _write_output(junit_path, report.junit_xml(results))
     if not all(r.ok for r in results):
@@ -987,14 +1002,14 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
 
 
 @cli.command("env")
-@click.option("--backend", "-b", required=True, metavar="NAME", help="cpu, mps (on a Mac with Apple Silicon), a pip-torch backend (cuda, xpu, npu, tpu), or 'auto'.")
+@click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="cpu, mps (on a Mac with Apple Silicon), a pip-torch backend (cuda, xpu, npu, tpu), or 'auto' (the one detected here).")
 @click.option("--dir", "directory", required=True, type=_PathArg(file_okay=False), help="Where to make the environment (must not exist, or be empty, unless --force).")
 @click.option("--python", "python", metavar="EXE", help="The interpreter to base it on [default: the one running envbuild].")
 @click.option("--force", is_flag=True, help="Replace the virtual environment already at --dir.")
 @click.option("--no-probe", is_flag=True, help="Do not run the probe once the environment is made.")
 @click.option("--dry-run", is_flag=True, help="Print the exact commands, for any backend and platform; create nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the plan with --dry-run; else the result with the probe's report).")
-@click.option("--verbose", "-v", is_flag=True, help="Show pip's full output.")
+@click.option("--verbose", is_flag=True, help="Show pip's full output.")
 @_matrix_options
 def env(backend: str, directory: Path, python: str | None, force: bool, no_probe: bool, dry_run: bool, as_json: bool,
         verbose: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
@@ -1077,7 +1092,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 
     \b
     Example:
-      envbuild smoke --backend cpu --json smoke.json
+      envbuild smoke --backend cpu --json-file smoke.json
       envbuild publish --backend cpu --registry ghcr.io/org/envbuild --smoke-json smoke.json
     """
     from pathlib import Path
@@ -1103,7 +1118,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
     for r in results:
         for line in report.published_lines(r, opts.manifest):
-            click.echo(line)
+            click.echo(line, err=as_json)
         if not r.ok:
             click.secho(f"{r.backend}: publish FAILED: {r.error}", fg="red", err=True)
     if as_json:
@@ -1115,7 +1130,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 
 
 @cli.command()
-@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend whose image to pull (repeatable).")
+@click.option("--backend", "-b", "backends", multiple=True, default=["auto"], show_default=True, metavar="NAME", help="Backend whose image to pull, 'all', or 'auto' (the one detected here) (repeatable).")
 @click.option("--registry", metavar="REPOSITORY", help="Where to pull from [default: the matrix's image.repository].")
 @click.option("--tag", help="Tag to pull [default: the backend's pinned tag from the matrix, e.g. cpu-torch2.15.0-transformers5.23.0].")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help="Refuse the image unless its digest is the one this manifest records.")
@@ -1351,7 +1366,7 @@ def _wire_completion(group: click.Group) -> None:
     for each --backend/-b, a BACKEND argument and --platform)."""
     for command in group.commands.values():
         for param in command.params:
-            if param.name in ("backend", "backends") and param._custom_shell_complete is None:
+            if param.name in ("backend", "backends", "backend_arg") and param._custom_shell_complete is None:
                 param._custom_shell_complete = _complete_backend
             elif param.name in ("platform", "platforms") and param._custom_shell_complete is None:
                 param._custom_shell_complete = _complete_platform

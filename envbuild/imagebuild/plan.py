@@ -78,7 +78,7 @@ class BuildOptions:
     def check(self) -> None:
         """Refuse, before any work, values the builder would read as options or that would corrupt its command
         line or logs (they go to its argv, never through a shell)."""
-        for option, values in (("--tag", self.tags), ("--build-arg", self.build_args), ("--label", self.labels),
+        for option, values in (("--image", self.tags), ("--build-arg", self.build_args), ("--label", self.labels),
                                ("--platform", (self.platform or "",)), ("--builder", (self.builder or "",)),
                                ("--cache-from", self.cache_from), ("--cache-to", self.cache_to),
                                ("--network", (self.network or "",))):
@@ -106,11 +106,11 @@ class BuildOptions:
             parse_mirror(rule)
         for tag in self.tags:
             try:
-                ref = Reference.parse(tag, "--tag")
+                ref = Reference.parse(tag, "--image")
             except InvalidReference as exc:
                 raise InvalidInput(f"{exc} (e.g. 'myorg/envbuild:cpu')") from None
             if ref.digest:
-                raise InvalidInput(f"--tag {tag!r}: a tag cannot carry a digest (e.g. 'myorg/envbuild:cpu')")
+                raise InvalidInput(f"--image {tag!r}: the tag to give cannot carry a digest (e.g. 'myorg/envbuild:cpu')")
         for platform in (self.platform or "").split(",") if self.platform else ():
             if not re.fullmatch(r"linux/(?:amd64|arm64(?:/v8)?|arm/v[67]|ppc64le|s390x|riscv64|386)", platform):
                 raise InvalidInput(f"--platform {platform!r} is not a Linux platform such as linux/amd64 or linux/arm64")

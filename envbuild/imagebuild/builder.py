@@ -220,15 +220,9 @@ def base_failure(error: str, base: str, backend: str) -> str | None:
         return None
     low = error.lower()
     why = next((w for key, w in _BASE_WHY if key in low), "its registry did not serve it")
-    from envbuild.core.imageref import InvalidReference, Reference
+    from envbuild.core.imageref import base_ways_out
 
-    try:
-        host = Reference.parse(base).registry
-    except InvalidReference:
-        host = "REGISTRY"
-    return (f"cannot pull the base image {base} ({why}). Ways out: a mirror you can reach "
-            f"(`--mirror {host}=MIRROR`), an image you have (`--set backends.{backend}.base_image=IMAGE`), or push it to a "
-            f"local registry and point --set there. BuildKit said: {error[-300:]}")
+    return f"cannot pull the base image {base} ({why}). {base_ways_out(base, backend)} BuildKit said: {error[-300:]}"
 
 
 # What an installer says when a cache entry it trusted is broken (uv: "The wheel is invalid: Missing .dist-info

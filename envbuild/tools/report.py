@@ -415,12 +415,20 @@ def doctor_text(report: Report) -> str:
         lines.append(f"  {c.status:<4}  {c.name:<{width}}  {c.detail}")
         if not c.ok and c.fix:
             lines.append(f"        {'':<{width}}  fix: {c.fix}")
-    if report.ok:
-        warn = [c.name for c in report.checks if not c.ok and not c.skipped]
-        lines.append(f"Ready for {report.backend}" + (f" (warnings: {', '.join(warn)})." if warn else "."))
-    else:
-        names = ", ".join(c.name for c in report.blockers)
-        lines.append(f"Not ready for {report.backend}: {len(report.blockers)} blocking problem(s): {names}.")
+    from envbuild.tools.doctor import purposes
+
+    what = {"build": "build", "run": "run" if report.containerizable else "run natively (`envbuild env`)",
+            "publish": "publish"}
+    for purpose, ok in report.verdicts.items():
+        blockers = report.blockers_for(purpose)
+        warn = [c.name for c in report.checks if not c.ok and not c.skipped and not c.blocking and purpose in purposes(c)]
+        if ok:
+            lines.append(f"Can {what[purpose]} {report.backend} here" + (f" (warnings: {', '.join(warn)})." if warn else "."))
+        else:
+            lines.append(f"Cannot {what[purpose]} {report.backend} here: {len(blockers)} blocking problem(s): "
+                         f"{', '.join(c.name for c in blockers)}.")
+    if report.containerizable and report.verdicts.get("build") and not report.verdicts.get("run"):
+        lines.append(f"Building needs no {report.description}: build here, run the image where one is.")
     return "\n".join(lines)
 
 

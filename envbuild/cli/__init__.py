@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
-SET_HELP = "Override a matrix field for this run, e.g. backends.cpu.torch.version=2.13.0 (repeatable)."
+SET_HELP = "Override a matrix field for this run (repeatable), e.g. backends.cpu.base_image=IMAGE."
 
 
 class _PathArg(click.Path):
@@ -84,9 +84,91 @@ def _help_width() -> int:
     return max(min(columns if columns > 0 else 80, MAX_WIDTH) - 2, 50)
 
 
+# The top-level help, by what people do; a command not named here is listed under "Other commands".
+SECTIONS = (
+    ("Use an image", ("list", "show", "detect", "doctor", "pull", "run", "env", "verify")),
+    ("Build and test", ("init", "validate", "render", "lock", "build", "smoke", "clean")),
+    ("Publish and maintain", ("publish", "attest", "keygen", "sbom", "outdated", "bump", "metadata", "matrix",
+                              "summary", "site")),
+)
+
+# Each command in one line of the top-level help (its docstring's first sentence says more).
+SHORT = {
+    "list": "Every backend: what it is, its base image, torch and transformers.",
+    "show": "One backend in full, with the `docker run` flags for its device.",
+    "detect": "Which backends this host can run, with the evidence.",
+    "doctor": "Whether this host can build, run (and publish) a backend.",
+    "pull": "Pull a backend's prebuilt image, verify it, say how to run it.",
+    "run": "Work in a backend's image: a shell, or a command.",
+    "env": "A native virtual environment with an image's pins (mps, no Docker).",
+    "verify": "Check an image's signature and attestations in its registry.",
+    "init": "Write the packaged matrix into a folder to start your own.",
+    "validate": "Check the matrix, one located error per line.",
+    "render": "Write one Dockerfile per backend into dockerfiles/.",
+    "lock": "Pin and hash every package an image adds to its base.",
+    "build": "Build a backend's image on the local Docker engine.",
+    "smoke": "Prove a model loads and runs on the backend's device.",
+    "clean": "Remove the containers and untagged images envbuild left.",
+    "publish": "Push images and record their digests in the manifest.",
+    "attest": "Add a signed smoke result to an image in its registry.",
+    "keygen": "Make a cosign signing key pair.",
+    "sbom": "An image's bill of materials (CycloneDX JSON).",
+    "outdated": "What is newer than each pin, and whether it fits.",
+    "bump": "Move pins to what fits: edit matrix.yaml, render, relock.",
+    "metadata": "Check or refresh the pins' metadata cache (matrix.metadata.json).",
+    "matrix": "The CI job matrix derived from matrix.yaml.",
+    "summary": "One table of `smoke --json` results.",
+    "site": "A static status site of the smoke results.",
+}
+
+_CLAUSE = re.compile(r"\.\s|;\s|:\s|\s\(|\s\[|,\s(?:e\.g\.|as in|such as)")
+
+
+def _short_option_help(text: str) -> str:
+    """An option's help in a command's --help: its first clause (what it is), not the details after it."""
+    text = " ".join(text.split())
+    cut = _CLAUSE.search(text)
+    short = text[:cut.start()] if cut else text.rstrip(".")
+    return short.rstrip(".") if short else text
+
+
+class Command(click.Command):
+    """A command whose --help fits a screen: the description, the examples, and each option in one clause."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        import copy
+
+        records = []
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option) and param.help:
+                param = copy.copy(param)
+                param.help = _short_option_help(param.help)
+            record = param.get_help_record(ctx)
+            if record is not None:
+                records.append(record)
+        if records:
+            with formatter.section("Options"):
+                formatter.write_dl(records)
+
+
 class Group(click.Group):
     """Turns every envbuild error into 'Error: ...' and its exit code: one place, no tracebacks. What a message
     echoes of the user's input is escaped: it can neither repaint the terminal nor forge another line."""
+
+    command_class = Command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands by what people do with them, each with its whole one-line description."""
+        commands = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
+        commands = {name: c for name, c in commands.items() if c is not None and not c.hidden}
+        listed = {name for _, names in SECTIONS for name in names}
+        sections = [*SECTIONS, ("Other commands", tuple(sorted(set(commands) - listed)))]
+        for title, names in sections:
+            rows = [(name, SHORT.get(name) or commands[name].get_short_help_str(limit=1000)) for name in names
+                    if name in commands]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -469,25 +551,20 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
           no_cache, platform, builder, cache_from, cache_to, jobs, as_json, json_path, verbose) -> None:
     """Build the image of one backend (or all) with BuildKit on the local Docker engine.
 
-    The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt, hash-checked, nothing resolved). A missing or
-    stale lock is resolved first and written (the output says so), like cargo; --locked refuses instead.
-    The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
-    build succeeded: a failed build never moves an existing tag. The full log is kept under
-    .envbuild/logs/ and its path is printed on failure. With several backends the build goes on past a
-    failure, prints a summary and exits 1 if any failed. When nothing that decides the image changed since
-    the last good build of a backend from this folder (the Dockerfile, probe and wheels by content, every
-    option, the values --build-arg NAME takes from the environment, the DOCKER_*/BUILDX_* settings, the
-    local base image) and its tags are in place, it says "up to date" without running the builder;
-    --no-cache, --platform, --builder and --cache-to always build.
-
-    --jobs N builds N backends at once, each in its own builder process on the same daemon: BuildKit runs
-    a step shared by several builds (same base, same command) once, and the others reuse its result.
+    The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt); a missing or stale lock is resolved first
+    (--locked refuses instead). Tags move only after a build succeeded; the full log is kept under .envbuild/logs/.
 
     \b
-    Example (a plain Debian base and a local torch wheel):
-      envbuild build --backend cpu --set backends.cpu.base_image=localhost:5000/debian:bookworm \\
-          --set backends.cpu.torch.version=2.13.0 --wheelhouse ./wheels
+    Examples:
+      envbuild build --backend cpu
+      envbuild build --backend all --jobs 2
+      envbuild build --backend cpu --mirror docker.io=mirror.example.com:5000
     """
+    # Up to date without running the builder: when nothing that decides the image changed since the last good build
+    # from this folder (Dockerfile, probe and wheels by content, every option, the values --build-arg NAME takes from
+    # the environment, DOCKER_*/BUILDX_*, the local base) and its tags are in place; --no-cache, --platform,
+    # --builder and --cache-to always build. With several backends it goes on past a failure and exits 1 if any
+    # failed. --jobs N runs N builder processes on one daemon: BuildKit runs a shared step once.
     from envbuild import imagebuild as b
 
     m = _load(matrix_path, overrides)
@@ -523,19 +600,18 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
 def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, platform, as_json, verbose) -> None:
     """Write locks/BACKEND/OS-ARCH.txt: per platform, every distribution the image adds to its base, pinned and hashed.
 
-    The lock is resolved in the backend's own base on the engine that builds (pip in that environment,
-    so a vendor's torch and plugin are kept, never replaced), with the same --mirror, --wheelhouse,
-    --ca-bundle and --netrc as build. Its header records what it was resolved from; an unchanged lock is
-    not resolved again. Same inputs, same bytes. Builds install it with hash checking. The header names the
-    platform and the base image's registry digest for it (asked of the registry, or given by a base pinned
-    by digest), so a lock made on one machine is current on every other.
+    Resolved in the backend's own base on the engine that builds, with the same --mirror, --wheelhouse,
+    --ca-bundle and --netrc as build; an unchanged lock is not resolved again.
 
     \b
     Examples:
       envbuild lock --backend cpu
       envbuild lock --backend cpu --upgrade-package huggingface-hub
-      envbuild lock --check            # CI: are the locks this repository carries current?
+      envbuild lock --check            # CI: are the locks current?
     """
+    # pip runs in the vendor's base, so its torch and plugin are kept, never replaced. Same inputs, same bytes. The
+    # header records the platform and the base's registry digest for it (asked of the registry, or given by a base
+    # pinned by digest), so a lock made on one machine is current on every other.
     from envbuild.tools import report
     from envbuild.imagebuild import locking
 
@@ -641,8 +717,8 @@ def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> Non
 
     \b
     Examples:
-      envbuild metadata              # offline: exit 1 naming each pin the cache lacks
-      envbuild metadata --refresh    # ask the indexes, write matrix.metadata.json, validate against it
+      envbuild metadata              # offline: name each pin the cache lacks
+      envbuild metadata --refresh    # ask the indexes, write the cache
     """
     from envbuild import matrix as matrix_mod
     from envbuild.matrix import facts
@@ -694,7 +770,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
       envbuild bump --dry-run
       envbuild bump --only transformers --only uv
       envbuild bump --only backends.cuda.base_image
-      envbuild bump --only transformers --to 5.24.0
+      envbuild bump --only transformers --to VERSION
     """
     from pathlib import Path
 
@@ -779,14 +855,17 @@ def smoke(backends, image, model, timeout, as_json, json_path, junit_path, ignor
           overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
 
-    Inside the container the probe imports the plugin, checks the device is visible (never falling back
-    to CPU), checks the pinned versions, loads the model with from_pretrained(..., device_map=DEVICE),
-    runs a forward pass (and greedy tokens for a causal LM), compares with the CPU and, where the matrix
-    asks, compiles a kernel with torch.compile. One container, one run: as a uid the image does not know,
-    with group 0 (as OpenShift runs images). The container is always removed. Exit 0 only when every
-    check passed. Under QEMU emulation (an image of another architecture) the result says so, and checks that
-    mean nothing there (timings, torch.compile) are reported as skipped with the reason.
+    The probe checks the device is visible (never falling back to CPU) and the pins, loads the model on the
+    device, runs a forward pass and compares it with the CPU. Exit 0 only when every check passed.
+
+    \b
+    Examples:
+      envbuild smoke                                   # the backend detected here
+      envbuild smoke --backend cpu --json-file smoke.json --junit-file junit.xml
     """
+    # One container, one run, as a uid the image does not know with group 0 (as OpenShift runs images); always
+    # removed. A causal LM also generates greedy tokens; torch.compile is checked where the matrix asks. Under QEMU
+    # (another architecture) the result says so and timings and torch.compile are skipped with the reason.
     import json
 
     from envbuild.tools import report
@@ -903,19 +982,19 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
          matrix_path, overrides, command) -> None:
     """Work in a backend's image: `envbuild run [OPTIONS] [-- COMMAND ...]`, a shell without a command.
 
-    The container gets the backend's device flags and shared-memory setting from the matrix, one cache
-    volume at /cache (HF_HOME, Inductor's and Triton's caches: downloads and compiled kernels stay between
-    runs), the current folder at /workspace as its working directory (files written there are yours: your
-    uid, group 0), and a terminal when this is one. The exit status is the command's; Ctrl-C and SIGTERM
-    reach it; the container is removed afterwards. The host is checked first as for `smoke`; with --key (or
-    $ENVBUILD_VERIFY_KEY) the image must verify (signature, attestations, passed smoke) before it starts.
+    The container gets the backend's device flags, a cache at /cache (downloads and compiled kernels stay), the
+    current folder at /workspace (files written there are yours) and a terminal when this is one. The exit status
+    is the command's; the container is removed afterwards.
 
     \b
     Examples:
       envbuild run --backend cuda -- python train.py
-      envbuild run -e HF_TOKEN --cache ./cache -- python -c "import torch; print(torch.cuda.is_available())"
+      envbuild run -e HF_TOKEN --cache ./cache -- python -c "import torch"
       envbuild run --dry-run --backend rocm
     """
+    # Shared memory from the matrix; your uid and group 0 in the container; Ctrl-C and SIGTERM reach the command.
+    # The host is checked first as for `smoke`; with --key (or $ENVBUILD_VERIFY_KEY) the image must verify
+    # (signature, attestations, passed smoke) before it starts.
     from envbuild.tools import run as runner
     from envbuild.core.engine import Engine
 
@@ -968,15 +1047,18 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
 @_matrix_options
 def doctor(backend: str, registry: str | None, publish: bool, root: Path | None, as_json: bool, matrix_path: str,
            overrides: tuple[str, ...]) -> None:
-    """Check that this host can build and smoke-test a backend, with a fix for each failure.
+    """Whether this host can build a backend's image, and run it, with a fix for each failure.
+
+    Building needs the Docker daemon, BuildKit, disk and the base image's registry; running also needs the
+    device, its container runtime, device nodes and groups. With --publish (or --registry) it also asks the
+    registry to publish to and finds push credentials. Exit 1 when a blocking check fails.
 
     \b
-    Checks: the Docker daemon (reachable, its version); BuildKit (the buildx plugin, or a client
-    that builds with it); the backend's container runtime, device nodes and groups; free disk at
-    Docker's data root for the image; and, with --registry or --publish, push credentials.
-    For mps (no container can reach it) it checks the platform and Python's venv instead.
-    Exits 1 when a blocking check fails (warnings do not).
+    Examples:
+      envbuild doctor                      # the backend detected here
+      envbuild doctor --backend rocm --publish
     """
+    # For mps (no container can reach it) it checks the platform and Python's venv instead.
 
     from envbuild.tools import report as reports
     from envbuild.tools import doctor as doc
@@ -1078,23 +1160,19 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
             sign_key, matrix_path, overrides) -> None:
     """Push a backend's image (or all) and record each pushed digest in the manifest.
 
-    Pushes the matrix's tags under the registry repository: REG:BACKEND and the pinned
-    REG:BACKEND-torchX-...-transformersY. Only when every tag landed and the registry confirmed the digest
-    is the backend's manifest entry replaced (atomically): backend, tags, digest, torch / plugin /
-    transformers / accelerate versions (from the image's labels), git revision, date and the smoke result
-    given with --smoke-json. An image whose labels disagree with the matrix, or whose smoke failed, is
-    refused unless --force.
+    Pushes REG:BACKEND and the pinned tag; the manifest entry is replaced only once every tag landed and the
+    registry confirmed the digest. Credentials: ENVBUILD_REGISTRY_USER + ENVBUILD_REGISTRY_PASSWORD, else
+    `docker login REGISTRY`; never on the command line, never printed.
 
     \b
-    Credentials, never from the command line and never printed:
-      ENVBUILD_REGISTRY_USER + ENVBUILD_REGISTRY_PASSWORD (for ghcr.io also GITHUB_ACTOR + GITHUB_TOKEN),
-      else the Docker config (`docker login REGISTRY`, credential helpers).
-
-    \b
-    Example:
+    Examples:
       envbuild smoke --backend cpu --json-file smoke.json
-      envbuild publish --backend cpu --registry ghcr.io/org/envbuild --smoke-json smoke.json
+      envbuild publish --backend cpu --registry ghcr.io/org/envbuild \\
+          --smoke-json smoke.json
     """
+    # The entry: backend, tags, digest, torch / plugin / transformers / accelerate versions (from the image's labels),
+    # git revision, date and the smoke result. An image whose labels disagree with the matrix, or whose smoke failed,
+    # is refused unless --force. For ghcr.io GITHUB_ACTOR + GITHUB_TOKEN also serve; credential helpers too.
     from pathlib import Path
 
     from envbuild.tools import report
@@ -1132,7 +1210,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 @cli.command()
 @click.option("--backend", "-b", "backends", multiple=True, default=["auto"], show_default=True, metavar="NAME", help="Backend whose image to pull, 'all', or 'auto' (the one detected here) (repeatable).")
 @click.option("--registry", metavar="REPOSITORY", help="Where to pull from [default: the matrix's image.repository].")
-@click.option("--tag", help="Tag to pull [default: the backend's pinned tag from the matrix, e.g. cpu-torch2.15.0-transformers5.23.0].")
+@click.option("--tag", metavar="TAG", help="Tag to pull [default: the backend's pinned tag from the matrix, as `envbuild show BACKEND` prints it].")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help="Refuse the image unless its digest is the one this manifest records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
@@ -1142,17 +1220,16 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key, insecure_skip_verify, matrix_path, overrides) -> None:
     """Pull a backend's prebuilt image, verify it, and print how to run it.
 
-    The tag comes from the matrix (the pinned one, so the image carries exactly this matrix's versions).
-    With --manifest the registry's digest must equal the recorded one, checked before and after the pull;
-    a mismatch is refused and nothing is tagged. With --key (or $ENVBUILD_VERIFY_KEY) the image must first
-    verify as `envbuild verify` checks it, and the digest that arrives must be the verified one.
-    The image is then tagged as the matrix's REPO:BACKEND, so
-    `envbuild smoke --backend BACKEND` tests it with no further flags. Credentials as for `publish`.
+    The tag is the matrix's pinned one (`envbuild show BACKEND` prints it); the image is then tagged REPO:BACKEND,
+    so `smoke` and `run` find it. With --manifest its digest must be the recorded one; with --key its signature.
 
     \b
-    Example:
+    Examples:
       envbuild pull --backend cpu && envbuild smoke --backend cpu
+      envbuild pull --backend rocm --manifest envbuild-manifest.json
     """
+    # The digest is checked before and after the pull; a mismatch is refused and nothing is tagged. Credentials as
+    # for `publish`.
     from envbuild.tools import report
     from envbuild.core.engine import Engine
     from envbuild.ship import pull as p
@@ -1316,7 +1393,8 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
 
     \b
     Example (a nightly run's artifacts):
-      envbuild summary results/ --backend all --format markdown >> "$GITHUB_STEP_SUMMARY"
+      envbuild summary results/ --backend all --format markdown \\
+          >> "$GITHUB_STEP_SUMMARY"
     """
     from envbuild.tools import report
 
@@ -1342,13 +1420,14 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
 def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -> None:
     """A static status site: backends x platforms with the last smoke result, a page per backend, trends.
 
-    \b
     HTML, CSS and SVG charts: open OUTPUT/index.html, or publish the folder (GitHub Pages). OUTPUT/grid.md
     is the same grid in Markdown, for $GITHUB_STEP_SUMMARY; OUTPUT/history/ holds the runs shown, in the
     --history format. Without --manifest and --smoke-json the latest history run is the current one.
+
     \b
     Example (a nightly run):
-      envbuild site --manifest envbuild-manifest.json --smoke-json results --history history --output site
+      envbuild site --manifest envbuild-manifest.json --smoke-json results \\
+          --history history --output site
     """
     from envbuild import matrix as matrices
     from envbuild.tools import site

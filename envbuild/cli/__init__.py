@@ -173,6 +173,10 @@ class Group(click.Group):
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
         extra.setdefault("terminal_width", _help_width())  # every command's context inherits it
+        from envbuild.core.output import no_color
+
+        if no_color():  # click then strips its styles, as it does off a terminal
+            extra.setdefault("color", False)
         return super().make_context(info_name, args, parent, **extra)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:

@@ -437,7 +437,7 @@ def render(backends: tuple[str, ...], output: str, check: bool, no_cache: bool, 
 @_matrix_options
 def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, check_path: Path | None, matrix_path: str,
           overrides: tuple[str, ...]) -> None:
-    """Every backend: device string, base image, torch and plugin pins, containerizable.
+    """Every backend: what it is, its torch and transformers, its base image (in full: `show`, `--json`).
 
     With --compat, which image fits which host: the table in COMPATIBILITY.md (`--markdown`), or JSON for
     tools (`--json`); `--check COMPATIBILITY.md` fails when the file is stale, as `render --check` does for the
@@ -469,19 +469,20 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
         else:
             click.echo(report.table(rows, report.COMPAT_COLUMNS))
         return
-    rows = [report.backend_summary(b) for b in m.backends]
     if as_json:
-        _emit_json(rows)
+        _emit_json([report.backend_summary(b, m) for b in m.backends])
         return
-    click.echo(report.table(rows, ["backend", "device", "containerizable", "base_image", "torch", "plugin"]))
+    click.echo(report.fitted_table(report.list_rows(m), report.LIST_COLUMNS))
 
 
 @cli.command()
 @click.argument("backend_arg", metavar="[BACKEND]", required=False)
 @click.option("--backend", "-b", "backend", metavar="NAME", help="The backend to show (or name it as the argument).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--verbose", is_flag=True, help="Also the device string, the probe's checks, apt packages, env and CI runner labels.")
 @_matrix_options
-def show(backend_arg: str | None, backend: str | None, as_json: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
+def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: bool, matrix_path: str,
+         overrides: tuple[str, ...]) -> None:
     """One backend in full, with the exact `docker run` flags that expose its device."""
     from envbuild.tools import report
 
@@ -495,7 +496,7 @@ def show(backend_arg: str | None, backend: str | None, as_json: bool, matrix_pat
     if as_json:
         _emit_json(detail)
         return
-    click.echo(report.describe(detail))
+    click.echo(report.describe(detail, verbose=verbose))
 
 
 def _auto(m, *, native: bool = False) -> str:

@@ -351,9 +351,26 @@ def _engine():
     return engine
 
 
+def _packaged(matrix_path: str | None) -> bool:
+    """Whether the command reads the matrix packaged with envbuild (no --matrix, $ENVBUILD_MATRIX, ./matrix.yaml),
+    which it then says on stderr, once."""
+    from envbuild.core import paths
+
+    if matrix_path or paths.default_matrix() != str(paths.PACKAGED_MATRIX):
+        return False
+    ctx = click.get_current_context(silent=True)
+    said = ctx.find_root().obj if ctx is not None and isinstance(ctx.find_root().obj, dict) else {}
+    if not said.get("matrix_noted"):
+        said["matrix_noted"] = True
+        click.echo(f"envbuild: no matrix.yaml here: using the matrix packaged with envbuild ({paths.PACKAGED_MATRIX}); "
+                   "`envbuild init DIR` writes it into a folder to start your own", err=True)
+    return True
+
+
 def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
     from envbuild import matrix
 
+    _packaged(matrix_path)
     return matrix.load(matrix_path or matrix.default_path(), overrides)
 
 
@@ -383,6 +400,38 @@ def cli(ctx: click.Context, debug: bool, yes: bool) -> None:
     ctx.obj["yes"] = yes
 
 
+@cli.command("init")
+@click.argument("directory", default=".", type=_PathArg(file_okay=False))
+@click.option("--force", is_flag=True, help="Replace a matrix.yaml or matrix.metadata.json already there.")
+def init_(directory: Path, force: bool) -> None:
+    """Write the matrix packaged with envbuild into DIRECTORY, to start your team's own.
+
+    Writes matrix.yaml and its metadata cache matrix.metadata.json (the pins' Requires-Python and torch); the
+    commands run in that folder then use them.
+
+    \b
+    Examples:
+      envbuild init my-images && cd my-images && envbuild validate
+      envbuild init . --force
+    """
+    from envbuild.core import paths
+    from envbuild.core.files import write_atomic
+
+    sources = [paths.PACKAGED_MATRIX, paths.metadata_path(paths.PACKAGED_MATRIX)]
+    targets = [directory / p.name for p in sources]
+    there = [str(t) for t in targets if t.exists() or t.is_symlink()]
+    if there and not force:
+        raise InvalidInput(f"{', '.join(there)} already there: pass --force to replace, or name another folder")
+    if directory.exists() and not directory.is_dir():
+        raise InvalidInput(f"{directory}: not a folder")
+    directory.mkdir(parents=True, exist_ok=True)
+    for source, target in zip(sources, targets):
+        if source.exists():
+            write_atomic(target, source.read_bytes())
+            click.echo(f"wrote {target}")
+    click.echo(f"next: cd {directory} && envbuild validate && envbuild render")
+
+
 @cli.command()
 @_matrix_options
 def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
@@ -410,8 +459,11 @@ def render(backends: tuple[str, ...], output: str, check: bool, no_cache: bool, 
 
     from envbuild import render as r
 
+    packaged = _packaged(matrix_path)
     rendered = r.rendered_for(matrix_path, overrides, backends, cache=not no_cache)
     out = Path(output)
+    if packaged and not check:  # outside a checkout: say where the files land
+        click.echo(f"envbuild: writing the Dockerfiles into {out.resolve()}", err=True)
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--output {output}: not a folder")
     if check:

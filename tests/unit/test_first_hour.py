@@ -38,3 +38,37 @@ def test_a_pasted_argument_is_the_same_text() -> None:
         said = subprocess.run(["bash", "-c", f"printf %s {pasteable(value)}"], capture_output=True, text=True).stdout
         assert said == value, (value, pasteable(value))
     assert pasteable("a b") == shlex.quote("a b")
+
+
+def test_outside_a_checkout_commands_say_which_matrix_and_where_they_write(invoke, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
+    listed = invoke("list")
+    assert listed.exit_code == 0 and "using the matrix packaged with envbuild" in listed.stderr
+    assert listed.stderr.count("envbuild init DIR") == 1
+    rendered = invoke("render", "--backend", "cpu")
+    assert rendered.exit_code == 0
+    assert "using the matrix packaged with envbuild" in rendered.stderr
+    assert f"writing the Dockerfiles into {tmp_path.resolve() / 'dockerfiles'}" in rendered.stderr
+
+
+def test_in_a_checkout_nothing_is_said(invoke, tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
+    assert invoke("list", "--matrix", FIXED).stderr == ""
+
+
+def test_init_writes_the_packaged_matrix_to_start_your_own(invoke, tmp_path, monkeypatch) -> None:
+    from envbuild.core import paths
+
+    monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
+    team = tmp_path / "team"
+    made = invoke("init", str(team))
+    assert made.exit_code == 0, made.output
+    assert (team / "matrix.yaml").read_bytes() == paths.PACKAGED_MATRIX.read_bytes()
+    assert (team / "matrix.metadata.json").exists()
+    again = invoke("init", str(team))
+    assert again.exit_code == 2 and "--force" in again.stderr
+    assert invoke("init", str(team), "--force").exit_code == 0
+    monkeypatch.chdir(team)
+    checked = invoke("validate")
+    assert checked.exit_code == 0 and checked.stdout.startswith("matrix.yaml: ok") and checked.stderr == ""

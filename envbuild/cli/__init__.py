@@ -564,7 +564,8 @@ def _auto(m, *, native: bool = False) -> str:
 
 def _names(backends: tuple[str, ...]) -> list[str]:
     """--backend values: repeatable and comma-separated."""
-    return [n.strip() for b in backends for n in b.split(",") if n.strip()]
+    names = [n.strip() for b in backends for n in b.split(",") if n.strip()]
+    return [n.lower() if n.lower() in ("auto", "all") else n for n in names]
 
 
 # The one rule for --backend's default: a command that uses this host's accelerator (run, smoke, pull, doctor, env)

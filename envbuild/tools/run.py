@@ -120,8 +120,9 @@ def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactiv
     for volume in opts.volumes:
         src, sep, rest = volume.partition(":")
         if not sep or not src or not rest.startswith("/") or unsafe_char(volume) is not None or src.startswith("-"):
+            flag = " (-v is --volume, as in docker run; --verbose has no short form)" if volume.startswith("-") else ""
             raise InvalidInput(f"-v {volume!r}: expected SRC:DST[:ro] with an absolute DST and no control characters, "
-                               "e.g. ./data:/data:ro")
+                               f"e.g. ./data:/data:ro{flag}")
         if _is_folder(src):
             src = str(Path(src).expanduser().resolve())
             host_folders = True

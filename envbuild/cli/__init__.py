@@ -125,11 +125,15 @@ _CLAUSE = re.compile(r"\.\s|;\s|:\s|\s\(|\s\[|,\s(?:e\.g\.|as in|such as)")
 
 
 def _short_option_help(text: str) -> str:
-    """An option's help in a command's --help: its first clause (what it is), not the details after it."""
+    """An option's help in a command's --help: its first clause that says what it is (not a qualifier such as
+    "With --compat:" alone, never inside `code`), not the details after it."""
     text = " ".join(text.split())
-    cut = _CLAUSE.search(text)
-    short = text[:cut.start()] if cut else text.rstrip(".")
-    return short.rstrip(".") if short else text
+    for cut in _CLAUSE.finditer(text):
+        short = text[:cut.start()]
+        least = {":": 25, ";": 20, " (": 12}.get(cut.group()[:2].rstrip(), 8)  # "With --compat:" is no clause
+        if short.count("`") % 2 == 0 and len(short) >= least:
+            return short.rstrip(".")
+    return text.rstrip(".")
 
 
 class Command(click.Command):
@@ -435,7 +439,13 @@ def init_(directory: Path, force: bool) -> None:
 @cli.command()
 @_matrix_options
 def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """Check the matrix: exit 0 when valid, 2 with one located error per line when not."""
+    """Check the matrix: exit 0 when valid, 2 with one located error per line when not.
+
+    \b
+    Examples:
+      envbuild validate
+      envbuild validate --matrix team/matrix.yaml
+    """
     m = _load(matrix_path, overrides)
     click.echo(f"{m.path}: ok ({len(m.backends)} backends, {len(m.containerizable())} containerizable)")
 
@@ -494,6 +504,12 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
     With --compat, which image fits which host: the table in COMPATIBILITY.md (`--markdown`), or JSON for
     tools (`--json`); `--check COMPATIBILITY.md` fails when the file is stale, as `render --check` does for the
     Dockerfiles.
+
+    \b
+    Examples:
+      envbuild list
+      envbuild list --compat
+      envbuild list --json | jq '.[].backend'
     """
 
     from envbuild.tools import report
@@ -535,7 +551,14 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
 @_matrix_options
 def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: bool, matrix_path: str,
          overrides: tuple[str, ...]) -> None:
-    """One backend in full, with the exact `docker run` flags that expose its device."""
+    """One backend in full, with the exact `docker run` flags that expose its device.
+
+    \b
+    Examples:
+      envbuild show rocm
+      envbuild show --backend nvidia --json
+      envbuild show cpu --verbose
+    """
     from envbuild.tools import report
 
     if backend_arg and backend and backend_arg != backend:
@@ -902,8 +925,8 @@ def _report_builds(results: list, json_path: str | None, platform: str | None, a
 @click.option("--image", callback=_image_ref, help="Image to test [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--model", default="synthetic", show_default=True, help="'synthetic' (a tiny random model, offline), a local model directory (mounted read-only) or a hub id.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds before the container is stopped and the smoke fails.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result (with the probe's report) as JSON (the progress goes to stderr).")
-@click.option("--json-file", "json_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the result (with the probe's report) as JSON to FILE.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON, with the probe's report (the progress goes to stderr).")
+@click.option("--json-file", "json_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the result as JSON to FILE, with the probe's report.")
 @click.option("--junit-file", "junit_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write a JUnit XML report for CI to FILE.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
 @click.option("--cache", metavar="DIR|VOLUME", help="Mount this at /cache, as `envbuild run --cache` does: the probe's model and compiled kernels stay there, and the next smoke reuses them (a folder with a '/', or a volume name, e.g. envbuild-cache) [default: a new volume, removed afterwards].")
@@ -962,7 +985,13 @@ def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
     leaves them) and its untagged images (build results a newer build replaced). Running containers, tagged
     images and anything envbuild did not make are never touched; an image a container still uses stays.
     With --build-cache, the cache mounts of envbuild's install steps go too (the next build downloads again):
-    the way out when a build fails in a way a broken cache can cause."""
+    the way out when a build fails in a way a broken cache can cause.
+
+    \b
+    Examples:
+      envbuild clean
+      envbuild clean --containers-only
+    """
     import json
 
     from envbuild.tools import clean as c
@@ -1075,6 +1104,11 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     container runtimes registered with the Docker daemon, and macOS on arm64 for mps. Needs no Docker:
     without a daemon the runtimes are "not checked". cpu is always available. Also says what
     `--backend auto` would choose.
+
+    \b
+    Examples:
+      envbuild detect
+      envbuild detect --json
     """
 
     from envbuild.tools import report
@@ -1320,6 +1354,10 @@ def sbom_(backend, image, output, matrix_path, overrides) -> None:
     Read from the image without running it: every Python distribution installed in it with its version
     (those it locked with their sha256, and those of its base), its labels and its base image. `publish`
     writes one beside the manifest. Read one with `jq '.components[] | [.name, .version] | @tsv'`.
+
+    \b
+    Examples:
+      envbuild sbom --backend cpu -o sbom.json
     """
     from envbuild.core.engine import Engine
     from envbuild.ship.sbom import sbom
@@ -1343,6 +1381,11 @@ def keygen(prefix: Path, force: bool) -> None:
     terminal; it is never an argument and never printed. `cosign verify --key cosign.pub` reads what
     `envbuild publish --sign-key cosign.key` signs. Keep cosign.key secret (in CI: a repository secret);
     commit cosign.pub.
+
+    \b
+    Examples:
+      envbuild keygen
+      envbuild keygen --output-key-prefix keys/team
     """
 
     from envbuild.ship.trust import keys
@@ -1365,6 +1408,10 @@ def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
     every attestation beside it (sha256-<hex>.att: SBOM, provenance, smoke result) is a DSSE envelope
     signed by the key whose in-toto subject is that digest; the signed smoke result passed. Exit 1 naming
     the reason otherwise: unsigned, other-key, tampered, smoke-missing, smoke-failed, attestation.
+
+    \b
+    Examples:
+      envbuild verify ghcr.io/org/envbuild:cpu --key cosign.pub
     """
     from envbuild.ship.trust import keys
     from envbuild.ship.trust.verify import split_image, verify
@@ -1393,6 +1440,10 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
     """Add a signed smoke attestation to an image already in the registry (e.g. a nightly run on hardware).
 
     The result must be of that very image: its image id is the registry manifest's config digest.
+
+    \b
+    Examples:
+      envbuild attest --backend cuda --smoke-json smoke.json
     """
     from envbuild.ship import manifest as manifests
     from envbuild.core.imageref import Reference, check_repository
@@ -1424,6 +1475,11 @@ def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
     Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
     from the backend's ci.runs_on), self-hosted, smoke (whether that runner has the device: the CPU always,
     accelerators on self-hosted runners) and smoke_args. Workflows take their backend list from here only.
+
+    \b
+    Examples:
+      envbuild matrix
+      envbuild matrix --format github --per-platform
     """
     import json
 

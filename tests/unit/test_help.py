@@ -34,3 +34,16 @@ def test_each_command_help_fits_a_screen(name: str, invoke, columns) -> None:
     assert len(lines) <= 45, f"{name} --help: {len(lines)} lines"
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", result.stdout), f"{name} --help holds a control character"
     assert not re.search(r"(?:torch|transformers)\d+\.\d+", result.stdout), f"{name} --help types a version"
+
+
+@pytest.mark.parametrize(("text", "short"), [
+    ("Build every layer afresh.", "Build every layer afresh"),
+    ("Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable).", "Pull base images from a mirror"),
+    ("With --compat: Markdown, as COMPATIBILITY.md holds it.", "With --compat: Markdown, as COMPATIBILITY.md holds it"),
+    ("Write nothing; exit 1 if any file is stale.", "Write nothing; exit 1 if any file is stale"),
+    ("github: one line for `strategy.matrix: x`; json: the same.", "github: one line for `strategy.matrix: x`"),
+])
+def test_an_option_shows_its_first_whole_clause(text: str, short: str) -> None:
+    from envbuild.cli import _short_option_help
+
+    assert _short_option_help(text) == short

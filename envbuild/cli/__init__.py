@@ -268,7 +268,9 @@ def _complete_backend(ctx: click.Context, param: click.Parameter, incomplete: st
         items += [CompletionItem("auto", help="the one detected here")]
     if param.multiple:
         items += [CompletionItem("all", help="every containerizable backend")]
-    return [i for i in items if i.value.startswith(incomplete.split(",")[-1].lower())]
+    done, _, word = incomplete.rpartition(",")  # --backend cpu,ro: complete the last name, keep the others
+    prefix = f"{done}," if done else ""
+    return [CompletionItem(prefix + i.value, help=i.help) for i in items if i.value.startswith(word.lower())]
 
 
 def _complete_platform(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:

@@ -44,6 +44,7 @@ def test_the_completion_script_generates(shell: str, shell_env: dict[str, str]) 
     ("envbuild build --no-c", {"--no-cache", "--no-ca-bundle"}),  # an option
     ("envbuild build --backend ro", {"rocm"}),  # a backend, from the matrix
     ("envbuild run --backend c", {"cpu", "cuda"}),
+    ("envbuild smoke --backend cpu,ro", {"cpu,rocm"}),  # a comma-separated list keeps what came before
     ("envbuild build --platform linux/a", {"linux/amd64", "linux/arm64"}),  # a platform, from the matrix
 ])
 def test_bash_completes_from_the_sourced_script(words: str, expected: set[str], shell_env: dict[str, str]) -> None:

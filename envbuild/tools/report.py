@@ -453,15 +453,15 @@ def doctor_text(report: Report) -> str:
             lines.append(f"        {'':<{width}}  fix: {c.fix}")
     from envbuild.tools.doctor import purposes
 
-    what = {"build": "build", "run": "run" if report.containerizable else "run natively (`envbuild env`)",
-            "publish": "publish"}
+    how = "" if report.containerizable else " natively (`envbuild env`)"
     for purpose, ok in report.verdicts.items():
         blockers = report.blockers_for(purpose)
         warn = [c.name for c in report.checks if not c.ok and not c.skipped and not c.blocking and purpose in purposes(c)]
+        where = f"{report.backend} here{how if purpose == 'run' else ''}"
         if ok:
-            lines.append(f"Can {what[purpose]} {report.backend} here" + (f" (warnings: {', '.join(warn)})." if warn else "."))
+            lines.append(f"Can {purpose} {where}" + (f" (warnings: {', '.join(warn)})." if warn else "."))
         else:
-            lines.append(f"Cannot {what[purpose]} {report.backend} here: {len(blockers)} blocking problem(s): "
+            lines.append(f"Cannot {purpose} {where}: {len(blockers)} blocking problem(s): "
                          f"{', '.join(c.name for c in blockers)}.")
     if report.containerizable and report.verdicts.get("build") and not report.verdicts.get("run"):
         lines.append(f"Building needs no {report.description}: build here, run the image where one is.")

@@ -241,7 +241,7 @@ def test_mirror_rewrites_the_base_registry(cpu_image, registry, wheelhouse, ca_b
     proc = envbuild(
         "build", "--backend", "cpu", "--matrix", MATRIX,
         "--set", f"backends.cpu.torch.version={TORCH}", "--set", "backends.cpu.torch.index_url=https://pypi.org/simple",
-        "--mirror", f"docker.io={registry.host}", "--tag", "envbuild-test/mirrored:cpu",
+        "--mirror", f"docker.io={registry.host}", "--image", "envbuild-test/mirrored:cpu",
         "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr

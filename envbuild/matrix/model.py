@@ -171,7 +171,7 @@ class Matrix:
         """A backend by its name or a name people use for it (amd, nvidia, Gaudi, Ascend; case folded)."""
         from envbuild.matrix.names import resolve
 
-        found, why = resolve(name, self.names)
+        found, why = resolve(name, self.names, {b.name: b.description for b in self.backends})
         for b in self.backends:
             if b.name == found:
                 return b

@@ -38,9 +38,14 @@ def human(backend: Backend) -> str:
     return backend.description or backend.name
 
 
-def resolve(name: str, names: Iterable[str]) -> tuple[str | None, str]:
-    """(the backend `name` means, "") or (None, why not: a suggestion or the choice an ambiguous name leaves)."""
+def resolve(name: str, names: Iterable[str], described: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """(the backend `name` means, "") or (None, why not: a suggestion or the choice an ambiguous name leaves);
+    `described`: what each backend is, to name it so in the suggestion."""
     names = list(names)
+
+    def said(n: str) -> str:
+        return f"{n} ({described[n]})" if described and described.get(n) else n
+
     if name in names:
         return name, ""
     folded = name.strip().casefold()
@@ -54,11 +59,12 @@ def resolve(name: str, names: Iterable[str]) -> tuple[str | None, str]:
         if len(meant) == 1:
             return meant[0], ""
         if meant:
-            return None, f"'{folded}' could mean {' or '.join(meant)}: say which"
+            return None, f"'{folded}' could mean {' or '.join(said(n) for n in meant)}: say which"
     close = difflib.get_close_matches(folded, [*names, *(a for a, t in ALIASES.items() if t in names)], n=1, cutoff=0.6)
     if close:
-        meant = close[0] if close[0] in names else f"{ALIASES[close[0]]} ({close[0]})"
-        return None, f"did you mean {meant}?"
+        meant = close[0] if close[0] in names else ALIASES[close[0]]
+        what = f", the {described[meant]}" if described and described.get(meant) else ""
+        return None, f"did you mean {meant}{what}?"
     return None, ""
 
 

@@ -389,13 +389,13 @@ def test_backend_names_people_use(said: str, meant: str) -> None:
 def test_an_ambiguous_name_asks_which() -> None:
     with pytest.raises(UnknownBackendError) as info:
         matrix.load(FIXED).backend("intel")
-    assert "'intel' could mean xpu or hpu: say which" in str(info.value)
+    assert "'intel' could mean xpu (Intel GPU) or hpu (Intel Gaudi): say which" in str(info.value)
 
 
 def test_a_misspelt_name_gets_a_suggestion() -> None:
     with pytest.raises(UnknownBackendError) as info:
         matrix.load(FIXED).backend("rcom")
-    assert str(info.value).startswith("unknown backend 'rcom' (did you mean rocm?); valid backends: cpu, ")
+    assert str(info.value).startswith("unknown backend 'rcom' (did you mean rocm, the AMD GPU (ROCm)?); valid backends: cpu, ")
     with pytest.raises(UnknownBackendError) as info:
         matrix.load(FIXED).backend("nvida")
-    assert "(did you mean cuda (nvidia)?)" in str(info.value)
+    assert "(did you mean cuda, the NVIDIA GPU?)" in str(info.value)

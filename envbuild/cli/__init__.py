@@ -398,7 +398,9 @@ def cli(ctx: click.Context, debug: bool, yes: bool) -> None:
     dockerfiles/, `build` builds it on your Docker engine, and `smoke` proves a model loads on the device.
 
     \b
-    Quick start (CPU):
+    Quick start:
+      envbuild list                    # every backend; amd, nvidia, gaudi work as names
+      envbuild doctor --backend rocm   # can this host build it? run it?
       envbuild build --backend cpu && envbuild smoke --backend cpu
     """
     ctx.ensure_object(dict)

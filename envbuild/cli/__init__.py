@@ -399,7 +399,7 @@ def cli(ctx: click.Context, debug: bool, yes: bool) -> None:
 
     \b
     Quick start:
-      envbuild list                    # every backend; amd, nvidia, gaudi work as names
+      envbuild list                    # every backend
       envbuild doctor --backend rocm   # can this host build it? run it?
       envbuild build --backend cpu && envbuild smoke --backend cpu
     """

@@ -249,7 +249,9 @@ def _matrix_for_completion(ctx: click.Context):
     try:
         root = ctx.find_root()
         path = ctx.params.get("matrix_path") or (root.params.get("matrix_path") if root is not ctx else None)
-        return _load(path, tuple(ctx.params.get("overrides") or ()))
+        from envbuild import matrix  # not _load: a completion says nothing on the terminal
+
+        return matrix.load(path or matrix.default_path(), tuple(ctx.params.get("overrides") or ()))
     except Exception:  # noqa: BLE001 - a completion never fails the shell: no candidates instead
         return None
 

@@ -404,7 +404,7 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     for i in range(smoke_reps):  # each run's own report: the breakdown below is of one run, not a mix
         smoke_json = s.work / f"smoke-{i}.json"
         seconds, _ = run(envbuild_argv("smoke", "--backend", "cpu", "--matrix", str(s.matrix), *overrides,
-                                       "--set", f"transformers.version={bump_to}", "--json", str(smoke_json)), cwd=cwd, env=env)
+                                       "--set", f"transformers.version={bump_to}", "--json-file", str(smoke_json)), cwd=cwd, env=env)
         smoke_runs.append(round(seconds, 3))
         smoke_docs.append(json.loads(smoke_json.read_text()))
     smoke = statistics.median(smoke_runs)

@@ -11,6 +11,23 @@ import pytest
 from click.testing import CliRunner, Result
 
 
+@pytest.fixture(autouse=True)
+def _no_outside_registry(monkeypatch) -> None:
+    """doctor asks only a registry on this machine in a test (a fake /v2/ on 127.0.0.1, a closed port): another
+    registry's check says it was not asked, as a test never depends on the network."""
+    from envbuild.core.checks import skip
+    from envbuild.tools import doctor
+
+    real = doctor.check_registry
+
+    def check_registry(name, ref, fix, **kw):
+        if ref.startswith(("127.0.0.1:", "localhost:", "[::1]:")):
+            return real(name, ref, fix, **kw)
+        return skip(name, f"{ref}: no outside registry is asked in tests")
+
+    monkeypatch.setattr(doctor, "check_registry", check_registry)
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     """A CliRunner with stderr kept apart (result.stderr); result.output holds both on click >= 8.2."""

@@ -26,7 +26,7 @@ from envbuild.ship import manifest as manifests
 from envbuild.tools import clean as cleaning, run as runner
 
 MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
-SET_HELP = "Override a matrix field for this run, e.g. backends.cpu.torch.version=2.13.0 (repeatable)."
+SET_HELP = "Override a matrix field for this run (repeatable), e.g. backends.cpu.base_image=IMAGE."
 
 
 class _PathArg(click.Path):
@@ -94,12 +94,108 @@ def _error_lines(text: str) -> list[str]:
 MAX_WIDTH = 100  # of help text
 
 
+# The top-level help, by what people do; a command not named here is listed under "Other commands".
+SECTIONS = (
+    ("Use an image", ("list", "show", "detect", "doctor", "pull", "run", "env", "verify")),
+    ("Build and test", ("init", "validate", "render", "lock", "build", "smoke", "clean")),
+    ("Publish and maintain", ("publish", "attest", "keygen", "sbom", "outdated", "bump", "metadata", "matrix",
+                              "summary", "site")),
+)
+
+# Each command in one line of the top-level help (its docstring's first sentence says more).
+SHORT = {
+    "list": "Every backend: what it is, its base image, torch and transformers.",
+    "show": "One backend in full, with the `docker run` flags for its device.",
+    "detect": "Which backends this host can run, with the evidence.",
+    "doctor": "Whether this host can build, run (and publish) a backend.",
+    "pull": "Pull a backend's prebuilt image, verify it, say how to run it.",
+    "run": "Work in a backend's image: a shell, or a command.",
+    "env": "A native virtual environment with an image's pins (mps, no Docker).",
+    "verify": "Check an image's signature and attestations in its registry.",
+    "init": "Write the packaged matrix into a folder to start your own.",
+    "validate": "Check the matrix, one located error per line.",
+    "render": "Write one Dockerfile per backend into dockerfiles/.",
+    "lock": "Pin and hash every package an image adds to its base.",
+    "build": "Build a backend's image on the local Docker engine.",
+    "smoke": "Prove a model loads and runs on the backend's device.",
+    "clean": "Remove the containers and untagged images envbuild left.",
+    "publish": "Push images and record their digests in the manifest.",
+    "attest": "Add a signed smoke result to an image in its registry.",
+    "keygen": "Make a cosign signing key pair.",
+    "sbom": "An image's bill of materials (CycloneDX JSON).",
+    "outdated": "What is newer than each pin, and whether it fits.",
+    "bump": "Move pins to what fits: edit matrix.yaml, render, relock.",
+    "metadata": "Check or refresh the pins' metadata cache (matrix.metadata.json).",
+    "matrix": "The CI job matrix derived from matrix.yaml.",
+    "summary": "One table of `smoke --json` results.",
+    "site": "A static status site of the smoke results.",
+}
+
+_CLAUSE = re.compile(r"\.\s|;\s|:\s|\s\(|\s\[|,\s(?:e\.g\.|as in|such as)")
+
+
+def _short_option_help(text: str) -> str:
+    """An option's help in a command's --help: its first clause that says what it is (not a qualifier such as
+    "With --compat:" alone, never inside `code`), not the details after it."""
+    text = " ".join(text.split())
+    for cut in _CLAUSE.finditer(text):
+        short = text[:cut.start()]
+        least = {":": 25, ";": 20, " (": 12}.get(cut.group()[:2].rstrip(), 8)  # "With --compat:" is no clause
+        if short.count("`") % 2 == 0 and len(short) >= least:
+            return short.rstrip(".")
+    return text.rstrip(".")
+
+
+class Command(click.Command):
+    """A command whose --help fits a screen: the description, the examples, and each option in one clause."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        import copy
+
+        records = []
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option) and param.help:
+                param = copy.copy(param)
+                param.help = _short_option_help(param.help)
+            record = param.get_help_record(ctx)
+            if record is not None:
+                records.append(record)
+        if records:
+            with formatter.section("Options"):
+                formatter.write_dl(records)
+
+
 class Group(click.Group):
     """Turns every envbuild error into 'Error: ...' and its exit code: one place, no tracebacks. What a message
     echoes of the user's input is escaped: it can neither repaint the terminal nor forge another line."""
 
+    command_class = Command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands by what people do with them, each with its whole one-line description."""
+        commands = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
+        commands = {name: c for name, c in commands.items() if c is not None and not c.hidden}
+        listed = {name for _, names in SECTIONS for name in names}
+        sections = [*SECTIONS, ("Other commands", tuple(sorted(set(commands) - listed)))]
+        for title, names in sections:
+            rows = [(name, SHORT.get(name) or commands[name].get_short_help_str(limit=1000)) for name in names
+                    if name in commands]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        from envbuild.core.output import no_color
+
+        if no_color():  # click then strips its styles, as it does off a terminal
+            extra.setdefault("color", False)
+        return super().make_context(info_name, args, parent, **extra)
+
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
+        if _completing(kwargs):  # click writes the shell's script and candidates itself, as bytes: let them through
+            return super().main(*args, **kwargs)
 
         try:
             with guarded():  # every line printed from here on: secrets masked, escapes shown
@@ -144,6 +240,54 @@ class Group(click.Group):
             said = shown(_error_lines(_scrub(str(exc)))[0])
             click.secho(f"Error: internal error: {type(exc).__name__}: {said} (rerun with --debug for the traceback)", fg="red", err=True)
             ctx.exit(70)
+
+
+def _completing(kwargs: dict) -> bool:
+    """Whether the shell asks for completion (_ENVBUILD_COMPLETE=bash_source, zsh_complete, ...)."""
+    import os
+
+    name = (kwargs.get("prog_name") or "envbuild").replace("-", "_").replace(".", "_").upper()
+    return bool(os.environ.get(kwargs.get("complete_var") or f"_{name}_COMPLETE"))
+
+
+def _matrix_for_completion(ctx: click.Context):
+    """The matrix a completion reads (--matrix when given before the word), or None when it cannot be read."""
+    try:
+        root = ctx.find_root()
+        path = ctx.params.get("matrix_path") or (root.params.get("matrix_path") if root is not ctx else None)
+        from envbuild import matrix  # not _load: a completion says nothing on the terminal
+
+        return matrix.load(path or matrix.default_path(), tuple(ctx.params.get("overrides") or ()))
+    except Exception:  # noqa: BLE001 - a completion never fails the shell: no candidates instead
+        return None
+
+
+def _complete_backend(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Backend names from the matrix (with what each is, for zsh and fish), and 'all'/'auto' where taken."""
+    from click.shell_completion import CompletionItem
+
+    m = _matrix_for_completion(ctx)
+    if m is None:
+        return []
+    from envbuild.matrix.names import human
+
+    items = [CompletionItem(b.name, help=human(b)) for b in m.backends]
+    if param.multiple or param.default == "auto":
+        items += [CompletionItem("auto", help="the one detected here")]
+    if param.multiple:
+        items += [CompletionItem("all", help="every containerizable backend")]
+    done, _, word = incomplete.rpartition(",")  # --backend cpu,ro: complete the last name, keep the others
+    prefix = f"{done}," if done else ""
+    return [CompletionItem(prefix + i.value, help=i.help) for i in items if i.value.startswith(word.lower())]
+
+
+def _complete_platform(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """The platforms the matrix's backends list (linux/amd64, linux/arm64)."""
+    from click.shell_completion import CompletionItem
+
+    m = _matrix_for_completion(ctx)
+    platforms = sorted({p for b in m.backends for p in b.platforms}) if m is not None else []
+    return [CompletionItem(p) for p in platforms if p.startswith(incomplete)]
 
 
 def _output_fault(exc) -> int:
@@ -221,9 +365,26 @@ def _engine():
     return engine
 
 
+def _packaged(matrix_path: str | None) -> bool:
+    """Whether the command reads the matrix packaged with envbuild (no --matrix, $ENVBUILD_MATRIX, ./matrix.yaml),
+    which it then says on stderr, once."""
+    from envbuild.core import paths
+
+    if matrix_path or paths.default_matrix() != str(paths.PACKAGED_MATRIX):
+        return False
+    ctx = click.get_current_context(silent=True)
+    said = ctx.find_root().obj if ctx is not None and isinstance(ctx.find_root().obj, dict) else {}
+    if not said.get("matrix_noted"):
+        said["matrix_noted"] = True
+        click.echo(f"envbuild: no matrix.yaml here: using the matrix packaged with envbuild ({paths.PACKAGED_MATRIX}); "
+                   "`envbuild init DIR` writes it into a folder to start your own", err=True)
+    return True
+
+
 def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
     from envbuild import matrix
 
+    _packaged(matrix_path)
     return matrix.load(matrix_path or matrix.default_path(), overrides)
 
 
@@ -243,7 +404,9 @@ def cli(ctx: click.Context, debug: bool, yes: bool) -> None:
     dockerfiles/, `build` builds it on your Docker engine, and `smoke` proves a model loads on the device.
 
     \b
-    Quick start (CPU):
+    Quick start:
+      envbuild list                    # every backend
+      envbuild doctor --backend rocm   # can this host build it? run it?
       envbuild build --backend cpu && envbuild smoke --backend cpu
     """
     ctx.ensure_object(dict)
@@ -251,10 +414,48 @@ def cli(ctx: click.Context, debug: bool, yes: bool) -> None:
     ctx.obj["yes"] = yes
 
 
+@cli.command("init")
+@click.argument("directory", default=".", type=_PathArg(file_okay=False))
+@click.option("--force", is_flag=True, help="Replace a matrix.yaml or matrix.metadata.json already there.")
+def init_(directory: Path, force: bool) -> None:
+    """Write the matrix packaged with envbuild into DIRECTORY, to start your team's own.
+
+    Writes matrix.yaml and its metadata cache matrix.metadata.json (the pins' Requires-Python and torch); the
+    commands run in that folder then use them.
+
+    \b
+    Examples:
+      envbuild init my-images && cd my-images && envbuild validate
+      envbuild init . --force
+    """
+    from envbuild.core import paths
+    from envbuild.core.files import write_atomic
+
+    sources = [paths.PACKAGED_MATRIX, paths.metadata_path(paths.PACKAGED_MATRIX)]
+    targets = [directory / p.name for p in sources]
+    there = [str(t) for t in targets if t.exists() or t.is_symlink()]
+    if there and not force:
+        raise InvalidInput(f"{', '.join(there)} already there: pass --force to replace, or name another folder")
+    if directory.exists() and not directory.is_dir():
+        raise InvalidInput(f"{directory}: not a folder")
+    directory.mkdir(parents=True, exist_ok=True)
+    for source, target in zip(sources, targets):
+        if source.exists():
+            write_atomic(target, source.read_bytes())
+            click.echo(f"wrote {target}")
+    click.echo(f"next: cd {directory} && envbuild validate && envbuild render")
+
+
 @cli.command()
 @_matrix_options
 def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """Check the matrix: exit 0 when valid, 2 with one located error per line when not."""
+    """Check the matrix: exit 0 when valid, 2 with one located error per line when not.
+
+    \b
+    Examples:
+      envbuild validate
+      envbuild validate --matrix team/matrix.yaml
+    """
     m = _load(matrix_path, overrides)
     click.echo(f"{m.path}: ok ({len(m.backends)} backends, {len(m.containerizable())} containerizable)")
 
@@ -271,9 +472,12 @@ def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str
     """
     from envbuild import render as r
 
+    packaged = _packaged(matrix_path)
     m = _load(matrix_path, overrides)
     rendered = r.render(m, m.select(backends))
     out = Path(output)
+    if packaged and not check:  # outside a checkout: say where the files land
+        click.echo(f"envbuild: writing the Dockerfiles into {out.resolve()}", err=True)
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--output {output}: not a folder")
     if check:
@@ -299,11 +503,17 @@ def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str
 @_matrix_options
 def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, check_path: Path | None, matrix_path: str,
           overrides: tuple[str, ...]) -> None:
-    """Every backend: device string, base image, torch and plugin pins, containerizable.
+    """Every backend: what it is, its torch and transformers, its base image (in full: `show`, `--json`).
 
     With --compat, which image fits which host: the table in COMPATIBILITY.md (`--markdown`), or JSON for
     tools (`--json`); `--check COMPATIBILITY.md` fails when the file is stale, as `render --check` does for the
     Dockerfiles.
+
+    \b
+    Examples:
+      envbuild list
+      envbuild list --compat
+      envbuild list --json | jq '.[].backend'
     """
 
     from envbuild.tools import report
@@ -327,28 +537,41 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
         else:
             click.echo(report.table(rows, report.COMPAT_COLUMNS))
         return
-    rows = [report.backend_summary(b) for b in m.backends]
     if as_json:
-        _emit_json(rows)
+        _emit_json([report.backend_summary(b, m) for b in m.backends])
         return
-    click.echo(report.table(rows, ["backend", "device", "containerizable", "base_image", "torch", "plugin"]))
+    click.echo(report.fitted_table(report.list_rows(m), report.LIST_COLUMNS))
 
 
 @cli.command()
-@click.argument("backend")
+@click.argument("backend_arg", metavar="[BACKEND]", required=False)
+@click.option("--backend", "-b", "backend", metavar="NAME", help="The backend to show (or name it as the argument).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--verbose", is_flag=True, help="Also the device string, the probe's checks, apt packages, env and CI runner labels.")
 @_matrix_options
-def show(backend: str, as_json: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """One backend in full, with the exact `docker run` flags that expose its device."""
+def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: bool, matrix_path: str,
+         overrides: tuple[str, ...]) -> None:
+    """One backend in full, with the exact `docker run` flags that expose its device.
+
+    \b
+    Examples:
+      envbuild show rocm
+      envbuild show --backend nvidia --json
+      envbuild show cpu --verbose
+    """
     from envbuild.tools import report
 
+    if backend_arg and backend and backend_arg != backend:
+        raise click.UsageError(f"two backends: {backend_arg} and --backend {backend}; show takes one")
+    if not (backend_arg or backend):
+        raise click.UsageError("say which backend: envbuild show BACKEND (or --backend BACKEND)")
     m = _load(matrix_path, overrides)
-    b = m.backend(backend)
+    b = m.backend(backend_arg or backend)
     detail = report.backend_detail(m, b)
     if as_json:
         _emit_json(detail)
         return
-    click.echo(report.describe(detail))
+    click.echo(report.describe(detail, verbose=verbose))
 
 
 def _auto(m, *, native: bool = False) -> str:
@@ -364,9 +587,13 @@ def _auto(m, *, native: bool = False) -> str:
 
 def _names(backends: tuple[str, ...]) -> list[str]:
     """--backend values: repeatable and comma-separated."""
-    return [n.strip() for b in backends for n in b.split(",") if n.strip()]
+    names = [n.strip() for b in backends for n in b.split(",") if n.strip()]
+    return [n.lower() if n.lower() in ("auto", "all") else n for n in names]
 
 
+# The one rule for --backend's default: a command that uses this host's accelerator (run, smoke, pull, doctor, env)
+# defaults to `auto`, the backend detected here; one that makes or ships an image for any host (build, sbom, attest,
+# publish) needs it named; one that ranges over the matrix (render, lock, outdated, bump, matrix) takes every backend.
 def _choose(m, backends: tuple[str, ...]) -> list:
     """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'), for build, smoke and pull."""
     names = _names(backends)
@@ -385,7 +612,7 @@ def _write_output(path: str, text: str) -> None:
 @_input_options
 @click.option("--locked", is_flag=True, help="Build only from a current lock: refuse, naming the command to run, when locks/BACKEND/OS-ARCH.txt is missing or stale (CI and publish use it).")
 @click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="Passed to the build (repeatable).")
-@click.option("--tag", "-t", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag instead of the matrix's default tags (repeatable; one backend only).")
+@click.option("--image", "tags", multiple=True, metavar="IMAGE:TAG", help="Tag the image as this instead of the matrix's default tags (repeatable; one backend only); `smoke --image` tests it.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
 @click.option("--no-cache", is_flag=True, help="Build every layer afresh.")
 @click.option("--platform", type=_PlatformArg(), help="Target platform, one the backend lists, e.g. linux/arm64: built natively, or under QEMU (binfmt) on another architecture; tagged REPO:BACKEND-ARCH when it is not this host's. One per build (each installs its own lock); `envbuild publish --platform` joins several in one image index.")
@@ -393,38 +620,34 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, e.g. type=registry,ref=REG/cache:cpu or type=local,src=DIR (local caches need buildx; repeatable).")
 @click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, e.g. type=registry,ref=REG/cache:cpu,mode=max or type=local,dest=DIR (needs buildx; repeatable).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1), help="Build this many backends at once (one live status line each on a terminal).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the build results as JSON to this file.")
-@click.option("--verbose", "-v", is_flag=True, help="Show the builder's full output.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build results as JSON (the progress goes to stderr).")
+@click.option("--json-file", "json_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the build results as JSON to FILE.")
+@click.option("--verbose", is_flag=True, help="Show the builder's full output.")
 def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, labels,
-          no_cache, platform, builder, cache_from, cache_to, jobs, json_path, verbose) -> None:
+          no_cache, platform, builder, cache_from, cache_to, jobs, as_json, json_path, verbose) -> None:
     """Build the image of one backend (or all) with BuildKit on the local Docker engine.
 
-    The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt, hash-checked, nothing resolved). A missing or
-    stale lock is resolved first and written (the output says so), like cargo; --locked refuses instead.
-    The image is tagged with the matrix's tags (REPO:BACKEND and a fully pinned one) only after the
-    build succeeded: a failed build never moves an existing tag. The full log is kept under
-    .envbuild/logs/ and its path is printed on failure. With several backends the build goes on past a
-    failure, prints a summary and exits 1 if any failed. When nothing that decides the image changed since
-    the last good build of a backend from this folder (the Dockerfile, probe and wheels by content, every
-    option, the values --build-arg NAME takes from the environment, the DOCKER_*/BUILDX_* settings, the
-    local base image) and its tags are in place, it says "up to date" without running the builder;
-    --no-cache, --platform, --builder and --cache-to always build.
-
-    --jobs N builds N backends at once, each in its own builder process on the same daemon: BuildKit runs
-    a step shared by several builds (same base, same command) once, and the others reuse its result.
+    The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt); a missing or stale lock is resolved first
+    (--locked refuses instead). Tags move only after a build succeeded; the full log is kept under .envbuild/logs/.
 
     \b
-    Example (a plain Debian base and a local torch wheel):
-      envbuild build --backend cpu --set backends.cpu.base_image=localhost:5000/debian:bookworm \\
-          --set backends.cpu.torch.version=2.13.0 --wheelhouse ./wheels
+    Examples:
+      envbuild build --backend cpu
+      envbuild build --backend all --jobs 2
+      envbuild build --backend cpu --mirror docker.io=mirror.example.com:5000
     """
+    # Up to date without running the builder: when nothing that decides the image changed since the last good build
+    # from this folder (Dockerfile, probe and wheels by content, every option, the values --build-arg NAME takes from
+    # the environment, DOCKER_*/BUILDX_*, the local base) and its tags are in place; --no-cache, --platform,
+    # --builder and --cache-to always build. With several backends it goes on past a failure and exits 1 if any
+    # failed. --jobs N runs N builder processes on one daemon: BuildKit runs a shared step once.
     from envbuild import imagebuild as b
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends)
     _listed(chosen, (platform,) if platform else ())
     if tags and len(chosen) > 1:
-        raise click.UsageError("--tag needs a single backend")
+        raise click.UsageError("--image needs a single backend")
     opts = inputs.options(tags=tags, build_args=build_args, labels=labels, no_cache=no_cache, platform=platform,
                           builder=builder, cache_from=cache_from, cache_to=cache_to)
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
@@ -438,7 +661,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
             built = b.build_many(m, chosen, opts, engine, jobs=jobs, echo=echo, verbose=verbose, locked=locked, board=board)
     else:
         built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
-    _report_builds(built, json_path, platform)
+    _report_builds(built, json_path, platform, as_json)
 
 
 @cli.command("lock")
@@ -450,23 +673,22 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
 @click.option("--check", is_flag=True, help="Write nothing, resolve nothing, read files only (no Docker, no network): exit 1 naming each stale lock, each missing platform, and a GPU backend's CPU-only torch.")
 @click.option("--platform", type=_PlatformArg(), help="Lock only this platform, e.g. linux/arm64 [default: every platform the backend lists; another architecture than this host's resolves under QEMU].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--verbose", "-v", is_flag=True, help="Show the resolver's full output.")
+@click.option("--verbose", is_flag=True, help="Show the resolver's full output.")
 def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, platform, as_json, verbose) -> None:
     """Write locks/BACKEND/OS-ARCH.txt: per platform, every distribution the image adds to its base, pinned and hashed.
 
-    The lock is resolved in the backend's own base on the engine that builds (pip in that environment,
-    so a vendor's torch and plugin are kept, never replaced), with the same --mirror, --wheelhouse,
-    --ca-bundle and --netrc as build. Its header records what it was resolved from; an unchanged lock is
-    not resolved again. Same inputs, same bytes. Builds install it with hash checking. The header names the
-    platform and the base image's registry digest for it (asked of the registry, or given by a base pinned
-    by digest), so a lock made on one machine is current on every other.
+    Resolved in the backend's own base on the engine that builds, with the same --mirror, --wheelhouse,
+    --ca-bundle and --netrc as build; an unchanged lock is not resolved again.
 
     \b
     Examples:
       envbuild lock --backend cpu
       envbuild lock --backend cpu --upgrade-package huggingface-hub
-      envbuild lock --check            # CI: are the locks this repository carries current?
+      envbuild lock --check            # CI: are the locks current?
     """
+    # pip runs in the vendor's base, so its torch and plugin are kept, never replaced. Same inputs, same bytes. The
+    # header records the platform and the base's registry digest for it (asked of the registry, or given by a base
+    # pinned by digest), so a lock made on one machine is current on every other.
     from envbuild.tools import report
     from envbuild.imagebuild import locking
 
@@ -571,8 +793,8 @@ def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> Non
 
     \b
     Examples:
-      envbuild metadata              # offline: exit 1 naming each pin the cache lacks
-      envbuild metadata --refresh    # ask the indexes, write matrix.metadata.json, validate against it
+      envbuild metadata              # offline: name each pin the cache lacks
+      envbuild metadata --refresh    # ask the indexes, write the cache
     """
     from envbuild import matrix as matrix_mod
     from envbuild.matrix import facts
@@ -624,7 +846,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
       envbuild bump --dry-run
       envbuild bump --only transformers --only uv
       envbuild bump --only backends.cuda.base_image
-      envbuild bump --only transformers --to 5.24.0
+      envbuild bump --only transformers --to VERSION
     """
     from envbuild import matrix as matrix_mod
     from envbuild.tools.sources import bump as bumping
@@ -669,46 +891,53 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
         sys.exit(1)
 
 
-def _report_builds(results: list, json_path: str | None, platform: str | None) -> None:
+def _report_builds(results: list, json_path: str | None, platform: str | None, as_json: bool = False) -> None:
     from envbuild.tools import report
 
     for result in results:
         if result.ok:
-            click.echo(report.build_line(result, platform))
+            click.echo(report.build_line(result, platform), err=as_json)
         else:
             click.secho(report.build_line(result, platform), fg="red", err=True)
             if result.log:
                 click.echo(f"{result.backend}: full log: {result.log}", err=True)
     if json_path:
         _write_output(json_path, json.dumps([r.to_json() for r in results], indent=2) + "\n")
-    if len(results) > 1:
+    if as_json:
+        _emit_json([r.to_json() for r in results])
+    elif len(results) > 1:
         click.echo(report.table(report.build_rows(results), report.BUILD_COLUMNS))
     if not all(r.ok for r in results):
         sys.exit(1)
 
 
 @cli.command()
-@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to test, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
+@click.option("--backend", "-b", "backends", multiple=True, default=["auto"], show_default=True, metavar="NAME", help="Backend to test, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
 @click.option("--image", callback=_image_ref, help="Image to test [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--model", default="synthetic", show_default=True, help="'synthetic' (a tiny random model, offline), a local model directory (mounted read-only) or a hub id.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds before the container is stopped and the smoke fails.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the result (with the probe's report) as JSON.")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Write a JUnit XML report for CI.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON, with the probe's report (the progress goes to stderr).")
+@click.option("--json-file", "json_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the result as JSON to FILE, with the probe's report.")
+@click.option("--junit-file", "junit_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write a JUnit XML report for CI to FILE.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
 @click.option("--cache", metavar="DIR|VOLUME", help="Mount this at /cache, as `envbuild run --cache` does: the probe's model and compiled kernels stay there, and the next smoke reuses them (a folder with a '/', or a volume name, e.g. envbuild-cache) [default: a new volume, removed afterwards].")
 @click.option("--platform", type=_PlatformArg(), help="Test the image of this platform, e.g. linux/arm64 [default: this host's]: REPO:BACKEND-ARCH when it is not this host's architecture, run under QEMU; the result says so.")
 @_matrix_options
-def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, cache, platform, matrix_path, overrides) -> None:
+def smoke(backends, image, model, timeout, as_json, json_path, junit_path, ignore_host, cache, platform, matrix_path,
+          overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
 
-    Inside the container the probe imports the plugin, checks the device is visible (never falling back
-    to CPU), checks the pinned versions, loads the model with from_pretrained(..., device_map=DEVICE),
-    runs a forward pass (and greedy tokens for a causal LM), compares with the CPU and, where the matrix
-    asks, compiles a kernel with torch.compile. One container, one run: as a uid the image does not know,
-    with group 0 (as OpenShift runs images). The container is always removed. Exit 0 only when every
-    check passed. Under QEMU emulation (an image of another architecture) the result says so, and checks that
-    mean nothing there (timings, torch.compile) are reported as skipped with the reason.
+    The probe checks the device is visible (never falling back to CPU) and the pins, loads the model on the
+    device, runs a forward pass and compares it with the CPU. Exit 0 only when every check passed.
+
+    \b
+    Examples:
+      envbuild smoke                                   # the backend detected here
+      envbuild smoke --backend cpu --json-file smoke.json --junit-file junit.xml
     """
+    # One container, one run, as a uid the image does not know with group 0 (as OpenShift runs images); always
+    # removed. A causal LM also generates greedy tokens; torch.compile is checked where the matrix asks. Under QEMU
+    # (another architecture) the result says so and timings and torch.compile are skipped with the reason.
     from envbuild.tools import report
 
     m = _load(matrix_path, overrides)
@@ -720,13 +949,15 @@ def smoke(backends, image, model, timeout, json_path, junit_path, ignore_host, c
     smoking.model_args(model)  # bad input before any engine
     if cache is not None:
         smoking.runner.cache_source(cache)
-    results = smoking.smoke_each(m, chosen, _engine(), keep_going=len(chosen) > 1 or bool(json_path or junit_path),
+    results = smoking.smoke_each(m, chosen, _engine(), keep_going=len(chosen) > 1 or bool(as_json or json_path or junit_path),
                            failed=lambda exc: click.secho(f"Error: {exc}", fg="red", err=True),
-                           done=lambda result: click.echo(report.smoke_summary(result)), image=image, model=model,
+                           done=lambda result: click.echo(report.smoke_summary(result), err=as_json), image=image, model=model,
                            timeout=timeout, echo=echo, ignore_host=ignore_host, cache=cache, platform=platform)
+    doc = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
     if json_path:
-        doc = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
         _write_output(json_path, json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        _emit_json(doc)
     if junit_path:
         _write_output(junit_path, report.junit_xml(results))
     if not all(r.ok for r in results):
@@ -743,7 +974,13 @@ def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
     leaves them) and its untagged images (build results a newer build replaced). Running containers, tagged
     images and anything envbuild did not make are never touched; an image a container still uses stays.
     With --build-cache, the cache mounts of envbuild's install steps go too (the next build downloads again):
-    the way out when a build fails in a way a broken cache can cause."""
+    the way out when a build fails in a way a broken cache can cause.
+
+    \b
+    Examples:
+      envbuild clean
+      envbuild clean --containers-only
+    """
     done = cleaning.clean(_engine(), images=not containers_only, build_cache=build_cache)
     if as_json:
         click.echo(json.dumps(done.to_json(), indent=2))
@@ -817,19 +1054,19 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
          matrix_path, overrides, command) -> None:
     """Work in a backend's image: `envbuild run [OPTIONS] [-- COMMAND ...]`, a shell without a command.
 
-    The container gets the backend's device flags and shared-memory setting from the matrix, one cache
-    volume at /cache (HF_HOME, Inductor's and Triton's caches: downloads and compiled kernels stay between
-    runs), the current folder at /workspace as its working directory (files written there are yours: your
-    uid, group 0), and a terminal when this is one. The exit status is the command's; Ctrl-C and SIGTERM
-    reach it; the container is removed afterwards. The host is checked first as for `smoke`; with --key (or
-    $ENVBUILD_VERIFY_KEY) the image must verify (signature, attestations, passed smoke) before it starts.
+    The container gets the backend's device flags, a cache at /cache (downloads and compiled kernels stay), the
+    current folder at /workspace (files written there are yours) and a terminal when this is one. The exit status
+    is the command's; the container is removed afterwards.
 
     \b
     Examples:
       envbuild run --backend cuda -- python train.py
-      envbuild run -e HF_TOKEN --cache ./cache -- python -c "import torch; print(torch.cuda.is_available())"
+      envbuild run -e HF_TOKEN --cache ./cache -- python -c "import torch"
       envbuild run --dry-run --backend rocm
     """
+    # Shared memory from the matrix; your uid and group 0 in the container; Ctrl-C and SIGTERM reach the command.
+    # The host is checked first as for `smoke`; with --key (or $ENVBUILD_VERIFY_KEY) the image must verify
+    # (signature, attestations, passed smoke) before it starts.
     from envbuild.core.engine import Engine
 
     m = _load(matrix_path, overrides)
@@ -851,6 +1088,11 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     container runtimes registered with the Docker daemon, and macOS on arm64 for mps. Needs no Docker:
     without a daemon the runtimes are "not checked". cpu is always available. Also says what
     `--backend auto` would choose.
+
+    \b
+    Examples:
+      envbuild detect
+      envbuild detect --json
     """
 
     from envbuild.tools import report
@@ -881,15 +1123,18 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
 @_matrix_options
 def doctor(backend: str, registry: str | None, publish: bool, root: Path | None, as_json: bool, matrix_path: str,
            overrides: tuple[str, ...]) -> None:
-    """Check that this host can build and smoke-test a backend, with a fix for each failure.
+    """Whether this host can build a backend's image, and run it, with a fix for each failure.
+
+    Building needs the Docker daemon, BuildKit, disk and the base image's registry; running also needs the
+    device, its container runtime, device nodes and groups. With --publish (or --registry) it also asks the
+    registry to publish to and finds push credentials. Exit 1 when a blocking check fails.
 
     \b
-    Checks: the Docker daemon (reachable, its version); BuildKit (the buildx plugin, or a client
-    that builds with it); the backend's container runtime, device nodes and groups; free disk at
-    Docker's data root for the image; and, with --registry or --publish, push credentials.
-    For mps (no container can reach it) it checks the platform and Python's venv instead.
-    Exits 1 when a blocking check fails (warnings do not).
+    Examples:
+      envbuild doctor                      # the backend detected here
+      envbuild doctor --backend rocm --publish
     """
+    # For mps (no container can reach it) it checks the platform and Python's venv instead.
 
     from envbuild.tools import report as reports
     from envbuild.tools import doctor as doc
@@ -913,14 +1158,14 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
 
 
 @cli.command("env")
-@click.option("--backend", "-b", required=True, metavar="NAME", help="cpu, mps (on a Mac with Apple Silicon), a pip-torch backend (cuda, xpu, npu, tpu), or 'auto'.")
+@click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="cpu, mps (on a Mac with Apple Silicon), a pip-torch backend (cuda, xpu, npu, tpu), or 'auto' (the one detected here).")
 @click.option("--dir", "directory", required=True, type=_PathArg(file_okay=False), help="Where to make the environment (must not exist, or be empty, unless --force).")
 @click.option("--python", "python", metavar="EXE", help="The interpreter to base it on [default: the one running envbuild].")
 @click.option("--force", is_flag=True, help="Replace the virtual environment already at --dir.")
 @click.option("--no-probe", is_flag=True, help="Do not run the probe once the environment is made.")
 @click.option("--dry-run", is_flag=True, help="Print the exact commands, for any backend and platform; create nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (the plan with --dry-run; else the result with the probe's report).")
-@click.option("--verbose", "-v", is_flag=True, help="Show pip's full output.")
+@click.option("--verbose", is_flag=True, help="Show pip's full output.")
 @_matrix_options
 def env(backend: str, directory: Path, python: str | None, force: bool, no_probe: bool, dry_run: bool, as_json: bool,
         verbose: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
@@ -987,23 +1232,19 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
             sign_key, matrix_path, overrides) -> None:
     """Push a backend's image (or all) and record each pushed digest in the manifest.
 
-    Pushes the matrix's tags under the registry repository: REG:BACKEND and the pinned
-    REG:BACKEND-torchX-...-transformersY. Only when every tag landed and the registry confirmed the digest
-    is the backend's manifest entry replaced (atomically): backend, tags, digest, torch / plugin /
-    transformers / accelerate versions (from the image's labels), git revision, date and the smoke result
-    given with --smoke-json. An image whose labels disagree with the matrix, or whose smoke failed, is
-    refused unless --force.
+    Pushes REG:BACKEND and the pinned tag; the manifest entry is replaced only once every tag landed and the
+    registry confirmed the digest. Credentials: ENVBUILD_REGISTRY_USER + ENVBUILD_REGISTRY_PASSWORD, else
+    `docker login REGISTRY`; never on the command line, never printed.
 
     \b
-    Credentials, never from the command line and never printed:
-      ENVBUILD_REGISTRY_USER + ENVBUILD_REGISTRY_PASSWORD (for ghcr.io also GITHUB_ACTOR + GITHUB_TOKEN),
-      else the Docker config (`docker login REGISTRY`, credential helpers).
-
-    \b
-    Example:
-      envbuild smoke --backend cpu --json smoke.json
-      envbuild publish --backend cpu --registry ghcr.io/org/envbuild --smoke-json smoke.json
+    Examples:
+      envbuild smoke --backend cpu --json-file smoke.json
+      envbuild publish --backend cpu --registry ghcr.io/org/envbuild \\
+          --smoke-json smoke.json
     """
+    # The entry: backend, tags, digest, torch / plugin / transformers / accelerate versions (from the image's labels),
+    # git revision, date and the smoke result. An image whose labels disagree with the matrix, or whose smoke failed,
+    # is refused unless --force. For ghcr.io GITHUB_ACTOR + GITHUB_TOKEN also serve; credential helpers too.
     from envbuild.tools import report
     from envbuild.core.engine import Engine
     from envbuild.ship import publish as p
@@ -1025,7 +1266,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
     for r in results:
         for line in report.published_lines(r, opts.manifest):
-            click.echo(line)
+            click.echo(line, err=as_json)
         if not r.ok:
             click.secho(f"{r.backend}: publish FAILED: {r.error}", fg="red", err=True)
     if as_json:
@@ -1037,9 +1278,9 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 
 
 @cli.command()
-@click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend whose image to pull (repeatable).")
+@click.option("--backend", "-b", "backends", multiple=True, default=["auto"], show_default=True, metavar="NAME", help="Backend whose image to pull, 'all', or 'auto' (the one detected here) (repeatable).")
 @click.option("--registry", metavar="REPOSITORY", help="Where to pull from [default: the matrix's image.repository].")
-@click.option("--tag", help="Tag to pull [default: the backend's pinned tag from the matrix, e.g. cpu-torch2.15.0-transformers5.23.0].")
+@click.option("--tag", metavar="TAG", help="Tag to pull [default: the backend's pinned tag from the matrix, as `envbuild show BACKEND` prints it].")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help="Refuse the image unless its digest is the one this manifest records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--ignore-host", is_flag=True, help="Skip the check that this host's driver and device architecture can run the image (see `envbuild doctor`).")
@@ -1049,17 +1290,16 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key, insecure_skip_verify, matrix_path, overrides) -> None:
     """Pull a backend's prebuilt image, verify it, and print how to run it.
 
-    The tag comes from the matrix (the pinned one, so the image carries exactly this matrix's versions).
-    With --manifest the registry's digest must equal the recorded one, checked before and after the pull;
-    a mismatch is refused and nothing is tagged. With --key (or $ENVBUILD_VERIFY_KEY) the image must first
-    verify as `envbuild verify` checks it, and the digest that arrives must be the verified one.
-    The image is then tagged as the matrix's REPO:BACKEND, so
-    `envbuild smoke --backend BACKEND` tests it with no further flags. Credentials as for `publish`.
+    The tag is the matrix's pinned one (`envbuild show BACKEND` prints it); the image is then tagged REPO:BACKEND,
+    so `smoke` and `run` find it. With --manifest its digest must be the recorded one; with --key its signature.
 
     \b
-    Example:
+    Examples:
       envbuild pull --backend cpu && envbuild smoke --backend cpu
+      envbuild pull --backend rocm --manifest envbuild-manifest.json
     """
+    # The digest is checked before and after the pull; a mismatch is refused and nothing is tagged. Credentials as
+    # for `publish`.
     from envbuild.tools import report
     from envbuild.core.engine import Engine
     from envbuild.ship import pull as p
@@ -1093,6 +1333,10 @@ def sbom_(backend, image, output, matrix_path, overrides) -> None:
     Read from the image without running it: every Python distribution installed in it with its version
     (those it locked with their sha256, and those of its base), its labels and its base image. `publish`
     writes one beside the manifest. Read one with `jq '.components[] | [.name, .version] | @tsv'`.
+
+    \b
+    Examples:
+      envbuild sbom --backend cpu -o sbom.json
     """
     from envbuild.core.engine import Engine
     from envbuild.ship.sbom import sbom
@@ -1116,6 +1360,11 @@ def keygen(prefix: Path, force: bool) -> None:
     terminal; it is never an argument and never printed. `cosign verify --key cosign.pub` reads what
     `envbuild publish --sign-key cosign.key` signs. Keep cosign.key secret (in CI: a repository secret);
     commit cosign.pub.
+
+    \b
+    Examples:
+      envbuild keygen
+      envbuild keygen --output-key-prefix keys/team
     """
 
     from envbuild.ship.trust import keys
@@ -1138,6 +1387,10 @@ def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
     every attestation beside it (sha256-<hex>.att: SBOM, provenance, smoke result) is a DSSE envelope
     signed by the key whose in-toto subject is that digest; the signed smoke result passed. Exit 1 naming
     the reason otherwise: unsigned, other-key, tampered, smoke-missing, smoke-failed, attestation.
+
+    \b
+    Examples:
+      envbuild verify ghcr.io/org/envbuild:cpu --key cosign.pub
     """
     from envbuild.ship.trust import keys
     from envbuild.ship.trust.verify import split_image, verify
@@ -1166,6 +1419,10 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
     """Add a signed smoke attestation to an image already in the registry (e.g. a nightly run on hardware).
 
     The result must be of that very image: its image id is the registry manifest's config digest.
+
+    \b
+    Examples:
+      envbuild attest --backend cuda --smoke-json smoke.json
     """
     from envbuild.ship.trust.attest import attest_smoke
 
@@ -1195,6 +1452,11 @@ def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
     Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
     from the backend's ci.runs_on), self-hosted, smoke (whether that runner has the device: the CPU always,
     accelerators on self-hosted runners) and smoke_args. Workflows take their backend list from here only.
+
+    \b
+    Examples:
+      envbuild matrix
+      envbuild matrix --format github --per-platform
     """
     from envbuild.tools import ci, report
 
@@ -1220,7 +1482,8 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
 
     \b
     Example (a nightly run's artifacts):
-      envbuild summary results/ --backend all --format markdown >> "$GITHUB_STEP_SUMMARY"
+      envbuild summary results/ --backend all --format markdown \\
+          >> "$GITHUB_STEP_SUMMARY"
     """
     from envbuild.tools import report
 
@@ -1246,13 +1509,14 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
 def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -> None:
     """A static status site: backends x platforms with the last smoke result, a page per backend, trends.
 
-    \b
     HTML, CSS and SVG charts: open OUTPUT/index.html, or publish the folder (GitHub Pages). OUTPUT/grid.md
     is the same grid in Markdown, for $GITHUB_STEP_SUMMARY; OUTPUT/history/ holds the runs shown, in the
     --history format. Without --manifest and --smoke-json the latest history run is the current one.
+
     \b
     Example (a nightly run):
-      envbuild site --manifest envbuild-manifest.json --smoke-json results --history history --output site
+      envbuild site --manifest envbuild-manifest.json --smoke-json results \\
+          --history history --output site
     """
     from envbuild import matrix as matrices
     from envbuild.tools import site
@@ -1263,6 +1527,20 @@ def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -
     inputs = site.Inputs(matrix_path=str(matrix_path or matrices.default_path()), manifest=manifest,
                          smoke=tuple(smoke_json), history=history, keep=keep)
     site.build(m, inputs, output, echo=click.echo)
+
+
+def _wire_completion(group: click.Group) -> None:
+    """Backend names and platforms complete from the matrix in every command that takes them (set here, once,
+    for each --backend/-b, a BACKEND argument and --platform)."""
+    for command in group.commands.values():
+        for param in command.params:
+            if param.name in ("backend", "backends", "backend_arg") and param._custom_shell_complete is None:
+                param._custom_shell_complete = _complete_backend
+            elif param.name in ("platform", "platforms") and param._custom_shell_complete is None:
+                param._custom_shell_complete = _complete_platform
+
+
+_wire_completion(cli)
 
 
 def main() -> None:

@@ -48,10 +48,10 @@ class MatrixError(InvalidInput):
 
 
 class UnknownBackendError(InvalidInput):
-    def __init__(self, name: str, valid: list[str]):
+    def __init__(self, name: str, valid: list[str], hint: str = ""):
         self.name = name
         self.valid = valid
-        super().__init__(f"unknown backend '{name}'; valid backends: {', '.join(valid)}")
+        super().__init__(f"unknown backend '{name}'{f' ({hint})' if hint else ''}; valid backends: {', '.join(valid)}")
 
 
 class NotContainerizableError(InvalidInput):

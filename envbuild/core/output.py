@@ -132,6 +132,11 @@ def safe(text: str, scrubber: Callable[[str], str] | None = None) -> str:
 _STYLE = re.compile(r"\x1b\[(?:0|1|22|3[0-79]|9[0-7])m")
 
 
+def no_color(environ: Mapping[str, str] | None = None) -> bool:
+    """NO_COLOR (https://no-color.org): set and not empty, nothing is coloured."""
+    return bool((os.environ if environ is None else environ).get("NO_COLOR"))
+
+
 class OutputFault(EnvbuildError):
     """Standard output or error could not be written (a closed pipe, a full device)."""
 
@@ -172,7 +177,7 @@ class SafeStream(io.TextIOBase):
 
     def clean(self, text: str) -> str:
         text = self.scrubber(text)
-        if not self.isatty():  # no colours off a terminal (click strips its own): every escape shown
+        if not self.isatty() or no_color():  # no colours off a terminal or under NO_COLOR: every escape shown
             return shown(text, keep="\n\t")
         parts = _STYLE.split(text)
         styles = _STYLE.findall(text)

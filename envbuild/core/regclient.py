@@ -106,7 +106,7 @@ def sha256(data: bytes) -> str:
 
 
 def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None, context: Any,
-          authorization: str | None) -> _Response:
+          authorization: str | None, timeout: float | None = None) -> _Response:
     """One request through the standard library's client (no `requests` to import: a no-op build asks the
     registry for its base's digest, and that import alone took 0.1 s). An error status is an answer, not an
     exception; the authorization is never forwarded by a redirect (a blob served from storage elsewhere)."""
@@ -114,7 +114,7 @@ def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None,
     if authorization:
         req.add_unredirected_header("Authorization", authorization)
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT, context=context) as resp:
+        with urllib.request.urlopen(req, timeout=timeout or TIMEOUT, context=context) as resp:
             return _Response(resp.status, resp.headers, resp.read(MAX_DOC + 1))
     except urllib.error.HTTPError as exc:
         with exc:
@@ -201,6 +201,15 @@ class Registry:
             raise RegistryAuthError(f"the token service of {self.host} refused ({resp.status_code})")
         body = resp.json()
         return "Bearer " + str(body.get("token") or body.get("access_token"))
+
+    def ping(self, timeout: float) -> int:
+        """The status the registry's API root (/v2/) answers with: 200, or 401 asking for a login (it answers
+        either way); RegistryUnreachableError when nothing answers within `timeout` seconds."""
+        url = f"{self.base}/v2/"
+        try:
+            return _http("GET", url, {}, None, self._context(url), None, timeout=timeout).status_code
+        except OSError as exc:
+            raise RegistryUnreachableError(f"registry {self.host} unreachable ({_reason(exc)})") from None
 
     # -- reading ------------------------------------------------------------------------------------------------
     def manifest(self, ref: str) -> Manifest | None:

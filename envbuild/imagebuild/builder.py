@@ -22,7 +22,7 @@ from envbuild.core import engine
 from envbuild.core.credential_env import CREDENTIAL_ENV
 from envbuild.core.errors import BuildError, DockerError
 from envbuild.core.files import write_atomic
-from envbuild.core.imageref import InvalidReference, Reference
+from envbuild.core.imageref import base_ways_out
 from envbuild.core.output import Scrubber
 from envbuild.core.paths import cache_dir
 
@@ -218,13 +218,7 @@ def base_failure(error: str, base: str, backend: str) -> str | None:
     low = error.lower()
     why = next((w for key, w in _BASE_WHY if key in low), "its registry did not serve it")
 
-    try:
-        host = Reference.parse(base).registry
-    except InvalidReference:
-        host = "REGISTRY"
-    return (f"cannot pull the base image {base} ({why}). Ways out: a mirror you can reach "
-            f"(`--mirror {host}=MIRROR`), an image you have (`--set backends.{backend}.base_image=IMAGE`), or push it to a "
-            f"local registry and point --set there. BuildKit said: {error[-300:]}")
+    return f"cannot pull the base image {base} ({why}). {base_ways_out(base, backend)} BuildKit said: {error[-300:]}"
 
 
 # What an installer says when a cache entry it trusted is broken (uv: "The wheel is invalid: Missing .dist-info

@@ -82,7 +82,7 @@ class BuildOptions:
     def check(self) -> None:
         """Refuse, before any work, values the builder would read as options or that would corrupt its command
         line or logs (they go to its argv, never through a shell)."""
-        for option, values in (("--tag", self.tags), ("--build-arg", self.build_args), ("--label", self.labels),
+        for option, values in (("--image", self.tags), ("--build-arg", self.build_args), ("--label", self.labels),
                                ("--platform", (self.platform or "",)), ("--builder", (self.builder or "",)),
                                ("--cache-from", self.cache_from), ("--cache-to", self.cache_to),
                                ("--network", (self.network or "",))):
@@ -110,11 +110,11 @@ class BuildOptions:
             parse_mirror(rule)
         for tag in self.tags:
             try:
-                ref = Reference.parse(tag, "--tag")
+                ref = Reference.parse(tag, "--image")
             except InvalidReference as exc:
                 raise InvalidInput(f"{exc} (e.g. 'myorg/envbuild:cpu')") from None
             if ref.digest:
-                raise InvalidInput(f"--tag {tag!r}: a tag cannot carry a digest (e.g. 'myorg/envbuild:cpu')")
+                raise InvalidInput(f"--image {tag!r}: the tag to give cannot carry a digest (e.g. 'myorg/envbuild:cpu')")
         if self.platform:  # the CLI gave it read (canonical); a library caller's is read here, by the same rule
             from envbuild.core.platform import Platform
 

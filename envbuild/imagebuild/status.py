@@ -13,7 +13,7 @@ import threading
 import time
 from typing import TextIO
 
-from envbuild.core.output import scrub
+from envbuild.core.output import no_color, scrub
 from envbuild.core.text import shown
 
 _UP = "\x1b[{n}F"  # cursor to the start of the line n lines up
@@ -23,7 +23,7 @@ _CLEAR = "\x1b[2K"  # clear the whole line
 class StatusBoard:
     def __init__(self, names: list[str], stream: TextIO | None = None, live: bool | None = None, tick: float = 0.5):
         self.stream = stream or sys.stderr
-        self.live = self.stream.isatty() if live is None else live
+        self.live = (self.stream.isatty() and not no_color()) if live is None else live  # a board redraws with escapes
         self.names = list(names)
         self.width = max(len(n) for n in self.names) if self.names else 0
         self.state = {n: "waiting" for n in self.names}

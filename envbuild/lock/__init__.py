@@ -70,9 +70,11 @@ def base_digest(backend: Backend, base_image: str, platform: str, opts: Settings
     try:
         digest, _ = regclient.Registry(base_image, environ, opts.ca_bundle, publish=False).platform_digest(base_image, platform)
     except PublishError as exc:
+        from envbuild.core.imageref import base_ways_out
+
         raise LockError(f"{backend.name}: cannot resolve the base image {base_image} for {platform} in its registry "
-                        f"({exc}); a lock names its base by the registry's digest: pin it by digest "
-                        f"(--set backends.{backend.name}.base_image=REF@sha256:...) to lock without asking") from None
+                        f"({exc}): a lock names its base by the registry's digest. "
+                        f"{base_ways_out(base_image, backend.name)}") from None
     return digest
 
 

@@ -168,10 +168,14 @@ class Matrix:
         return [b.name for b in self.backends]
 
     def backend(self, name: str) -> Backend:
+        """A backend by its name or a name people use for it (amd, nvidia, Gaudi, Ascend; case folded)."""
+        from envbuild.matrix.names import resolve
+
+        found, why = resolve(name, self.names, {b.name: b.description for b in self.backends})
         for b in self.backends:
-            if b.name == name:
+            if b.name == found:
                 return b
-        raise UnknownBackendError(name, self.names)
+        raise UnknownBackendError(name, self.names, why)
 
     def containerizable(self) -> list[Backend]:
         return [b for b in self.backends if b.containerizable]
@@ -181,7 +185,7 @@ class Matrix:
         names = list(names)
         if not names or "all" in names:
             return self.containerizable()
-        chosen = [self.backend(n) for n in dict.fromkeys(names)]
+        chosen = list({b.name: b for b in (self.backend(n) for n in names)}.values())
         if containers_only:
             for b in chosen:
                 if not b.containerizable:

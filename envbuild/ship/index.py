@@ -71,7 +71,7 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
 
 def _unsmoked(backend: Backend, platform: str) -> str:
     return (f"no smoke result for {platform}: an index names only smoke-tested platforms; run `envbuild smoke --backend "
-            f"{backend.name} --platform {platform} --json FILE` and pass --smoke-json FILE (or --force)")
+            f"{backend.name} --platform {platform} --json-file FILE` and pass --smoke-json FILE (or --force)")
 
 
 def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: tuple[Path, ...]) -> dict[str, dict]:

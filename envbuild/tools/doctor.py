@@ -44,22 +44,45 @@ MIN_SERVER = "18.09"  # the first engine with BuildKit (RUN --mount, secrets)
 # - pip CPU torch on a plain Debian/Python base: an image of about 2 GiB, plus the build cache.
 DISK_GIB = {"base": 30, "accelerator": 20, "cpu": 10}
 
+# What each check is for: building the image, running it here (the default), publishing it. Building needs no
+# accelerator, so a host without the GPU can build its image (and a CI runner does).
+PURPOSES = {"docker daemon": ("build", "run"), "buildkit": ("build",), "disk": ("build",), "base registry": ("build",),
+            "platforms": ("build", "run"), "publish registry": ("publish",), "registry credentials": ("publish",)}
+
+
+def purposes(check: Check) -> tuple[str, ...]:
+    return PURPOSES.get(check.name, ("run",))
+
+
 @dataclass
 class Report:
     backend: str
     description: str
     checks: list[Check]
+    containerizable: bool = True
 
     @property
     def blockers(self) -> list[Check]:
         return [c for c in self.checks if not c.ok and c.blocking and not c.skipped]
+
+    def blockers_for(self, purpose: str) -> list[Check]:
+        return [c for c in self.blockers if purpose in purposes(c)]
+
+    @property
+    def verdicts(self) -> dict[str, bool]:
+        """can build here, can run here (and, when asked, can publish): each apart."""
+        asked = ["build", "run"] if self.containerizable else ["run"]
+        if any("publish" in purposes(c) for c in self.checks):
+            asked.append("publish")
+        return {p: not self.blockers_for(p) for p in asked}
 
     @property
     def ok(self) -> bool:
         return not self.blockers
 
     def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "ok": self.ok, "checks": [c.to_json() for c in self.checks]}
+        return {"backend": self.backend, "ok": self.ok, **{f"can_{p}": ok for p, ok in self.verdicts.items()},
+                "checks": [{**c.to_json(), "for": list(purposes(c))} for c in self.checks]}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,6 +241,28 @@ def check_credentials(registry: str, environ: dict[str, str] | None = None) -> C
     return Check("registry credentials", found, f"{host}: {where}", None if found else credentials.login_fix(host))
 
 
+REGISTRY_TIMEOUT = 5.0  # seconds: a doctor says a registry does not answer rather than wait for it
+
+
+def check_registry(name: str, ref: str, fix: str, *, publish: bool = False, timeout: float = REGISTRY_TIMEOUT) -> Check:
+    """Whether the registry of `ref` (an image, a repository or a host) answers its API (/v2/) at all: what a lock
+    and a build ask first (the base's), or what publish pushes to."""
+    from envbuild.core.errors import EnvbuildError, RegistryUnreachableError
+    from envbuild.core.regclient import Registry
+
+    try:
+        registry = Registry(ref, publish=publish)
+    except EnvbuildError as exc:
+        return Check(name, False, f"{ref}: {exc}", fix)
+    try:
+        status = registry.ping(timeout)
+    except RegistryUnreachableError as exc:
+        return Check(name, False, f"{registry.host} for {ref} does not answer: {exc}", fix)
+    if status not in (200, 401):
+        return Check(name, False, f"{registry.host} for {ref} answered HTTP {status} at /v2/: not a registry's API", fix)
+    return Check(name, True, f"{registry.host} answers (HTTP {status} at /v2/) for {ref}")
+
+
 # --------------------------------------------------------------------------------------------------
 # Native-only backends (mps): no container, so the questions are the platform and Python's venv.
 
@@ -271,7 +316,7 @@ def diagnose(
     """Every check for `backend`, in order; never raises for what it finds."""
     rootp = Path(root)
     if not backend.containerizable:
-        return Report(backend.name, backend.description, native_checks(backend))
+        return Report(backend.name, backend.description, native_checks(backend), containerizable=False)
     engine, daemon = connector()
     runtimes = preflight.daemon_runtimes(engine) if preflight.wanted_runtime(backend) else set()
     checks = [daemon, check_builder(), preflight.runtime(backend, runtimes, rootp)]
@@ -280,7 +325,13 @@ def diagnose(
     checks.append(compat.host_check(backend, rootp, matrix=matrix, path_env=path_env))  # smoke, run, pull refuse on it
     checks.append(check_disk(backend, engine))
     checks.append(check_platforms(backend, str(rootp)))
+    if backend.base_image:
+        from envbuild.core.imageref import base_ways_out
+
+        checks.append(check_registry("base registry", backend.base_image, base_ways_out(backend.base_image, backend.name)))
     if registry:
+        checks.append(check_registry("publish registry", registry, "check the address and that the registry runs "
+                                     "(a local one: `docker run -d -p 5000:5000 registry:2`)", publish=True))
         checks.append(check_credentials(registry))
     checks += [c for c in (check_leftovers(engine),) if c]
     if engine is not None:

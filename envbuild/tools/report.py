@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from envbuild.tools.venv import EnvResult
 
 
-def backend_summary(b: Backend) -> dict[str, Any]:
-    return {
+def backend_summary(b: Backend, m: Matrix | None = None) -> dict[str, Any]:
+    row = {
         "backend": b.name,
         "device": b.device,
         "description": b.description,
@@ -31,6 +31,36 @@ def backend_summary(b: Backend) -> dict[str, Any]:
         "torch": b.torch.version + (" (base image)" if b.torch.source == "base" else ""),
         "plugin": f"{b.plugin.package}=={b.plugin.version}" if b.plugin else "-",
     }
+    if m is not None:
+        row["transformers"] = m.pin("transformers", b)
+    return row
+
+
+LIST_WIDTH = 100  # `envbuild list` fits this many columns: the base image is cut to fit (in full: show, --json)
+LIST_COLUMNS = ["backend", "description", "torch", "transformers", "base image"]
+
+
+def list_rows(m: Matrix) -> list[dict[str, Any]]:
+    """What `envbuild list` shows a person: what each backend is, its torch and transformers, its base."""
+    rows = []
+    for b in m.backends:
+        rows.append({
+            "backend": b.name,
+            "description": b.description,
+            "torch": b.torch.version + (" (base)" if b.torch.source == "base" else ""),
+            "transformers": m.pin("transformers", b),
+            "base image": b.base_image or "none: no container (`envbuild env`)",
+        })
+    return rows
+
+
+def fitted_table(rows: list[dict[str, Any]], columns: list[str], width: int = LIST_WIDTH) -> str:
+    """table(), its last column cut (with '...') so that every line fits `width`."""
+    last = columns[-1]
+    others = [max([len(c)] + [len(str(r.get(c, ""))) for r in rows]) for c in columns[:-1]]
+    room = max(width - sum(w + 2 for w in others), len(last) + 3)
+    cut = [{**r, last: v if len(v := str(r.get(last, ""))) <= room else v[:room - 3] + "..."} for r in rows]
+    return table(cut, columns)
 
 
 def run_command(m: Matrix, b: Backend, image: str | None = None, command: str = "envbuild-probe") -> str:
@@ -103,11 +133,17 @@ def requires_text(req: dict[str, Any]) -> str:
     return f"{driver}; device architectures: {archs}"
 
 
-def describe(detail: dict[str, Any]) -> str:
-    lines = [f"{detail['backend']}: {detail['description']} (device string '{detail['device']}')"]
+# What `show` leaves to --verbose and --json: how the probe and CI see a backend, not what a person picks it by.
+SHOW_VERBOSE = ("import", "device_check", "apt", "env", "runs_on")
+
+
+def describe(detail: dict[str, Any], verbose: bool = False) -> str:
+    lines = [f"{detail['backend']}: {detail['description']}" + (f" (device string '{detail['device']}')" if verbose else "")]
     if not detail["containerizable"]:
         lines.append(f"  not containerizable: {detail['reason']}")
     for key in ("variant_of", "base_image", "platforms", "torch", "plugin", "transformers", "accelerate", "import", "device_check", "apt", "env", "tags", "runs_on"):
+        if key in SHOW_VERBOSE and not verbose:
+            continue
         value = detail.get(key)
         if value in (None, [], {}):
             continue
@@ -121,7 +157,7 @@ def describe(detail: dict[str, Any]) -> str:
     if detail.get("docker_run"):
         flags = detail["docker_run_flags"]
         lines.append(f"  {'run flags:':<14}{shlex.join(flags) if flags else '(none needed)'}")
-        if detail.get("docker_run_why"):
+        if detail.get("docker_run_why") and verbose:
             lines.append(f"  {'why:':<14}{detail['docker_run_why']}")
         lines.append(f"  {'docker run:':<14}{detail['docker_run']}")
     return "\n".join(lines)
@@ -408,12 +444,20 @@ def doctor_text(report: Report) -> str:
         lines.append(f"  {c.status:<4}  {c.name:<{width}}  {c.detail}")
         if not c.ok and c.fix:
             lines.append(f"        {'':<{width}}  fix: {c.fix}")
-    if report.ok:
-        warn = [c.name for c in report.checks if not c.ok and not c.skipped]
-        lines.append(f"Ready for {report.backend}" + (f" (warnings: {', '.join(warn)})." if warn else "."))
-    else:
-        names = ", ".join(c.name for c in report.blockers)
-        lines.append(f"Not ready for {report.backend}: {len(report.blockers)} blocking problem(s): {names}.")
+    from envbuild.tools.doctor import purposes
+
+    how = "" if report.containerizable else " natively (`envbuild env`)"
+    for purpose, ok in report.verdicts.items():
+        blockers = report.blockers_for(purpose)
+        warn = [c.name for c in report.checks if not c.ok and not c.skipped and not c.blocking and purpose in purposes(c)]
+        where = f"{report.backend} here{how if purpose == 'run' else ''}"
+        if ok:
+            lines.append(f"Can {purpose} {where}" + (f" (warnings: {', '.join(warn)})." if warn else "."))
+        else:
+            lines.append(f"Cannot {purpose} {where}: {len(blockers)} blocking problem(s): "
+                         f"{', '.join(c.name for c in blockers)}.")
+    if report.containerizable and report.verdicts.get("build") and not report.verdicts.get("run"):
+        lines.append(f"Building needs no {report.description}: build here, run the image where one is.")
     return "\n".join(lines)
 
 

@@ -75,7 +75,24 @@ class Invocation:
                 value = "***" if SECRET_NAME.search(name) or secret_name(name) else given[name]
                 shown[i + 1] = f"{name}={value}"
         # secrets by value too (a URL's password, a token's shape, whatever the variable is called); escapes shown
-        return text.shown(scrub(shlex.join(shown)))
+        return text.shown(scrub(" ".join(pasteable(arg) for arg in shown)))
+
+
+def pasteable(arg: str) -> str:
+    """One argument quoted for a POSIX shell; one that holds a newline or another control character as bash's
+    $'...' with that character escaped, so the pasted line is one line and runs the very same text."""
+    if text.unsafe_char(arg) is None:
+        return shlex.quote(arg)
+    named = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    out = []
+    for ch in arg:
+        if ch in named:
+            out.append(named[ch])
+        elif text.unsafe_char(ch) is None:
+            out.append(ch)
+        else:
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x80 else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
+    return "$'" + "".join(out) + "'"
 
 
 SHELL = ("sh", "-c", "command -v bash >/dev/null && exec bash || exec sh")  # no command: a shell
@@ -105,8 +122,9 @@ def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactiv
     for volume in opts.volumes:
         src, sep, rest = volume.partition(":")
         if not sep or not src or not rest.startswith("/") or unsafe_char(volume) is not None or src.startswith("-"):
+            flag = " (-v is --volume, as in docker run; --verbose has no short form)" if volume.startswith("-") else ""
             raise InvalidInput(f"-v {volume!r}: expected SRC:DST[:ro] with an absolute DST and no control characters, "
-                               "e.g. ./data:/data:ro")
+                               f"e.g. ./data:/data:ro{flag}")
         if _is_folder(src):
             src = str(Path(src).expanduser().resolve())
             host_folders = True

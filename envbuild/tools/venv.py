@@ -190,9 +190,9 @@ def plan(
     if (backend.python.apt or backend.apt) and target.startswith("linux/"):
         extra = [p for p in (*backend.python.apt, *backend.apt) if p not in ("python3", "python3-venv")]
         if extra:
-            notes.append(f"the image also installs {' '.join(extra)} (apt): this host needs them for {backend.device}")
+            notes.append(f"the image also installs {' '.join(extra)} (apt): this host needs them for {backend.description}")
     if backend.device != "cpu":
-        notes.append(f"the probe's {backend.device} device check passes only on a host with {backend.description} "
+        notes.append(f"the probe's device check passes only on a host with {backend.description} "
                      "hardware (and its driver); it never falls back to the CPU")
     if not fits:
         notes.append(f"a plan for {_describe_platform(target)}: this host ({host}) would refuse it")

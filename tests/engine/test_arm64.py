@@ -104,7 +104,7 @@ def arm64_smoke(arm64):
     start = time.monotonic()
     out = arm64["work"] / "smoke-arm64.json"
     proc = run(["smoke", "--backend", "cpu", "--platform", "linux/arm64", "--matrix", MATRIX, *arm64["overrides"],
-                "--json", str(out)], arm64["work"])
+                "--json-file", str(out)], arm64["work"])
     TIMES["smoke under QEMU"] = time.monotonic() - start
     return proc, out
 

@@ -22,7 +22,7 @@ def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, d
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--quick", "--base", base_image, "--wheelhouse", str(wheelhouse),
-         "--ca-bundle", str(ca_bundle), "--matrix", str(MATRIX), "--json", str(out)],
+         "--ca-bundle", str(ca_bundle), "--matrix", str(MATRIX), "--json-file", str(out)],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )
     with capsys.disabled():

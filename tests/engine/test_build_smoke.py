@@ -69,7 +69,7 @@ def cache_volume(docker_client):
 def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_leftover_containers, cache_volume):
     proc = envbuild(
         "smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--model", "synthetic",
-        "--json", str(tmp_path / "smoke.json"), "--junit", str(tmp_path / "smoke.xml"), "--cache", cache_volume,
+        "--json-file", str(tmp_path / "smoke.json"), "--junit-file", str(tmp_path / "smoke.xml"), "--cache", cache_volume,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cpu: smoke passed" in proc.stdout
@@ -95,7 +95,7 @@ def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_left
     assert len(suite.findall("testcase")) == 10
     # The user's cache kept the model and the kernel: the next smoke (another arbitrary uid) finds both.
     again = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--cache", cache_volume,
-                     "--json", str(tmp_path / "again.json"))
+                     "--json-file", str(tmp_path / "again.json"))
     assert again.returncode == 0, again.stdout + again.stderr
     checks = {c["name"]: c for c in json.loads((tmp_path / "again.json").read_text())["checks"]}
     assert checks["compile"]["message"].startswith("a kernel loaded from the compile cache (/cache/torchinductor)")
@@ -106,7 +106,7 @@ def test_smoke_real_model_directory(cpu_image, real_model_dir, tmp_path, no_left
     """A model folder the image has never seen (real BERT weights and tokenizer), mounted read-only."""
     proc = envbuild(
         "smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides,
-        "--model", str(real_model_dir), "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
+        "--model", str(real_model_dir), "--json-file", str(tmp_path / "r.json"), "--junit-file", str(tmp_path / "r.xml"),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
@@ -124,7 +124,7 @@ def test_smoke_tiny_causal_model_made_on_host(cpu_image, tmp_path, no_leftover_c
     torch.manual_seed(1)
     model_dir = tmp_path / "tiny-gpt2"
     GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=300, n_positions=64)).save_pretrained(model_dir)
-    proc = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--model", str(model_dir), "--json", str(tmp_path / "g.json"))
+    proc = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--model", str(model_dir), "--json-file", str(tmp_path / "g.json"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((tmp_path / "g.json").read_text())
     assert doc["probe"]["model"]["class"] == "GPT2LMHeadModel"
@@ -135,7 +135,7 @@ def test_failing_smoke_exits_1_and_removes_container(cpu_image, tmp_path, no_lef
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
-    proc = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--model", str(broken), "--junit", str(tmp_path / "f.xml"))
+    proc = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--model", str(broken), "--junit-file", str(tmp_path / "f.xml"))
     assert proc.returncode == 1
     assert "FAIL load" in proc.stdout and "cpu: smoke FAILED" in proc.stdout
     suite = ET.parse(tmp_path / "f.xml").getroot().find("testsuite")
@@ -143,7 +143,7 @@ def test_failing_smoke_exits_1_and_removes_container(cpu_image, tmp_path, no_lef
 
 
 def test_timed_out_smoke_removes_container(cpu_image, tmp_path, no_leftover_containers):
-    proc = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--timeout", "1", "--json", str(tmp_path / "t.json"))
+    proc = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--timeout", "1", "--json-file", str(tmp_path / "t.json"))
     assert proc.returncode == 1
     assert "timed out after 1s" in proc.stdout
     assert json.loads((tmp_path / "t.json").read_text())["ok"] is False
@@ -182,7 +182,7 @@ def test_failed_build_keeps_the_old_tag(cpu_image, docker_client, wheelhouse, ca
     proc = envbuild(
         "build", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides,
         "--set", "transformers.version=0.0.1",  # valid version, no such release: pip fails
-        "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), "--tag", keep, cwd=tmp_path,
+        "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), "--image", keep, cwd=tmp_path,
     )
     assert proc.returncode == 1
     assert "build FAILED" in proc.stderr
@@ -197,7 +197,7 @@ def test_unchanged_rebuild_is_cached_then_up_to_date(cpu_image, wheelhouse, ca_b
     def again(name: str) -> subprocess.CompletedProcess:
         proc = envbuild(
             "build", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides,
-            "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), "--json", str(tmp_path / name), cwd=tmp_path,
+            "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), "--json-file", str(tmp_path / name), cwd=tmp_path,
         )
         assert proc.returncode == 0, proc.stderr
         assert json.loads((tmp_path / name).read_text())[0]["image_id"] == cpu_image.image_id
@@ -241,7 +241,7 @@ def test_mirror_rewrites_the_base_registry(cpu_image, registry, wheelhouse, ca_b
     proc = envbuild(
         "build", "--backend", "cpu", "--matrix", MATRIX,
         "--set", f"backends.cpu.torch.version={TORCH}", "--set", "backends.cpu.torch.index_url=https://pypi.org/simple",
-        "--mirror", f"docker.io={registry.host}", "--tag", "envbuild-test/mirrored:cpu",
+        "--mirror", f"docker.io={registry.host}", "--image", "envbuild-test/mirrored:cpu",
         "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr

@@ -29,7 +29,7 @@ def test_cli_cpu_passes_where_docker_runs(invoke, docker_client):
         return
     assert result.exit_code == 0, result.output
     assert "ok    disk" in result.stdout
-    assert result.stdout.splitlines()[-1].startswith("Ready for cpu")
+    assert [line.split(" (")[0].rstrip(".") for line in result.stdout.splitlines()[-2:]] == ["Can build cpu here", "Can run cpu here"]
 
 
 def test_cli_auto_json_where_docker_runs(invoke, docker_client):

@@ -29,7 +29,7 @@ def test_two_backends_build_at_once(cpu_image, base_image, wheelhouse, ca_bundle
     (tmp_path / "matrix.yaml").write_text(testbed.cpu_matrix(base_image, "envbuild-test/jobs", {"cpu": "", "cpu-again": ""}))
     proc = subprocess.run(
         ["envbuild", "build", "--backend", "all", "--jobs", "2", "--matrix", str(tmp_path / "matrix.yaml"),
-         "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), "--json", str(tmp_path / "b.json")],
+         "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca_bundle), "--json-file", str(tmp_path / "b.json")],
         capture_output=True, text=True, cwd=tmp_path, timeout=1800,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -84,7 +84,7 @@ def test_a_locked_image_keeps_its_versions_when_the_index_moves(locked, index, a
     assert check.returncode == 0 and "linux-amd64.txt up to date" in check.stdout, check.stdout + check.stderr
     again = envbuild("lock", "--backend", "cpu", *args, cwd=locked)  # inputs unchanged: nothing resolved
     assert "up to date" in again.stdout and (locked / "locks" / "cpu" / "linux-amd64.txt").read_text() == before
-    built = envbuild("build", "--backend", "cpu", "--locked", "--tag", f"{TAG}:a", *args, cwd=locked)
+    built = envbuild("build", "--backend", "cpu", "--locked", "--image", f"{TAG}:a", *args, cwd=locked)
     assert built.returncode == 0, built.stdout + built.stderr
     assert "resolving" not in built.stderr
     assert installed(docker_client, f"{TAG}:a", "envbuild-testdep") == "1.0.0"
@@ -93,7 +93,7 @@ def test_a_locked_image_keeps_its_versions_when_the_index_moves(locked, index, a
     assert up.returncode == 0, up.stdout + up.stderr
     old, new = lockfile.parse(before, "old").pins(), lockfile.parse((locked / "locks" / "cpu" / "linux-amd64.txt").read_text(), "new").pins()
     assert new.pop("envbuild-testdep") == "1.1.0" and old.pop("envbuild-testdep") == "1.0.0" and new == old
-    built = envbuild("build", "--backend", "cpu", "--locked", "--tag", f"{TAG}:b", *args, cwd=locked)
+    built = envbuild("build", "--backend", "cpu", "--locked", "--image", f"{TAG}:b", *args, cwd=locked)
     assert built.returncode == 0, built.stdout + built.stderr
     assert installed(docker_client, f"{TAG}:b", "envbuild-testdep") == "1.1.0"
 
@@ -105,7 +105,7 @@ def test_a_tampered_hash_fails_the_build_and_keeps_the_tag(locked, args, docker_
     (tmp_path / "locks" / "cpu" / "linux-amd64.txt").write_text(lock.replace(digest, "0" * 64))
     docker_client.images.get(f"{TAG}:b").tag(TAG, "tampered")
     before = docker_client.images.get(f"{TAG}:tampered").id
-    proc = envbuild("build", "--backend", "cpu", "--locked", "--tag", f"{TAG}:tampered", *args, cwd=tmp_path)
+    proc = envbuild("build", "--backend", "cpu", "--locked", "--image", f"{TAG}:tampered", *args, cwd=tmp_path)
     assert proc.returncode == 1 and "cpu: build FAILED" in proc.stderr
     assert "hash" in proc.stderr.lower() and "envbuild-testdep" in proc.stderr, proc.stderr
     assert docker_client.images.get(f"{TAG}:tampered").id == before

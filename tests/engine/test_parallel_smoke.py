@@ -16,7 +16,7 @@ RUNS = 4
 
 def test_four_smokes_of_one_image_at_once_all_pass(cpu_image, tmp_path, no_leftover_containers):
     procs = [subprocess.Popen(["envbuild", "smoke", "--backend", "cpu", "--matrix", str(MATRIX), *cpu_image.overrides,
-                               "--json", str(tmp_path / f"smoke-{i}.json")],
+                               "--json-file", str(tmp_path / f"smoke-{i}.json")],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(RUNS)]
     outputs = [p.communicate(timeout=1500)[0] for p in procs]

@@ -39,4 +39,4 @@ def test_npu_probe_names_the_missing_toolkit_and_sees_no_device(npu, docker_clie
 def test_npu_smoke_exits_1_with_no_device_and_leaves_no_container(npu, tmp_path, no_leftover_containers):
     proc, doc = smoke(npu, tmp_path)
     assert proc.returncode == 1
-    assert doc["error"].startswith("backend 'npu': no npu device can be reached here: `docker run --device` needs /dev/davinci0")
+    assert doc["error"].startswith("backend 'npu': no Huawei Ascend NPU can be reached here: `docker run --device` needs /dev/davinci0")

@@ -50,7 +50,7 @@ def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project
     old = image_id(docker_client, f"{REPO}:cpu")
     record = project / ".envbuild" / "context" / "cpu" / "last-build.json"
     for moment, delay, how in MOMENTS:
-        running = Running(*args, *(["--no-cache"] if how == "--no-cache" else kept), "-v", cwd=project)
+        running = Running(*args, *(["--no-cache"] if how == "--no-cache" else kept), "--verbose", cwd=project)
         running.wait_for(TORCH_STEP, timeout=600)
         time.sleep(delay)
         testbed.kill_dockerd()
@@ -67,14 +67,14 @@ def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project
     # (then the cache is whole and kept): which one happened is said, not asserted (tests/unit/test_build_cache.py
     # pins both).
     orphans = subprocess.run(["pgrep", "-f", "/run/uv/uv pip install"], capture_output=True, text=True).stdout.split()
-    again = envbuild(*args, *kept, "-v", cwd=project, timeout=1200)
+    again = envbuild(*args, *kept, "--verbose", cwd=project, timeout=1200)
     assert again.returncode == 0 and "up to date" not in again.stderr, again.stderr[-3000:]
     print(f"orphaned uv processes after the kills: {len(orphans)}; the next build "
           f"{'set the cut-off cache aside' if SET_ASIDE.search(again.stderr) else 'found a whole cache'}")
     assert image_id(docker_client, f"{REPO}:cpu") is not None
     # --no-cache really starts from nothing: one new, empty uv cache (the torch step starts it, later steps use it).
     # Docker 20.10's BuildKit also hands a --no-cache build an empty mount; the fresh_cache secret makes sure of it.
-    fresh = envbuild(*args, "--no-cache", "-v", cwd=project, timeout=1200)
+    fresh = envbuild(*args, "--no-cache", "--verbose", cwd=project, timeout=1200)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert len(NEW_EMPTY.findall(fresh.stderr)) == 1, fresh.stderr[-3000:]
 

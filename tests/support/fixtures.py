@@ -170,7 +170,7 @@ def cpu_smoke(cpu_image, tmp_path_factory) -> Path:
     """The cpu image's smoke result (`smoke --json`), once per session: what a publish of it needs."""
     out = tmp_path_factory.mktemp("cpu-smoke") / "smoke.json"
     proc = subprocess.run(["envbuild", "smoke", "--backend", "cpu", "--matrix", str(MATRIX), *cpu_image.overrides,
-                           "--image", cpu_image.image_id, "--json", str(out)],
+                           "--image", cpu_image.image_id, "--json-file", str(out)],
                           capture_output=True, text=True, cwd=out.parent, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out

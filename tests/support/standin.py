@@ -67,7 +67,7 @@ def probe(docker_client, image: Standin) -> dict:
 
 def smoke(image: Standin, cwd: Path) -> tuple[subprocess.CompletedProcess, dict]:
     proc = subprocess.run(["envbuild", "smoke", "--backend", image.backend, "--matrix", str(MATRIX), *image.overrides,
-                           "--json", "smoke.json"], capture_output=True, text=True, cwd=cwd, timeout=900)
+                           "--json-file", "smoke.json"], capture_output=True, text=True, cwd=cwd, timeout=900)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc, json.loads((cwd / "smoke.json").read_text())
 

@@ -274,12 +274,13 @@ def test_list_table(invoke) -> None:
     result = invoke("list", "--matrix", FIXED)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["BACKEND", "DEVICE", "CONTAINERIZABLE", "BASE_IMAGE", "TORCH", "PLUGIN"]
+    assert lines[0].split() == ["BACKEND", "DESCRIPTION", "TORCH", "TRANSFORMERS", "BASE", "IMAGE"]
     assert [ln.split()[0] for ln in lines[1:]] == ALL
+    assert all(len(line) <= 100 for line in lines)  # the base image is cut to fit; `show` has it whole
     mps = next(ln for ln in lines if ln.startswith("mps "))
-    assert "False" in mps
+    assert "no container" in mps and "True" not in result.stdout
     rocm = next(ln for ln in lines if ln.startswith("rocm "))
-    assert "(base image)" in rocm
+    assert "AMD GPU (ROCm)" in rocm and "(base)" in rocm and " cuda " not in rocm
 
 
 def test_list_json(invoke) -> None:
@@ -291,7 +292,7 @@ def test_list_json(invoke) -> None:
     assert by_name["mps"]["containerizable"] is False
     assert by_name["cpu"] == {
         "backend": "cpu", "device": "cpu", "description": "CPU", "containerizable": True,
-        "base_image": "debian:bookworm-slim", "torch": "2.15.0", "plugin": "-"}
+        "base_image": "debian:bookworm-slim", "torch": "2.15.0", "plugin": "-", "transformers": "5.23.0"}
     assert by_name["npu"]["plugin"] == "torch-npu==2.14.0"
     assert by_name["rocm"]["device"] == "cuda"
 

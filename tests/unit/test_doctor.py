@@ -60,10 +60,10 @@ def test_cpu_passes_trivially_with_a_daemon(m, tmp_path, builder_ok):
     report = doctor.diagnose(m, m.backend("cpu"), connector=connector(client), root=make_root(tmp_path))
     assert report.ok, report_text(report)
     assert [c.name for c in report.checks] == ["docker daemon", "buildkit", "runtime", "device", "host driver", "disk",
-                                                "platforms", "leftover containers"]
-    assert all(c.ok for c in report.checks)
+                                                "platforms", "base registry", "leftover containers"]
+    assert all(c.ok or c.skipped for c in report.checks)  # the base's registry is not asked in a test (conftest)
     assert client.closed
-    assert report_text(report).splitlines()[-1] == "Ready for cpu."
+    assert report_text(report).splitlines()[-2:] == ["Can build cpu here.", "Can run cpu here."]
 
 
 def test_cuda_without_the_nvidia_runtime_fails_with_nvidia_ctk(m, tmp_path, builder_ok):
@@ -86,7 +86,7 @@ def test_cuda_with_the_runtime_and_the_gpu_passes(m, tmp_path, builder_ok, monke
     monkeypatch.setenv("PATH", str(tool.parent))
     client = FakeEngine(runtimes=("runc", "nvidia"), root=tmp_path)
     report = doctor.diagnose(m, m.backend("cuda"), connector=connector(client), root=root, path_env=str(tool.parent))
-    assert report.ok and all(c.ok for c in report.checks), report_text(report)
+    assert report.ok and all(c.ok or c.skipped for c in report.checks), report_text(report)
     assert "/dev/nvidiactl" in by_name(report, "device").detail
 
 
@@ -350,7 +350,8 @@ def test_cli_without_docker_fails_with_the_fix(invoke, closed_socket):
     assert "FAIL  docker daemon" in out and f"cannot reach the Docker daemon at unix://{closed_socket}" in out
     assert "fix: DOCKER_HOST is set to" in out and ("systemctl start docker" in out or "apt-get install docker.io" in out)
     assert "skip  disk" in out
-    assert out.splitlines()[-1] == "Not ready for cpu: 1 blocking problem(s): docker daemon."
+    assert out.splitlines()[-2:] == ["Cannot build cpu here: 1 blocking problem(s): docker daemon.",
+                                     "Cannot run cpu here: 1 blocking problem(s): docker daemon."]
 
 
 def test_cli_without_docker_json(invoke, closed_socket):
@@ -359,7 +360,8 @@ def test_cli_without_docker_json(invoke, closed_socket):
     data = json.loads(result.stdout)
     assert data["backend"] == "cpu" and data["ok"] is False
     daemon = data["checks"][0]
-    assert set(daemon) == {"name", "status", "ok", "blocking", "detail", "fix"}
+    assert set(daemon) == {"name", "status", "ok", "blocking", "detail", "fix", "for"}
+    assert daemon["for"] == ["build", "run"] and data["can_build"] is False and data["can_run"] is False
     assert daemon["name"] == "docker daemon" and daemon["status"] == "FAIL" and daemon["fix"]
 
 

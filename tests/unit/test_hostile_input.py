@@ -214,8 +214,8 @@ def test_the_matrix_file_name_cannot_inject_into_the_header(write_matrix, invoke
 @pytest.mark.parametrize("args,fragment", [
     (["build", "--backend", "cpu", "--mirror", "docker.io=evil\nRUN id"], "--mirror"),
     (["build", "--backend", "cpu", "--mirror", "docker.io=a b"], "--mirror"),
-    (["build", "--backend", "cpu", "--tag", "bad tag!"], "--tag"),
-    (["build", "--backend", "cpu", "--tag", "--privileged"], "--tag"),
+    (["build", "--backend", "cpu", "--image", "bad tag!"], "--image"),
+    (["build", "--backend", "cpu", "--image", "--privileged"], "--image"),
     (["build", "--backend", "cpu", "--build-arg", "=x"], "--build-arg"),
     (["build", "--backend", "cpu", "--build-arg", "A=b\x1b[2J"], "--build-arg"),
     (["build", "--backend", "cpu", "--label", "NOEQUALS"], "--label"),

@@ -256,7 +256,7 @@ def test_an_unreachable_registry_builds_from_a_lock_current_in_every_other_input
     opts = plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks")
     p = plan.make_plan(m, cpu, opts, FakeEngine())
     with pytest.raises(LockError, match=r"cannot resolve the base image 127.0.0.1:1/envbuild-test/debian:bookworm for "
-                                        r"linux/amd64 .*pin it by digest"):
+                                        r"linux/amd64 .*--mirror 127.0.0.1:1=MIRROR.*local registry.*REF@sha256"):
         locking.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=lambda s: None)
     file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
     file.parent.mkdir(parents=True)

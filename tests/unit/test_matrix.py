@@ -373,3 +373,29 @@ def test_override_errors_name_the_set(override: str, fragment: str) -> None:
     assert problem.source == f"--set {override}"
     assert problem.line is None
     assert fragment in problem.message
+
+
+# --------------------------------------------------------------------------------------------------
+# The names people use for a backend.
+
+
+@pytest.mark.parametrize(("said", "meant"), [("amd", "rocm"), ("ROCm", "rocm"), ("nvidia", "cuda"), ("NVIDIA", "cuda"),
+                                             ("Gaudi", "hpu"), ("ascend", "npu"), ("trainium", "neuron"),
+                                             ("apple", "mps"), ("CPU", "cpu"), ("moore-threads", "musa")])
+def test_backend_names_people_use(said: str, meant: str) -> None:
+    assert matrix.load(FIXED).backend(said).name == meant
+
+
+def test_an_ambiguous_name_asks_which() -> None:
+    with pytest.raises(UnknownBackendError) as info:
+        matrix.load(FIXED).backend("intel")
+    assert "'intel' could mean xpu (Intel GPU) or hpu (Intel Gaudi): say which" in str(info.value)
+
+
+def test_a_misspelt_name_gets_a_suggestion() -> None:
+    with pytest.raises(UnknownBackendError) as info:
+        matrix.load(FIXED).backend("rcom")
+    assert str(info.value).startswith("unknown backend 'rcom' (did you mean rocm, the AMD GPU (ROCm)?); valid backends: cpu, ")
+    with pytest.raises(UnknownBackendError) as info:
+        matrix.load(FIXED).backend("nvida")
+    assert "(did you mean cuda, the NVIDIA GPU?)" in str(info.value)

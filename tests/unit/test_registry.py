@@ -566,7 +566,7 @@ def test_an_index_names_only_platforms_with_a_passing_smoke_result(tmp_path):
     with pytest.raises(PublishError) as err:
         publish_platforms(MATRIX, CPU, repo, None, {}, opts, lambda s: None, [amd, arm], {})
     assert "linux/amd64: no smoke result for linux/amd64" in str(err.value)
-    assert "envbuild smoke --backend cpu --platform linux/amd64 --json FILE" in str(err.value)
+    assert "envbuild smoke --backend cpu --platform linux/amd64 --json-file FILE" in str(err.value)
     assert "linux/arm64: its smoke test failed (device not visible)" in str(err.value)
     assert not (tmp_path / "m.json").exists()
 

@@ -201,6 +201,7 @@ def test_a_base_that_cannot_be_pulled_says_the_ways_out():
     message = builder.base_failure(said, "debian:bookworm-slim", "cpu")
     assert message.startswith("cannot pull the base image debian:bookworm-slim (no DNS answer for its registry)")
     assert "--mirror docker.io=MIRROR" in message and "--set backends.cpu.base_image=IMAGE" in message
+    assert "registry:2" in message and "docker-registry" in message and "base_image=REF@sha256:" in message
     quay = builder.base_failure("pull access denied for quay.io/ascend/cann", "quay.io/ascend/cann:9.2.0", "npu")
     assert "(access denied)" in quay and "--mirror quay.io=MIRROR" in quay
     assert builder.base_failure("#9 ERROR: process did not complete successfully: exit code: 1", "debian:12", "cpu") is None

@@ -46,7 +46,7 @@ def test_smoke_and_doctor_give_the_same_fix(tmp_path, backend):
     report = doctor.diagnose(MATRIX, b, connector=lambda: (FakeEngine(["runc"], root=tmp_path), preflight.Check("docker daemon", True, "fake")),
                              root=tmp_path)
     failed = next(c for c in report.checks if c.name in ("runtime", "device nodes") and not c.ok)
-    assert str(refused.value) == f"backend '{backend}': no {b.device} device can be reached here: {failed.detail}. Fix: {failed.fix}"
+    assert str(refused.value) == f"backend '{backend}': no {b.description} can be reached here: {failed.detail}. Fix: {failed.fix}"
 
 
 def test_model_arguments(tmp_path):

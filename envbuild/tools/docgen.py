@@ -265,7 +265,7 @@ class Problem:
 _FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
 _SHELLISH = {"", "sh", "bash", "shell", "console", "text", "shell-session", "zsh"}
 _INLINE = re.compile(r"(`+)(.+?)\1")
-_SPLIT = re.compile(r"&&|\|\||;|\||\$\(|\)|`")
+_SPLIT = re.compile(r"&&|\|\||;|\s\|\s|\$\(|\)|`")  # a pipe between words; `B|auto` is synopsis notation
 
 
 def command_lines(text: str) -> Iterator[tuple[int, str]]:

@@ -83,7 +83,7 @@ def _option_line(param: click.Parameter, ctx: click.Context) -> str:
     assert isinstance(param, click.Option)
     metavar = ""
     if not param.is_flag and not param.count:
-        metavar = " " + _inline(param.make_metavar(ctx) if _takes_ctx(param.make_metavar) else param.make_metavar())
+        metavar = " " + _inline(_metavar(param))
     text = _inline(param.help or "")
     extra = []
     if isinstance(param.type, click.Choice):
@@ -98,14 +98,27 @@ def _option_line(param: click.Parameter, ctx: click.Context) -> str:
     return f"- {names}{metavar}: {text}{tail}".rstrip()
 
 
-def _takes_ctx(method: Callable) -> bool:
-    import inspect
+def _metavar(param: click.Parameter) -> str:
+    """Worked out here, not by click, whose spelling of choices and ranges differs between its releases: the page
+    must be the same whichever click is installed."""
+    if param.metavar:
+        return param.metavar
+    if isinstance(param.type, click.Choice):
+        return "[" + "|".join(str(c) for c in param.type.choices) + "]"
+    return param.type.name.upper()
 
-    return "ctx" in inspect.signature(method).parameters
+
+def _argument(arg: click.Argument) -> str:
+    text = (arg.metavar or arg.name or "").upper() + ("..." if arg.nargs != 1 else "")
+    return text if arg.required else f"[{text}]"
 
 
 def _usage(command: click.Command, ctx: click.Context) -> str:
-    return " ".join([ctx.command_path, *command.collect_usage_pieces(ctx)])
+    pieces = [ctx.command_path, "[OPTIONS]"]
+    if isinstance(command, click.Group):
+        pieces.append("COMMAND [ARGS]...")
+    pieces += [_argument(p) for p in command.params if isinstance(p, click.Argument)]
+    return " ".join(pieces)
 
 
 def cli_reference(root: click.Group, prog: str = "envbuild") -> str:
@@ -130,8 +143,7 @@ def cli_reference(root: click.Group, prog: str = "envbuild") -> str:
         args = [p for p in command.params if isinstance(p, click.Argument)]
         if args:
             out += ["Arguments:", ""]
-            out += [f"- `{a.make_metavar(c_ctx) if _takes_ctx(a.make_metavar) else a.make_metavar()}`"
-                    f"{' (optional)' if not a.required else ''}" for a in args]
+            out += [f"- `{_argument(a)}`" for a in args]
             out.append("")
         options = [p for p in command.params if isinstance(p, click.Option) and not p.hidden]
         if options:

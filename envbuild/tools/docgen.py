@@ -224,8 +224,8 @@ def matrix_reference(top: dict, backend: dict) -> str:
            "", "## Top level", "", "| field | holds | notes |", "|---|---|---|"]
     out += [f"| `{p}` | {k} | {n} |" for p, k, n in _field_rows(top, "")]
     out += ["", "## A backend: `backends.NAME`", "",
-            "`NAME` is a lower-case name (letters, digits, `-`, `_`). A backend with `variant_of: OTHER` shares OTHER's "
-            "settings and overrides only what it sets.", "", "| field | holds | notes |", "|---|---|---|"]
+            "`NAME` is the backend's name, as `envbuild list` shows it. A backend with `variant_of: OTHER` shares "
+            "OTHER's settings and overrides only what it sets.", "", "| field | holds | notes |", "|---|---|---|"]
     out += [f"| `backends.NAME.{p}` | {k} | {n} |" for p, k, n in _field_rows(backend, "")]
     return "\n".join(out).rstrip() + "\n"
 

@@ -1546,3 +1546,28 @@ _wire_completion(cli)
 def main() -> None:
     cli(prog_name="envbuild")
 
+
+
+@cli.command("docs")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 when a generated reference page is stale or missing, or when a command line shown in README.md or docs/ names a command or option that does not exist.")
+@click.option("--root", "repo", default=".", show_default=True, type=_PathArg(file_okay=False, exists=True), metavar="DIR", help="The checkout whose README.md and docs/ to write or check.")
+def docs_(check, repo) -> None:
+    """Maintainers: the reference pages generated from the code (docs/reference/cli.md from these commands,
+    docs/reference/matrix.md from the matrix schema), and the check that every `envbuild ...` line in the
+    README and docs/ is a real command with real options. CI runs `envbuild docs --check`.
+    """
+    from envbuild.tools import docgen
+
+    pages = docgen.generated(cli)
+    problems = docgen.check_files(cli, docgen.doc_files(repo), repo)
+    if check:
+        for rel in docgen.stale(repo, pages):
+            click.echo(f"stale: {rel} (run `envbuild docs` to refresh it)", err=True)
+            problems.append(rel)
+    else:
+        for rel in docgen.write(repo, pages):
+            click.echo(f"wrote {rel}")
+    for line in docgen.summary([p for p in problems if isinstance(p, docgen.Problem)]):
+        click.echo(line, err=True)
+    if problems:
+        sys.exit(1)

@@ -8,7 +8,7 @@ vendor's base), with the torch version overridden to one whose wheel these machi
 What is asserted is what can be without the device: the image builds; the plugin is installed under the
 constraints and torch is not replaced; the pins check passes; the plugin imports where its runtime needs no
 vendor stack, and where it does, the probe names what is missing; the probe and smoke say "no <device> device"
-rather than a raw error; smoke leaves no container. Only hardware can prove the rest (README, the backend table).
+rather than a raw error; smoke leaves no container. Only hardware can prove the rest (README and docs: the status of each backend).
 """
 
 from __future__ import annotations

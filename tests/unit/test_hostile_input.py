@@ -1,5 +1,5 @@
 """A corpus of hostile and malformed input, run in CI: every case is refused with its exit code (2 for bad input),
-a located message and no traceback, and nothing is written. What envbuild promises is in the README, "Bad input".
+a located message and no traceback, and nothing is written. What envbuild promises is in docs/explanation/security.md, "Bad input".
 
 The injection sweep sets every string field of the matrix schema, through --set, to every line break Python
 knows and the other characters that would inject into a Dockerfile, a script or a terminal.

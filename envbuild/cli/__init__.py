@@ -99,7 +99,7 @@ SECTIONS = (
     ("Use an image", ("list", "show", "detect", "doctor", "pull", "run", "env", "verify")),
     ("Build and test", ("init", "validate", "render", "lock", "build", "smoke", "clean")),
     ("Publish and maintain", ("publish", "attest", "keygen", "sbom", "outdated", "bump", "metadata", "matrix",
-                              "summary", "site")),
+                              "summary", "site", "docs")),
 )
 
 # Each command in one line of the top-level help (its docstring's first sentence says more).
@@ -129,6 +129,7 @@ SHORT = {
     "matrix": "The CI job matrix derived from matrix.yaml.",
     "summary": "One table of `smoke --json` results.",
     "site": "A static status site of the smoke results.",
+    "docs": "Write (or check) the generated CLI and matrix reference pages.",
 }
 
 _CLAUSE = re.compile(r"\.\s|;\s|:\s|\s\(|\s\[|,\s(?:e\.g\.|as in|such as)")

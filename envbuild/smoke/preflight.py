@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from envbuild.core.checks import Check, skip
 from envbuild.core.errors import DockerError, HostMismatch, SmokeError
 from envbuild.core.files import read_host
-from envbuild.matrix.names import human
 
 if TYPE_CHECKING:
     from envbuild.core.engine import Engine
@@ -121,6 +120,8 @@ def require(backend: Backend, engine: Engine, root: Path = Path("/")) -> None:
     runtimes = engine.runtimes() if wanted_runtime(backend) else set()
     for check in (runtime(backend, runtimes, root), device_nodes(backend, root)):
         if check is not None and not check.ok:
+            from envbuild.matrix.names import human  # the matrix package: see CONTRIBUTING.md, Imports
+
             raise SmokeError(f"backend '{backend.name}': no {human(backend)} can be reached here: {check.detail}. "
                              f"Fix: {check.fix}")
 

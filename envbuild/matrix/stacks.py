@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
-from envbuild.core.hostfacts import gfx_name  # noqa: F401 (the host's name of a gfx target, read where the host is read)
-
 if TYPE_CHECKING:
     from envbuild.matrix.model import Backend
 

@@ -2,7 +2,7 @@
 for the no-op, a difference from) a baseline measured in the same run, on the same engine, with the same
 interpreter, so a noisy machine moves both sides.
 
-    python benchmarks/bench.py [--quick] [--json FILE] [--base IMAGE] [--wheelhouse DIR] [--ca-bundle FILE]
+    python benchmarks/bench.py [--quick] [--json-file FILE] [--base IMAGE] [--wheelhouse DIR] [--ca-bundle FILE]
 
 Run it from a checkout. It builds the cpu backend through the CLI, as a user does: every envbuild it times is
 the one `pip install`ed from this checkout into a clean venv (~/.cache/envbuild/bench/venv), never the checkout itself. Without --base it makes
@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Rows and their baselines: see the module docstring.")
     p.add_argument("--quick", action="store_true", help="fewer repetitions (CI); every row is still measured")
-    p.add_argument("--json", dest="json_path", type=Path, help="also write the results as JSON to this file")
+    p.add_argument("--json-file", dest="json_path", type=Path, help="also write the results as JSON to this file")
     p.add_argument("--base", help="base image for the cpu backend (default: a debootstrap Debian in a loopback registry)")
     p.add_argument("--wheelhouse", type=Path, help="a folder with torch's CPU wheel (default: made from this machine's pip)")
     p.add_argument("--ca-bundle", type=Path, help="CA bundle for the builds (default: the host's)")

@@ -344,6 +344,9 @@ BACKEND = {
         "version": Field(check=_check_version, required=True),
         "driver": Field(check=_check_version),
         "arch": _list("word"),
+        # NVIDIA's forward compatibility (the cuda-compat package: a newer CUDA on an older driver, data-center
+        # GPUs only): true only where the image carries it and it was confirmed; off by default.
+        "forward_compat": Field(check=_check_bool, default=False),
     }),
 }
 

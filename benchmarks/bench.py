@@ -27,7 +27,12 @@ Rows (targets from the performance issue):
             is installed from this checkout, not editable (what a user's `pip install` gives; kept in
             ~/.cache/envbuild/bench/venv, envbuild reinstalled each run);
   render    `envbuild render` of all backends (the matrix loaded and validated, the template run: nothing is
-            cached between runs), / the same baseline (target <= 5).
+            cached between runs), / the same baseline (target <= 5);
+  anchor_*  a hand-written Dockerfile of the same image (benchmarks/handwritten.Dockerfile: one apt layer, a venv
+            with uv, torch, then transformers and accelerate as ARGs), built in the same run from the same base,
+            wheelhouse and CA bundle: envbuild's cold build / its cold build (target <= 1.3), bump / its bump
+            (<= 1.0; envbuild's lock is made before the clock), container start `import torch, transformers`
+            (median, interleaved; <= 1.0), cold build + ten starts (<= 1.0), image size (<= 1.0).
 Timings are medians of several runs (fewer with --quick). Nothing is asserted: machines are noisy.
 
 Cleanup: the images it tagged (envbuild-bench/...) and the cache mounts its cold build created are
@@ -54,6 +59,7 @@ from typing import Any
 
 REPOSITORY = "envbuild-bench/envbuild"
 NOOP_TAG = "envbuild-bench/noop:latest"
+HAND_TAG = "envbuild-bench/handwritten:cpu"  # the anchor: benchmarks/handwritten.Dockerfile
 CHECKOUT = Path(__file__).resolve().parents[1]
 STEP_PREFIX = "[cpu] "
 sys.path.insert(0, str(CHECKOUT / "tests"))  # the test bed: a local registry, a debootstrap base, a wheelhouse
@@ -280,7 +286,7 @@ def prepare(args: argparse.Namespace, work: Path, client) -> Setup:
 
 def cleanup(client, setup: Setup | None, info: dict[str, Any]) -> None:
     """Remove what the benchmark made: its images and tags, and the cache mounts of its cold build."""
-    refs = [NOOP_TAG]
+    refs = [NOOP_TAG, HAND_TAG]
     try:  # only our tags: an image identical to one of the user's (same Dockerfile) carries theirs too
         refs += [tag for img in client.images.list(name=REPOSITORY) for tag in img.tags if tag.startswith(REPOSITORY + ":")]
     except Exception:
@@ -390,7 +396,8 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     except Exception:  # no python3 in the base: nothing of it to subtract
         base_pkgs = 0
     packages = inside["bytes"] - base_pkgs
-    # What torch.compile needs (the matrix's compile.apt, a layer of its own) is asked for: reported apart.
+    # What torch.compile needs (the matrix's compile.apt) is asked for: its apt layer (with the distribution's Python
+    # where the base lacks one) is reported apart.
     toolchain = sum(int(h.get("Size") or 0) for h in client.api.history(image)
                     if b.compile.apt and all(p in (h.get("CreatedBy") or "") for p in b.compile.apt))
     rows.append(Row("size", "image size, / (base image + installed Python packages + compile toolchain)", size,
@@ -439,7 +446,60 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
                     round(render_t, 3), round(click_t, 3), "s", 5.0, {"runs": render_runs}))
     # What any Python CLI pays before its first line of work: the floor under the no-op row.
     next(r for r in rows if r.key == "noop").detail["python_start"] = round(bare_py, 3)
+    rows += anchor(s, m, bump_to, builder, rows, reps=3 if args.quick else 5)
     return rows
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system
+        shutil.copy2(src, dst)
+
+
+def anchor(s: Setup, m: Any, bump_to: str, builder: Any, rows: list[Row], reps: int) -> list[Row]:
+    """The hand-written Dockerfile (benchmarks/handwritten.Dockerfile, in the style of Hugging Face's torch-light
+    CI image) built in this run from the same base, wheelhouse, CA bundle and pins: cold, after the same bump,
+    container start, cold build plus ten starts, and size, each envbuild's / the anchor's."""
+    from support import testbed
+
+    print("bench: the hand-written anchor (cold, bump, start, size) ...", file=sys.stderr)
+    folder = s.work / "handwritten"
+    folder.mkdir(exist_ok=True)
+    shutil.copyfile(CHECKOUT / "benchmarks" / "handwritten.Dockerfile", folder / "Dockerfile")
+    shutil.copytree(s.wheelhouse, folder / "wheelhouse", copy_function=_link_or_copy, dirs_exist_ok=True)
+    benv = {**os.environ, **dict(builder.env)}
+    secret = ["--secret", f"id=ca_bundle,src={s.ca_bundle}"] if s.ca_bundle else []
+    run_id = uuid.uuid4().hex[:8]
+
+    def build(transformers: str, *extra: str) -> float:
+        seconds, _ = run([*builder.argv, "-q", "-t", HAND_TAG, *extra, *secret, "--build-arg", f"BASE={s.base}",
+                          "--build-arg", f"TORCH={testbed.TORCH}", "--build-arg", f"TRANSFORMERS={transformers}",
+                          "--build-arg", f"ACCELERATE={m.accelerate}", "--build-arg", f"BENCH_RUN={run_id}",
+                          str(folder)], env=benv)
+        return seconds
+
+    by = {r.key: r for r in rows}
+    cold_hand = build(m.transformers, "--no-cache")
+    bump_hand = build(bump_to)
+    docker = builder.argv[0]
+    starts = interleaved({name: [docker, "run", "--rm", ref, "python", "-c", "import torch, transformers"]
+                          for name, ref in (("envbuild", f"{REPOSITORY}:cpu"), ("hand", HAND_TAG))}, reps)
+    (start_env, env_runs), (start_hand, hand_runs) = starts["envbuild"], starts["hand"]
+    client = _docker_client()
+    cold_env, bump_env = by["cold"].value, by["bump"].value
+    return [
+        Row("anchor_cold", "cold build, / the hand-written Dockerfile's (benchmarks/handwritten.Dockerfile)",
+            cold_env, round(cold_hand, 2), "s", 1.3),
+        Row("anchor_bump", "transformers bump (lock made before the clock), / the hand-written file's",
+            bump_env, round(bump_hand, 2), "s", 1.0),
+        Row("anchor_start", "container start, `import torch, transformers` (median), / the hand-written image's",
+            round(start_env, 2), round(start_hand, 2), "s", 1.0, {"runs": env_runs, "baseline_runs": hand_runs}),
+        Row("anchor_cold10", "cold build + ten starts, / the hand-written image's",
+            round(cold_env + 10 * start_env, 2), round(cold_hand + 10 * start_hand, 2), "s", 1.0),
+        Row("anchor_size", "image size, / the hand-written image's", _image_size(client, f"{REPOSITORY}:cpu"),
+            _image_size(client, HAND_TAG), "B", 1.0),
+    ]
 
 
 # --- output --------------------------------------------------------------------------------------------
@@ -482,7 +542,7 @@ def table(rows: list[Row]) -> str:
     if "size" in by:
         d = by["size"].detail
         notes.append(f"size: base {_fmt(d['base'], 'B')}, packages {_fmt(d['packages'], 'B')} (of which bytecode "
-                     f"{_fmt(d['bytecode'], 'B')}), torch.compile's toolchain ({' '.join(d['toolchain_packages']) or 'none'}) "
+                     f"{_fmt(d['bytecode'], 'B')}), the apt layer with torch.compile's toolchain ({' '.join(d['toolchain_packages']) or 'none'}) "
                      f"{_fmt(d['toolchain'], 'B')}, everything else {d['overhead'] / 1e6:,.1f} MB")
     if "smoke" in by:
         w = by["smoke"].detail["where"]

@@ -13,12 +13,15 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_ROOT_USER_ACTION=ignore \
     PYTHONUNBUFFERED=1
 
-# The base carries no Python of its own: take it from the distribution. Lists and debs stay in cache mounts.
+# The base carries no Python of its own: take it from the distribution.
+# With what torch.compile needs at run time, a compiler and Python's headers: one layer, one `apt-get update`
+# (a layer of their own cost a cold build seconds).
+# Lists and debs stay in cache mounts.
 # hadolint ignore=DL3008
 RUN --mount=type=cache,target=/var/cache/apt,id=envbuild-apt-cache,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,id=envbuild-apt-lists,sharing=locked \
     apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv g++ python3-dev
 
 # The pins' Requires-Python were checked against Python 3.12 (the matrix's python.version): a base that
 # runs another fails here, in the build and in the lock, not in a user's container.
@@ -26,14 +29,6 @@ RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v 
     && python3 -m venv /opt/venv \
     && mkdir -p /opt/envbuild \
     && printf '%s\n' 'torch==2.15.0' > /opt/envbuild/constraints.txt
-
-# What torch.compile needs at run time: a compiler and Python's headers (a layer of its own: its size is
-# reported by the benchmark).
-# hadolint ignore=DL3008
-RUN --mount=type=cache,target=/var/cache/apt,id=envbuild-apt-cache,sharing=locked \
-    --mount=type=cache,target=/var/lib/apt/lists,id=envbuild-apt-lists,sharing=locked \
-    apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ python3-dev
 
 # A named user that is not root, with a home; home, the cache root and the work folder belong to group 0 and
 # are group-writable, so any user id with group 0 (as OpenShift runs images) works there too.
@@ -63,6 +58,9 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
 
 # torch and what they need, exactly as locked (locks/cuda.txt, layer torch): the largest
 # layer and the one that changes least. Bytecode is compiled here, once, rather than in every container.
+# Not through the uv cache: unpacking a gigabyte into the cache mount and copying it out again cost a cold build
+# seconds (the cache is another filesystem), and this layer's own cache is BuildKit's layer cache; unpacked
+# beside the environment instead, the files are linked into it.
 FROM base AS torch
 ARG ENVBUILD_CACHE_ID
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked \
@@ -74,7 +72,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cu132" --find-links /run/wheelhouse --compile-bytecode -r /run/layer.txt
+    && UV_LINK_MODE=hardlink /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cu132" --find-links /run/wheelhouse --no-cache --compile-bytecode -r /run/layer.txt
 
 # The lock: what installing torch, transformers, accelerate adds to this base, resolved
 # here by pip. `envbuild lock` builds this target alone (its result is locks/cuda.txt); an image build

@@ -15,7 +15,8 @@ import pytest
 from support.constants import MATRIX, REPO
 
 pytestmark = pytest.mark.docker
-ROWS = ["lock", "cold", "bump", "noop", "size", "smoke", "help", "render"]
+ROWS = ["lock", "cold", "bump", "noop", "size", "smoke", "help", "render",
+        "anchor_cold", "anchor_bump", "anchor_start", "anchor_cold10", "anchor_size"]
 
 
 def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, docker_client, tmp_path, capsys):
@@ -43,11 +44,16 @@ def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, d
     assert (rows["smoke"]["target"], rows["noop"]["margin"], rows["bump"]["target"]) == (8.0, 0.3, 0.05)
     assert (rows["help"]["target"], rows["render"]["target"]) == (2.0, 5.0)
     assert rows["help"]["detail"]["python_start"] > 0
+    # the hand-written anchor, built in the same run: envbuild's figures over its figures, with the cold-build issue's bars
+    assert rows["anchor_cold"]["value"] == rows["cold"]["value"] and rows["anchor_bump"]["value"] == rows["bump"]["value"]
+    assert [rows[k]["target"] for k in ("anchor_cold", "anchor_bump", "anchor_start", "anchor_cold10", "anchor_size")] == [
+        1.3, 1.0, 1.0, 1.0, 1.0]
     for line in ("envbuild lock", "cold build", "transformers-only bump", "nothing changed", "image size", "smoke", "--help",
                  "envbuild render"):
         assert line in proc.stdout
     # It cleans up after itself: its images and the cache mounts of its cold build.
     assert not docker_client.images.list(name="envbuild-bench/envbuild")
+    assert not docker_client.images.list(name="envbuild-bench/handwritten")
     import docker
 
     try:

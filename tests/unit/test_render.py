@@ -606,6 +606,8 @@ def test_the_compile_toolchain_is_where_the_matrix_asks_for_it() -> None:
         if b.compile.apt:
             (layer,) = [run for run in runs(text) if "torch.compile" not in run and run.endswith(" ".join(b.compile.apt))]
             assert "apt-get install -y --no-install-recommends" in layer and "--mount=type=cache,target=/var/cache/apt" in layer
+            # One apt layer: a second `apt-get update` cost a cold build seconds (the benchmark's cold row).
+            assert sum("apt-get update" in run for run in runs(text)) == 1, b.name
         else:
             assert "g++" not in text
     assert m.backend("cpu").compile.check and m.backend("cuda").compile.check

@@ -897,9 +897,9 @@ def _report_builds(results: list, json_path: str | None, platform: str | None, a
 
     for result in results:
         if result.ok:
-            click.echo(report.build_line(result, platform), err=as_json)
+            click.echo(report.build_line(result), err=as_json)
         else:
-            click.secho(report.build_line(result, platform), fg="red", err=True)
+            click.secho(report.build_line(result), fg="red", err=True)
             if result.log:
                 click.echo(f"{result.backend}: full log: {result.log}", err=True)
     if json_path:

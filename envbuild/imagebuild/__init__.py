@@ -82,8 +82,7 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
         write_context(plan)
         opts.log_dir.mkdir(parents=True, exist_ok=True)
         log = opts.log_dir / f"build-{backend.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        target = plan.tags[0] if plan.tags else f"{opts.platform} (kept in the builder, not loaded)"
-        echo(f"[{backend.name}] building {plan.base_image} -> {target} (log: {log})")
+        echo(f"[{backend.name}] building {plan.base_image} -> {plan.tags[0]} (log: {log})")
         with tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
             iidfile = Path(tmp) / "iid"
             argv = [*plan.argv[:-1], "--iidfile", str(iidfile), plan.argv[-1]]

@@ -212,11 +212,12 @@ def read_smoke_results(paths: list[Path] | tuple[Path, ...]) -> list[dict[str, A
 BUILD_COLUMNS = ["backend", "result", "seconds", "image"]
 
 
-def build_line(result: Any, platform: str | None = None) -> str:
-    """One build's outcome: what was built or found up to date, and where it is; or why it failed."""
+def build_line(result: Any) -> str:
+    """One build's outcome: what was built or found up to date, and its tags (every build is loaded and tagged:
+    another platform's image under REPO:BACKEND-ARCH); or why it failed."""
     if not result.ok:
         return f"{result.backend}: build FAILED: {result.error}"
-    where = f"tagged {', '.join(result.tags)}" if result.tags else f"kept in the builder ({platform}; not loaded here)"
+    where = f"tagged {', '.join(result.tags)}"
     what = "up to date (nothing changed since its last build; --no-cache builds anyway)" if result.up_to_date \
         else f"built {result.image_id[:19]} in {result.seconds:.0f}s"
     return f"{result.backend}: {what}, {where}"

@@ -662,7 +662,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
             built = b.build_many(m, chosen, opts, engine, jobs=jobs, echo=echo, verbose=verbose, locked=locked, board=board)
     else:
         built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
-    _report_builds(built, json_path, platform, as_json)
+    _report_builds(built, json_path, as_json)
 
 
 @cli.command("lock")
@@ -892,7 +892,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
         sys.exit(1)
 
 
-def _report_builds(results: list, json_path: str | None, platform: str | None, as_json: bool = False) -> None:
+def _report_builds(results: list, json_path: str | None, as_json: bool = False) -> None:
     from envbuild.tools import report
 
     for result in results:

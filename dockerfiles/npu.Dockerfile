@@ -170,4 +170,4 @@ LABEL org.opencontainers.image.title="envbuild-npu" \
       dev.envbuild.accelerate="1.15.0" \
       dev.envbuild.requires.driver="ascend (minimum unknown)" \
       dev.envbuild.requires.stack="cann 9.2.0" \
-      dev.envbuild.requires.arch="unknown"
+      dev.envbuild.requires.arch="910b"

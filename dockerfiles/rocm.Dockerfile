@@ -88,7 +88,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-rocm,sharing=locked
     . /run/uv-step.sh \
     && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python python3 --break-system-packages --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --find-links /run/wheelhouse --compile-bytecode \
         -r /run/layer.txt; fi \
-    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 python3 -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
+    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 python3 -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted('gfx908 gfx90a gfx942 gfx950 gfx1030 gfx1100 gfx1101 gfx1200 gfx1201'.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
@@ -153,4 +153,4 @@ LABEL org.opencontainers.image.title="envbuild-rocm" \
       dev.envbuild.accelerate="1.15.0" \
       dev.envbuild.requires.driver="amdgpu (minimum unknown)" \
       dev.envbuild.requires.stack="rocm 10.1" \
-      dev.envbuild.requires.arch="unknown"
+      dev.envbuild.requires.arch="gfx908,gfx90a,gfx942,gfx950,gfx1030,gfx1100,gfx1101,gfx1200,gfx1201"

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from envbuild.core.errors import EnvbuildError, InvalidInput
+from envbuild.core.errors import EnvbuildError, InvalidInput, NoVariantFitsError
 from envbuild.core.files import read_host, write_atomic
 from envbuild.core.imageref import Reference, check_repository
 from envbuild.core.output import OutputFault, capped, guarded, safe, scrub
@@ -96,7 +96,7 @@ MAX_WIDTH = 100  # of help text
 
 # The top-level help, by what people do; a command not named here is listed under "Other commands".
 SECTIONS = (
-    ("Use an image", ("list", "show", "detect", "doctor", "pull", "run", "env", "verify")),
+    ("Use an image", ("list", "show", "detect", "doctor", "pick", "pull", "run", "env", "verify")),
     ("Build and test", ("init", "validate", "render", "lock", "build", "smoke", "clean")),
     ("Publish and maintain", ("publish", "attest", "keygen", "sbom", "outdated", "bump", "metadata", "matrix",
                               "summary", "site", "docs")),
@@ -108,6 +108,7 @@ SHORT = {
     "show": "One backend in full, with the `docker run` flags for its device.",
     "detect": "Which backends this host can run, with the evidence.",
     "doctor": "Whether this host can build, run (and publish) a backend.",
+    "pick": "The one image reference that fits this host's driver and devices.",
     "pull": "Pull a backend's prebuilt image, verify it, say how to run it.",
     "run": "Work in a backend's image: a shell, or a command.",
     "env": "A native virtual environment with an image's pins (mps, no Docker).",
@@ -595,12 +596,35 @@ def _names(backends: tuple[str, ...]) -> list[str]:
 # The one rule for --backend's default: a command that uses this host's accelerator (run, smoke, pull, doctor, env)
 # defaults to `auto`, the backend detected here; one that makes or ships an image for any host (build, sbom, attest,
 # publish) needs it named; one that ranges over the matrix (render, lock, outdated, bump, matrix) takes every backend.
-def _choose(m, backends: tuple[str, ...]) -> list:
-    """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'), for build, smoke and pull."""
+def _choose(m, backends: tuple[str, ...], variant: str | None = None) -> list:
+    """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'), for build, smoke, pull and run.
+    A family with variants (cuda) gives the newest variant this host runs, said on stderr; --variant (or a variant's
+    own name) chooses by hand; 'all' is every cell."""
     names = _names(backends)
     if not names:
         raise click.UsageError("say which backend: --backend NAME (or --backend all, or --backend auto)")
-    return m.select([_auto(m) if n == "auto" else n for n in names])
+    if "all" in names:
+        if variant:
+            raise click.UsageError("--variant chooses within one backend: name it (--backend cuda --variant 12.6)")
+        return m.select(names)
+    from envbuild.tools import pick
+
+    chosen: dict[str, Any] = {}
+    for n in names:
+        auto = n == "auto"
+        b = m.select([_auto(m) if auto else n])[0]
+        if variant:
+            b = pick.variant(m, m.backend(b.family), variant)
+        elif not auto and not b.variant_of and len(m.family(b)) > 1:
+            try:
+                picked = pick.resolve(m, b)
+            except NoVariantFitsError as exc:
+                names = ", ".join(v.name for v in m.family(b))
+                raise NoVariantFitsError(f"{exc} (--variant chooses one of {names} by hand)") from None
+            click.echo(f"{b.name}: chose {picked.backend.name} ({picked.why}); --variant chooses another", err=True)
+            b = picked.backend
+        chosen.setdefault(b.name, b)
+    return m.select(list(chosen))
 
 
 def _write_output(path: str, text: str) -> None:
@@ -609,6 +633,7 @@ def _write_output(path: str, text: str) -> None:
 
 @cli.command()
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to build, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
+@click.option("--variant", metavar="NAME", help="Which of the backend's variants: its name (cuda-cu126), suffix (cu126) or stack release (12.6) [default: the newest this host runs; see `envbuild pick`].")
 @_matrix_options
 @_input_options
 @click.option("--locked", is_flag=True, help="Build only from a current lock: refuse, naming the command to run, when locks/BACKEND/OS-ARCH.txt is missing or stale (CI and publish use it).")
@@ -624,7 +649,7 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the build results as JSON (the progress goes to stderr).")
 @click.option("--json-file", "json_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the build results as JSON to FILE.")
 @click.option("--verbose", is_flag=True, help="Show the builder's full output.")
-def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, labels,
+def build(backends, variant, matrix_path, overrides, inputs, locked, build_args, tags, labels,
           no_cache, platform, builder, cache_from, cache_to, jobs, as_json, json_path, verbose) -> None:
     """Build the image of one backend (or all) with BuildKit on the local Docker engine.
 
@@ -645,7 +670,7 @@ def build(backends, matrix_path, overrides, inputs, locked, build_args, tags, la
     from envbuild import imagebuild as b
 
     m = _load(matrix_path, overrides)
-    chosen = _choose(m, backends)
+    chosen = _choose(m, backends, variant)
     _listed(chosen, (platform,) if platform else ())
     if tags and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
@@ -914,6 +939,7 @@ def _report_builds(results: list, json_path: str | None, as_json: bool = False) 
 
 @cli.command()
 @click.option("--backend", "-b", "backends", multiple=True, default=["auto"], show_default=True, metavar="NAME", help="Backend to test, 'all', or 'auto' (the one detected here; see `envbuild detect`) (repeatable).")
+@click.option("--variant", metavar="NAME", help="Which of the backend's variants: its name (cuda-cu126), suffix (cu126) or stack release (12.6) [default: the newest this host runs; see `envbuild pick`].")
 @click.option("--image", callback=_image_ref, help="Image to test [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--model", default="synthetic", show_default=True, help="'synthetic' (a tiny random model, offline), a local model directory (mounted read-only) or a hub id.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds before the container is stopped and the smoke fails.")
@@ -924,7 +950,7 @@ def _report_builds(results: list, json_path: str | None, as_json: bool = False) 
 @click.option("--cache", metavar="DIR|VOLUME", help="Mount this at /cache, as `envbuild run --cache` does: the probe's model and compiled kernels stay there, and the next smoke reuses them (a folder with a '/', or a volume name, e.g. envbuild-cache) [default: a new volume, removed afterwards].")
 @click.option("--platform", type=_PlatformArg(), help="Test the image of this platform, e.g. linux/arm64 [default: this host's]: REPO:BACKEND-ARCH when it is not this host's architecture, run under QEMU; the result says so.")
 @_matrix_options
-def smoke(backends, image, model, timeout, as_json, json_path, junit_path, ignore_host, cache, platform, matrix_path,
+def smoke(backends, variant, image, model, timeout, as_json, json_path, junit_path, ignore_host, cache, platform, matrix_path,
           overrides) -> None:
     """Start the image with the backend's device flags and prove a model runs on the device.
 
@@ -942,7 +968,7 @@ def smoke(backends, image, model, timeout, as_json, json_path, junit_path, ignor
     from envbuild.tools import report
 
     m = _load(matrix_path, overrides)
-    chosen = _choose(m, backends)
+    chosen = _choose(m, backends, variant)
     _listed(chosen, (platform,) if platform else ())
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
@@ -1039,6 +1065,7 @@ def _verify_key(given: str | None, skip: bool, matrix=None):
 
 @cli.command("run", context_settings={"allow_interspersed_args": False})
 @click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="The backend whose image to run, or 'auto' (the one detected here).")
+@click.option("--variant", metavar="NAME", help="Which of the backend's variants: its name (cuda-cu126), suffix (cu126) or stack release (12.6) [default: the newest this host runs; see `envbuild pick`].")
 @click.option("--image", callback=_image_ref, help="The image [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--cache", metavar="DIR|VOLUME", help="What to mount at /cache (Hugging Face downloads, compiled kernels): a folder (with a '/', e.g. ./cache) or a volume name [default: the volume envbuild-cache].")
 @click.option("--volume", "-v", "volumes", multiple=True, metavar="SRC:DST[:ro]", help="Mount a folder or volume, as in docker run (repeatable).")
@@ -1051,7 +1078,7 @@ def _verify_key(given: str | None, skip: bool, matrix=None):
 @_verify_options
 @_matrix_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, ignore_host, key, insecure_skip_verify,
+def run_(backend, variant, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, ignore_host, key, insecure_skip_verify,
          matrix_path, overrides, command) -> None:
     """Work in a backend's image: `envbuild run [OPTIONS] [-- COMMAND ...]`, a shell without a command.
 
@@ -1071,11 +1098,65 @@ def run_(backend, image, cache, volumes, env, workdir, no_workdir, tty, dry_run,
     from envbuild.core.engine import Engine
 
     m = _load(matrix_path, overrides)
-    b = m.select([_auto(m) if backend == "auto" else backend])[0]
+    b = _choose(m, (backend,), variant)[0]
     opts = runner.RunOptions(image=image, cache=cache, volumes=volumes, env=env, workdir=workdir,
                              mount_workdir=not no_workdir, command=command, tty=tty)
     public = None if dry_run else _verify_key(key, insecure_skip_verify, m)
     sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
+
+
+def _variant_fits(m, root: Path | None) -> list[dict[str, Any]]:
+    """Every variant of every family that has some, with whether it fits this host (read under root)."""
+    from envbuild.matrix import compat
+
+    out = []
+    for b in m.backends:
+        members = m.family(b)
+        if b.variant_of or len(members) < 2 or not b.containerizable:
+            continue
+        choice = compat.choose_variant(members, root or Path("/"))
+        out += [{"family": b.name, **f.to_json(), "chosen": f.backend is choice.chosen} for f in choice.fits]
+    return out
+
+
+@cli.command()
+@click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="A backend (cuda: the newest of its variants this host runs), a variant by name (cuda-cu126), or 'auto' (the one detected here).")
+@click.option("--variant", metavar="NAME", help="Choose the variant by hand: its name (cuda-cu126), suffix (cu126) or stack release (12.6); refused when this host cannot run it.")
+@click.option("--root", type=_PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its proc/, sys/, dev/ and PATH folders) instead of /, as `envbuild detect --root` does.")
+@click.option("--manifest", type=_PathArg(dir_okay=False), help="Print the image by the digest this manifest records (REPO@sha256:...), as `envbuild publish --manifest` wrote it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON: the image, why, and every variant with whether it fits.")
+@_matrix_options
+def pick(backend, variant, root, manifest, as_json, matrix_path, overrides) -> None:
+    """Print the image that fits this host, before any pull.
+
+    One reference on stdout, for scripts, Kubernetes manifests and CI. A backend with variants (cuda: CUDA 13.2, 13.0 and 12.6) gives the newest whose driver minimum and device
+    generation this host meets. When none does it exits 1, naming the host's driver, what the oldest variant needs
+    and the upgrade. A driver it cannot read is a warning, not a refusal: the newest is printed.
+
+    \b
+    Examples:
+      envbuild pick
+      docker pull "$(envbuild pick --backend cuda)"
+      envbuild pick --backend cuda --manifest envbuild-manifest.json --json
+    """
+    from envbuild.tools import detect as d, pick as picking
+
+    m = _load(matrix_path, overrides)
+    said = None
+    if backend.lower() == "auto":
+        det = d.detect_host(m, root)
+        name, said = d.choose(det, m, root=root or "/")
+        b = m.backend(m.backend(name).family)
+    else:
+        b = m.select([backend])[0]
+    picked = picking.resolve(m, b, variant_text=variant, root=root or "/")
+    ref = picking.image_ref(m, picked.backend, Path(manifest) if manifest else None)
+    if as_json:
+        _emit_json({**picked.to_json(ref), "detected": said})
+        return
+    why = said if said and picked.choice is None else picked.why
+    click.echo(f"{'warning: ' if picked.warnings else ''}{picked.backend.name}: {why}", err=True)
+    click.echo(ref)
 
 
 @cli.command("detect")
@@ -1102,7 +1183,7 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     m = _load(matrix_path, overrides)
     det = d.detect_host(m, root)
     if as_json:
-        _emit_json({**det.to_json(), **report.root_facts(root)})
+        _emit_json({**det.to_json(), "variants": _variant_fits(m, root), **report.root_facts(root)})
         return
     click.echo(report.detect_text(det))
     if root is not None:  # which facts came from where
@@ -1280,6 +1361,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 
 @cli.command()
 @click.option("--backend", "-b", "backends", multiple=True, default=["auto"], show_default=True, metavar="NAME", help="Backend whose image to pull, 'all', or 'auto' (the one detected here) (repeatable).")
+@click.option("--variant", metavar="NAME", help="Which of the backend's variants: its name (cuda-cu126), suffix (cu126) or stack release (12.6) [default: the newest this host runs; see `envbuild pick`].")
 @click.option("--registry", metavar="REPOSITORY", help="Where to pull from [default: the matrix's image.repository].")
 @click.option("--tag", metavar="TAG", help="Tag to pull [default: the backend's pinned tag from the matrix, as `envbuild show BACKEND` prints it].")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help="Refuse the image unless its digest is the one this manifest records.")
@@ -1288,7 +1370,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 @click.option("--platform", type=_PlatformArg(), help="The platform to pull from the tag's image index [default: this host's]; another architecture only where QEMU (binfmt) runs it.")
 @_verify_options
 @_matrix_options
-def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key, insecure_skip_verify, matrix_path, overrides) -> None:
+def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platform, key, insecure_skip_verify, matrix_path, overrides) -> None:
     """Pull a backend's prebuilt image, verify it, and print how to run it.
 
     The tag is the matrix's pinned one (`envbuild show BACKEND` prints it); the image is then tagged REPO:BACKEND,
@@ -1306,7 +1388,7 @@ def pull(backends, registry, tag, manifest, as_json, ignore_host, platform, key,
     from envbuild.ship import pull as p
 
     m = _load(matrix_path, overrides)
-    chosen = _choose(m, backends)
+    chosen = _choose(m, backends, variant)
     _listed(chosen, (platform,) if platform else ())
     if tag and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")

@@ -58,6 +58,11 @@ class NotContainerizableError(InvalidInput):
     pass
 
 
+class NoVariantFitsError(EnvbuildError):
+    """Every image of a backend's family needs more of this host (a newer driver, another device): exit 1 before any
+    pull or start, naming the driver and the upgrade."""
+
+
 # --- the stages -----------------------------------------------------------------------------------------
 
 

@@ -134,10 +134,27 @@ def read_amdgpu(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
     return found
 
 
+# Huawei's PCI device ids (vendor 0x19e5) -> the SoC family its CANN images are built for: Ascend's device plugin and
+# vllm-ascend tell 910B (Atlas A2) by d802 and 310P by d500; d803 for the A3 generation (910_93) is UNCONFIRMED.
+ASCEND_SOCS = {"0xd802": "910b", "0xd803": "a3", "0xd500": "310p"}
+
+
 def read_ascend(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
     found = HostDriver("ascend")
     # The Ascend driver's installer writes "Version=24.1.rc2" there (the same file the npu run flags mount).
     found.version = _first_file(root, ["/usr/local/Ascend/driver/version.info"], r"^\s*Version\s*=\s*(\S+)", found)
+    socs = []
+    for dev in sorted((root / "sys/bus/pci/devices").glob("*")):
+        if (read_host(dev / "vendor", limit=64) or "").strip().lower() != "0x19e5":
+            continue
+        soc = ASCEND_SOCS.get((read_host(dev / "device", limit=64) or "").strip().lower())
+        if soc:
+            socs.append(soc)
+    if socs:
+        found.archs = socs
+        found.evidence.append("/sys/bus/pci/devices/*/device (Huawei)")
+    else:
+        found.notes.append("no Ascend NPU with a known PCI device id under /sys/bus/pci/devices")
     return found
 
 

@@ -8,6 +8,7 @@ published minimum, no declared architectures) is a warning that says what was no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,11 +51,22 @@ def _alternatives(matrix: Matrix | None, backend: Backend, host: drivers.HostDri
     return found
 
 
+def _floor(n: Needs) -> str | None:
+    """Without a declared or measured list: the oldest architecture the stack's release builds for (CUDA 13: sm_75)."""
+    return None if n.arch or n.stack is None else stacks.arch_floor(n.stack, n.version)
+
+
+def _image_archs(n: Needs) -> list[str]:
+    floor = _floor(n)
+    return list(n.arch) or ([floor.replace("sm_", "compute_")] if floor else [])
+
+
 def _arch_ok(n: Needs, host: drivers.HostDriver) -> bool | None:
     rule = stacks.ARCH_RULES.get(n.stack.name) if n.stack else None
-    if rule is None or not n.arch or not host.archs:
+    archs = _image_archs(n)
+    if rule is None or not archs or not host.archs:
         return None
-    return all(rule(list(n.arch), a) for a in host.archs)
+    return all(rule(archs, a) for a in host.archs)
 
 
 def check(backend: Backend, host: drivers.HostDriver | None, *, matrix: Matrix | None = None,
@@ -91,8 +103,12 @@ def check(backend: Backend, host: drivers.HostDriver | None, *, matrix: Matrix |
     arch_ok = _arch_ok(n, host)
     if arch_ok is False:
         rule = stacks.ARCH_RULES[st.name]
-        bad = sorted({a for a in host.archs or () if not rule(list(n.arch), a)})
-        problems.append(f"this host's devices are {', '.join(bad)}; the image's torch was built for {', '.join(n.arch)}")
+        bad = sorted({a for a in host.archs or () if not rule(_image_archs(n), a)})
+        if _floor(n):
+            problems.append(f"this host's devices are {', '.join(bad)}; {st.title} {n.version} builds for {_floor(n)} "
+                            "and newer only")
+        else:
+            problems.append(f"this host's devices are {', '.join(bad)}; the image's torch was built for {', '.join(n.arch)}")
         blocking = True
         fixes.append(f"use an image whose torch is built for {', '.join(bad)}")
     if problems:
@@ -103,7 +119,9 @@ def check(backend: Backend, host: drivers.HostDriver | None, *, matrix: Matrix |
         return Check(NAME, False, "; ".join(problems), fix, blocking=blocking)
     parts = [seen]
     parts.append(f">= {n.min_driver} needed for {st.title} {n.version}" if n.min_driver else f"{st.title} {n.version}")
-    if arch_ok:
+    if arch_ok and _floor(n):
+        parts.append(f"devices {', '.join(sorted(set(host.archs or ())))} are {_floor(n)} or newer")
+    elif arch_ok:
         parts.append(f"devices {', '.join(sorted(set(host.archs or ())))} are among the image's {', '.join(n.arch)}")
     elif not host.archs and stacks.ARCH_RULES.get(st.name):
         parts.append(f"device architecture unknown ({unknown})" if host.notes else "device architecture unknown")
@@ -127,3 +145,88 @@ def host_check(backend: Backend, root: Path = Path("/"), *, matrix: Matrix | Non
     """Read the host's side for this backend's stack, then `check`."""
     host = host_driver(backend, root, path_env=path_env, runner=runner)
     return check(backend, host, matrix=matrix, measured_arch=measured_arch)
+
+
+# --------------------------------------------------------------------------------------------------
+# Variants: which image of a family (cuda, cuda-cu130, cuda-cu126) fits this host.
+
+
+@dataclass(frozen=True)
+class Fit:
+    backend: Backend
+    check: Check
+
+    @property
+    def fits(self) -> bool:
+        """Not known to be refused: ok, or only a warning (an unknown driver is not a mismatch)."""
+        return self.check.ok or not self.check.blocking
+
+    def to_json(self) -> dict[str, Any]:
+        n = needs(self.backend)
+        return {"backend": self.backend.name, "fits": self.fits, "status": self.check.status,
+                "stack_version": n.version, "min_driver": n.min_driver, "arch": list(n.arch) or None,
+                "detail": self.check.detail, "fix": self.check.fix}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The newest variant this host is not known to refuse (None: every one is refused), and why."""
+
+    chosen: Backend | None
+    why: str
+    fits: tuple[Fit, ...]  # newest first
+    host: drivers.HostDriver | None = None
+
+    @property
+    def warnings(self) -> list[str]:
+        """What could not be read (an unknown driver or device): said, never a refusal."""
+        fit = next((f for f in self.fits if f.backend is self.chosen), None)
+        return [fit.check.detail] if fit and not fit.check.ok else []
+
+
+def _newest_first(variants: list[Backend]) -> list[Backend]:
+    def stack(b: Backend) -> Any:
+        return stacks.parse_version(b.host.version if b.host else None) or stacks.parse_version("0")
+
+    return sorted(variants, key=stack, reverse=True)  # stable: a family's own order among equals (npu's SoCs)
+
+
+def choose_variant(variants: list[Backend], root: Path = Path("/"), *, path_env: str | None = None,
+                   runner: drivers.Runner = drivers.run_tool) -> Choice:
+    """Among one family's variants: the newest whose driver minimum and device generation this host meets (read
+    under `root`); the newest of all when the host says nothing; None, with the way out, when each is refused."""
+    ordered = _newest_first(variants)
+    host = host_driver(ordered[0], root, path_env=path_env, runner=runner) if ordered else None
+    fits = tuple(Fit(b, check(b, host)) for b in ordered)  # one family: one stack, one driver to read
+    passed = [f for f in fits if not f.fits]
+    for f in fits:
+        if f.fits:
+            why = (f"{f.backend.name} is the newest variant this host runs ({f.check.detail})" if f.check.ok else
+                   f"{f.backend.name}, the newest variant ({f.check.detail.split(' (')[0]}: not a refusal)")
+            if passed:
+                why += "; passed over: " + "; ".join(f"{p.backend.name} ({_short(p.check.detail)})" for p in passed)
+            return Choice(f.backend, why, fits, host)
+    return Choice(None, refusal(fits, host), fits, host)
+
+
+def _short(detail: str) -> str:
+    return detail.split("; ", 1)[1] if "; " in detail else detail
+
+
+def refusal(fits: tuple[Fit, ...], host: drivers.HostDriver | None) -> str:
+    """Why no variant runs here, in the words of the oldest one, and the upgrade that lets it."""
+    oldest = fits[-1]
+    n = needs(oldest.backend)
+    family = fits[0].backend.description or fits[0].backend.family
+    st = n.stack
+    if st and host and host.version and n.min_driver and (stacks.parse_version(host.version) or 0) < (stacks.parse_version(n.min_driver) or 0):
+        newest = stacks.newest_supported(st, host.version) if st.minimum else None
+        return (f"no {family} image fits this host: its {st.driver_title} is {host.version}"
+                + (f" (up to {st.title} {newest})" if newest else "")
+                + f"; the oldest variant, {oldest.backend.name} ({st.title} {n.version}), needs driver >= {n.min_driver}. "
+                f"Upgrade the {st.driver_title} to {n.min_driver} or later"
+                + (f" ({needs(fits[0].backend).min_driver} or later for the newest, {fits[0].backend.name})"
+                   if len(fits) > 1 and needs(fits[0].backend).min_driver else ""))
+    reasons = "; ".join(f"{f.backend.name}: {f.check.detail}" for f in fits)
+    fix = oldest.check.fix or "see `envbuild doctor`"
+    return f"no {family} image fits this host ({reasons}). {fix[0].upper()}{fix[1:]}"

@@ -43,13 +43,18 @@ class _Located:
         self.problems: list[Problem] = []
         self.values = 0  # how many values the YAML expanded to so far (aliases counted each time)
         self.open: set[int] = set()  # the nodes being converted: meeting one again is an alias to itself
+        self.variant_of: dict[str, str] = {}  # variant -> its base: what it inherits is placed where the base got it
 
     def at(self, path: Path_, message: str, related: tuple[Path_, ...] = ()) -> None:
         """Record a problem where it comes from: the --set that replaced the value (or a section above it), or one
         of the `related` fields the problem also turns on (a pairing's other half, a removed key) first, else the
         line of the nearest key in the file."""
         missing = re.match(r"missing required key '([^']+)'", message)
-        for p in (path, *related, *((path + (missing.group(1),),) if missing else ())):
+        paths = [path, *related, *((path + (missing.group(1),),) if missing else ())]
+        for p in list(paths):  # a variant's settings are its base's and its variant_of's doing too
+            if len(p) > 1 and p[0] == "backends" and p[1] in self.variant_of:
+                paths += [("backends", self.variant_of[p[1]], *p[2:]), ("backends", p[1], "variant_of")]
+        for p in paths:
             for i in range(len(p), 0 if p else -1, -1):
                 if p[:i] in self.override:
                     self.problems.append(Problem(self.override[p[:i]], None, message))
@@ -368,6 +373,21 @@ def _check_stack(b: dict[str, Any], path: Path_, loc: _Located) -> None:
                related=(path + ("host", "stack"), path + ("host", "driver")))
 
 
+def _check_families(backends: list[Backend], loc: _Located) -> None:
+    """A family's plain name (cuda, its `:cuda` tag) is its newest image: no variant carries a newer stack."""
+    by_name = {b.name: b for b in backends}
+    for v in backends:
+        base = by_name.get(v.variant_of or "")
+        if base is None or not (v.host and base.host):
+            continue
+        have, newest = stacks.parse_version(v.host.version), stacks.parse_version(base.host.version)
+        if have is not None and newest is not None and have > newest:
+            where = ("backends", v.name, "host", "version")
+            loc.at(where, f"{_dotted(where)}: {v.host.version} is newer than {base.name}'s {base.host.version}: a "
+                          f"backend's plain name (:{base.name}) is its newest image; make {v.name} the backend and "
+                          f"{base.name} its variant", related=(("backends", base.name, "host", "version"),))
+
+
 def _check_backend(b: dict[str, Any], raw: dict[str, Any], path: Path_, loc: _Located) -> None:
     """Rules across fields. `raw` tells a missing key from one that was present but invalid (already reported)."""
     typo = lambda key: any(_close_matches(k, [key], n=1) for k in raw if k not in BACKEND)  # noqa: E731
@@ -421,16 +441,16 @@ def _with_variants(backends: dict[str, Any], loc: _Located) -> dict[str, Any]:
             valid = ", ".join(n for n in backends if n != name)
             loc.at(path, f"{_dotted(path)}: '{of}' is not another backend of this matrix (valid: {valid})")
         elif base.get("variant_of") is not None:
+            loc.variant_of[name] = of  # placed where its base became a variant (a --set there)
             loc.at(path, f"{_dotted(path)}: '{of}' is itself a variant (of '{base.get('variant_of')}'): name that one")
         else:
+            loc.variant_of[name] = of
             over = {k: v for k, v in raw.items() if k != "variant_of"}
             if "device" in over and over["device"] != base.get("device"):
                 loc.at(("backends", name, "device"), f"backends.{name}.device: a variant keeps its base's device "
                                                      f"('{base.get('device')}')", related=(path, ("backends", of, "device")))
             out[name] = {**_merged(base, over), "variant_of": of}
-            continue
-        out[name] = {k: v for k, v in raw.items() if k != "variant_of"}
-    return out
+    return out  # a variant whose variant_of was refused is not checked further: its settings are half of a backend
 
 
 def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
@@ -456,6 +476,7 @@ def _build(data: dict[str, Any], source: str, loc: _Located) -> Matrix | None:
             backends.append(_make_backend(name, b))
     elif "backends" in (data or {}):
         loc.at(("backends",), f"backends: {type_message(backends_raw, 'a mapping of backend name -> settings')}")
+    _check_families(backends, loc)
     if loc.problems or top is None:
         return None
     return Matrix(

@@ -206,7 +206,21 @@ class Matrix:
         pinned += f"-transformers{self.pin('transformers', backend)}"
         suffix = f"-{arch}" if arch else ""
         pinned = re.sub(r"[^A-Za-z0-9_.-]", "_", pinned)[:128 - len(suffix)] + suffix
-        return [f"{self.image.repository}:{backend.name}{suffix}", f"{self.image.repository}:{pinned}"]
+        tags = [f"{self.image.repository}:{backend.name}{suffix}", f"{self.image.repository}:{pinned}"]
+        stack = self.stack_tag(backend)
+        return tags + ([f"{self.image.repository}:{stack}{suffix}"] if stack else [])
+
+    def family(self, backend: Backend) -> list[Backend]:
+        """The backend and its variants (cuda, cuda-cu130, cuda-cu126), the backend itself first."""
+        return sorted((b for b in self.backends if b.family == backend.family), key=lambda b: b.variant_of is not None)
+
+    def stack_tag(self, backend: Backend) -> str | None:
+        """The tag people ask for by stack release (cuda12.6, rocm10.0), where a family has variants that differ in it."""
+        members = self.family(backend)
+        versions = [b.host.version if b.host else None for b in members]
+        if len(members) < 2 or None in versions or len(set(versions)) != len(versions):
+            return None
+        return f"{backend.family}{backend.host.version}"
 
 
 def not_containerizable_message(backend: Backend) -> str:

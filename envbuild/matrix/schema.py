@@ -338,7 +338,8 @@ BACKEND = {
     "variant_of": _leaf("name"),
     # What the image needs of the host: the accelerator stack it carries (its minimum driver comes from
     # envbuild/matrix/stacks.py, or `driver` where the vendor says otherwise) and, optionally, the device
-    # architectures its torch was built for (the build checks them against torch itself).
+    # architectures it runs on: for CUDA and ROCm those torch was built for (the build checks them against torch
+    # itself), for CANN the Ascend SoC family of its base (910b, a3, 310p). `envbuild pick` compares both with the host.
     "host": Field(section={
         "stack": _leaf("word", required=True, choices=("cuda", "rocm", "cann", "gaudi", "neuron")),
         "version": Field(check=_check_version, required=True),

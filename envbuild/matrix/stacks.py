@@ -33,6 +33,9 @@ class Stack:
     image_version: str = ""
     # The torch index folder that matches a release (PyTorch's /whl/cu132 for CUDA 13.2): (pattern, "{mm}" form).
     torch_index: tuple[str, str] | None = None
+    # (first release, oldest device architecture it builds for): from that release on, older devices have no code
+    # in any torch built with it, whatever its own list says.
+    arch_floor: tuple[tuple[str, str], ...] = ()
 
 
 STACKS = {
@@ -45,7 +48,10 @@ STACKS = {
         "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06",
         "13.1": "590.44.01", "13.2": "595.45.04", "13.3": "610.43.02",
     }, confirmed=True, source="NVIDIA CUDA Toolkit release notes, Table 3",
-        image_version=r"(?:^|/)cuda:(\d+\.\d+(?:\.\d+)?)-", torch_index=(r"cu\d+", "cu{major}{minor}")),
+        image_version=r"(?:^|/)cuda:(\d+\.\d+(?:\.\d+)?)-", torch_index=(r"cu\d+", "cu{major}{minor}"),
+        # CUDA 13.0 release notes: offline compilation and library support for Maxwell, Pascal and Volta
+        # (sm_50 to sm_72) removed; Turing (sm_75) is the oldest. CUDA 12.x builds from sm_50.
+        arch_floor=(("12.0", "sm_50"), ("13.0", "sm_75"))),
     # ROCm's docs (user and kernel-space support matrix) promise the kernel driver works with user space +/- 2
     # releases, and name amdgpu driver releases (e.g. 30.30.x for ROCm 6.3-7.2) that /sys/module/amdgpu/version
     # does not report in the same numbering: no minimum is derived. UNCONFIRMED for ROCm 10.x.
@@ -94,6 +100,16 @@ def torch_index(stack: Stack, version: str, current: str | None) -> str | None:
         return None
     major, minor = (version.split(".") + ["0"])[:2]
     return f"{head}/{form.format(major=major, minor=minor)}" + ("/" if current.endswith("/") else "")
+
+
+def arch_floor(stack: Stack, version: str | None) -> str | None:
+    """The oldest device architecture any torch built with this release can run on (None: not known)."""
+    have = parse_version(release(version or ""))
+    found = None
+    for first, arch in stack.arch_floor:
+        if have is not None and have >= parse_version(first):
+            found = arch
+    return found
 
 
 def minimum_driver(stack: Stack, version: str) -> str | None:
@@ -159,7 +175,14 @@ def gfx_runs(image_archs: list[str], device: str) -> bool:
     return device in {a.split(":")[0] for a in image_archs}
 
 
-ARCH_RULES: dict[str, Callable[[list[str], str], bool]] = {"cuda": cuda_arch_runs, "rocm": gfx_runs}
+def soc_runs(image_socs: list[str], device: str) -> bool:
+    """Ascend: the vendor ships one CANN image per SoC family (910b for A2, a3, 310p); an image runs on its own."""
+    return device.lower() in {s.lower() for s in image_socs}
+
+
+TORCH_ARCHS = ("cuda", "rocm")  # stacks whose torch says which architectures it was built for (checked at build)
+
+ARCH_RULES: dict[str, Callable[[list[str], str], bool]] = {"cuda": cuda_arch_runs, "rocm": gfx_runs, "cann": soc_runs}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -81,7 +81,8 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         run_flags=" ".join(backend.run.docker_args()),
         version_tag=Reference.parse(matrix.tags(backend)[1]).tag,
         requires=stacks.needs(backend),
-        arch_want=" ".join(backend.host.arch if backend.host else ()),
+        # torch reports its own list for CUDA and ROCm only (an Ascend SoC family is the base's, not torch's).
+        arch_want=" ".join(backend.host.arch if backend.host and backend.host.stack in stacks.TORCH_ARCHS else ()),
         arch_file=stacks.ARCH_FILE,
     )
     # Collapse runs of blank lines left by optional blocks, so output reads as if hand-written.

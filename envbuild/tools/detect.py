@@ -25,14 +25,12 @@ from glob import escape, glob
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from envbuild.core import hostfacts as drivers
-from envbuild.core.errors import InvalidInput, NotContainerizableError
+from envbuild.core.errors import InvalidInput, NotContainerizableError, NoVariantFitsError
 from envbuild.core.files import read_host
 from envbuild.matrix import Backend, Detect, Matrix, not_containerizable_message, stacks
 from envbuild.core.platform import arch as arch_name
-from envbuild.matrix.compat import host_check
+from envbuild.matrix import compat
 from envbuild.smoke.preflight import daemon_runtimes
 
 DISPLAY, PROCESSING_ACCELERATOR = 0x03, 0x12
@@ -299,7 +297,9 @@ def detect(
         "machine": machine or platform.machine(),
     }
     pci = pci_devices(rootp)
-    findings = [_find(b, rootp, pci, env) for b in matrix.backends]
+    # One finding per family: variants (cuda-cu126) share their backend's detect rules; which of them fits is
+    # the driver's and the devices' question (envbuild.matrix.compat.choose_variant), not detection's.
+    findings = [_find(b, rootp, pci, env) for b in matrix.backends if not b.variant_of]
     fallback = next((b.name for b in matrix.backends if b.device == "cpu"), "cpu")
     return Detection(findings, fallback)
 
@@ -344,12 +344,15 @@ def choose(detection: Detection, matrix: Matrix, *, native: bool = False,
     """
     found = [detection.finding(name) for name in detection.detected]
     boxes = [f for f in found if native or matrix.backend(f.backend).containerizable]
-    if len({matrix.backend(f.backend).family for f in boxes}) > 1:
-        raise AmbiguousBackendError(boxes)
     if len(boxes) > 1:
-        name, why = newest_variant([matrix.backend(f.backend) for f in boxes], Path(root))
-        f = detection.finding(name)
-        return name, f"detected {f.description or f.backend}: {_summary(f)}; {why}"
+        raise AmbiguousBackendError(boxes)
+    if boxes and len(members := matrix.family(matrix.backend(boxes[0].backend))) > 1:
+        chosen = compat.choose_variant(members, Path(root))
+        f = boxes[0]
+        if chosen.chosen is None:
+            raise NoVariantFitsError(f"--backend auto detected {f.description or f.backend} ({_summary(f)}), but "
+                                     + chosen.why)
+        return chosen.chosen.name, f"detected {f.description or f.backend}: {_summary(f)}; {chosen.why}"
     if boxes:
         f = boxes[0]
         return f.backend, f"detected {f.description or f.backend}: {_summary(f)}"
@@ -360,25 +363,3 @@ def choose(detection: Detection, matrix: Matrix, *, native: bool = False,
             msg += f" Use --backend {detection.fallback} for a CPU image, or `envbuild env --backend {b.name}` natively."
         raise NotContainerizableError(msg)
     return detection.fallback, "no accelerator detected"
-
-
-def newest_variant(variants: list[Backend], root: Path = Path("/")) -> tuple[str, str]:
-    """Among variants of one backend: the one with the newest accelerator stack that this host is not known to
-    refuse (its driver and devices, read under `root`), and why; the newest of all when the host says nothing."""
-    def stack(b: Backend) -> Version:
-        try:
-            return Version(b.host.version) if b.host and b.host.version else Version("0")
-        except InvalidVersion:
-            return Version("0")
-
-    ordered = sorted(variants, key=stack, reverse=True)
-    passed_over = []
-    for b in ordered:
-        check = host_check(b, root)
-        if check.ok or not check.blocking:
-            why = f"{b.name} is the newest variant this host runs ({check.detail})"
-            if passed_over:
-                why += "; passed over: " + "; ".join(passed_over)
-            return b.name, why
-        passed_over.append(f"{b.name} ({check.detail})")
-    return ordered[0].name, f"no variant fits this host ({'; '.join(passed_over)}); {ordered[0].name} is the newest"

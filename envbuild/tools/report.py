@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from envbuild.core.errors import InvalidInput
 from envbuild.core.files import read_json
 from envbuild.core.text import shown
-from envbuild.matrix import Backend, Matrix, compat, not_containerizable_message
+from envbuild.matrix import Backend, Matrix, compat, not_containerizable_message, stacks
 from envbuild.smoke.runner import result_problem
 
 if TYPE_CHECKING:
@@ -112,6 +112,10 @@ def backend_detail(m: Matrix, b: Backend) -> dict[str, Any]:
     if b.containerizable:
         detail["tags"] = m.tags(b)
         detail["docker_run"] = run_command(m, b)
+    if len(family := m.family(b)) > 1:  # the images of one device for other drivers and devices: `envbuild pick`
+        detail["variants"] = [{"backend": v.name, "base_image": v.base_image, "tags": m.tags(v),
+                               **{k: val for k, val in _needs(v).to_json(v.device).items() if k != "source"}}
+                              for v in family]
     return detail
 
 
@@ -385,6 +389,8 @@ def compat_rows(m: Matrix, manifest: dict[str, Any] | None = None) -> list[dict[
             driver = f"{req['driver']} >= {req['min_driver']}" if req["min_driver"] else f"{req['driver']} (unknown)"
             driver += f" ({req['stack']} {req['stack_version']}{'' if req['confirmed'] or not req['min_driver'] else ', UNCONFIRMED'})"
         arch = req["arch"]
+        if not arch and (floor := stacks.arch_floor(stacks.STACKS[req["stack"]], req["stack_version"]) if req["stack"] else None):
+            arch = f"{floor} and newer (exact list recorded at build)"
         rows.append({
             "backend": b.name, "device": b.device, "torch": b.torch.version,
             "plugin": f"{b.plugin.package} {b.plugin.version}" if b.plugin else "-",

@@ -1,4 +1,5 @@
-"""cuda on a stand-in base: PyPI's CUDA build of torch (tests/support/standin.py says what a stand-in build proves)."""
+"""A cuda variant on a stand-in base: PyPI's CUDA build of torch, which is CUDA 13.0's, so the cuda-cu130 cell (the
+others are tested by render, lock and `pick`; tests/support/standin.py says what a stand-in build proves)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.docker
 def cuda(standin_base, ca_bundle, tmp_path_factory):
     # No wheelhouse: it holds torch's CPU build, which would win over PyPI's CUDA one. The image (about 5 GB) goes
     # when this module ends, and the build cache is cut to 3 GB (support/fixtures.py: reclaim_disk).
-    return build("cuda", overrides("cuda", standin_base), tmp_path_factory.mktemp("cuda"), "--ca-bundle", str(ca_bundle))
+    return build("cuda-cu130", overrides("cuda-cu130", standin_base), tmp_path_factory.mktemp("cuda"), "--ca-bundle",
+                 str(ca_bundle))
 
 
 def test_cuda_builds_from_pypi_with_the_cuda_runtime(cuda, docker_client):
@@ -41,5 +43,5 @@ def test_cuda_probe_reports_no_cuda_device(cuda, docker_client):
 def test_cuda_smoke_exits_1_naming_what_the_host_lacks(cuda, tmp_path, no_leftover_containers):
     proc, doc = smoke(cuda, tmp_path)
     assert proc.returncode == 1
-    assert doc["error"].startswith("backend 'cuda': no NVIDIA GPU can be reached here: `--gpus=all` needs the Docker "
+    assert doc["error"].startswith("backend 'cuda-cu130': no NVIDIA GPU can be reached here: `--gpus=all` needs the Docker "
                                    "runtime 'nvidia'")

@@ -63,7 +63,7 @@ def test_validate_without_matrix_file_uses_the_installed_one(invoke, tmp_path: P
     monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
     result = invoke("validate")
     assert result.exit_code == 0, result.output
-    assert "envbuild/matrix/matrix.yaml: ok (11 backends, 10 containerizable)" in result.stdout
+    assert "envbuild/matrix/matrix.yaml: ok (16 backends, 15 containerizable)" in result.stdout
 
 
 def test_validate_missing_matrix_file(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

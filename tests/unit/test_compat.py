@@ -109,9 +109,21 @@ def test_gpu_architecture_verdicts(tmp_path, device, image, runs):
         assert f"use an image whose torch is built for sm_{device.replace('.', '')}" in c.fix
 
 
+def test_without_the_images_list_the_cuda_releases_floor_decides(tmp_path):
+    """CUDA 13 builds for Turing (sm_75) and newer only: a Volta host is refused before the image's list is known,
+    and the fix names the CUDA 12.6 variant, which still builds for it."""
+    c = verdict(host(tmp_path, "cuda", nvidia_version("610.43.02"), tool="7.0"))
+    assert not c.ok and c.blocking and "this host's devices are sm_70; CUDA 13.2 builds for sm_75 and newer only" in c.detail
+    assert "cuda-cu126" in c.fix
+    assert verdict(host(tmp_path / "v", "cuda", nvidia_version("610.43.02"), tool="7.0"), "cuda-cu126").ok
+    c = verdict(host(tmp_path / "a", "cuda", nvidia_version("610.43.02"), tool="8.0"))
+    assert c.ok and "devices sm_80 are sm_75 or newer" in c.detail
+
+
 def test_unknown_architectures_are_not_checked(tmp_path):
-    c = verdict(host(tmp_path, "cuda", nvidia_version("610.43.02"), tool="7.0"))  # the image's list is unknown
-    assert c.ok and "the image's architectures unknown" in c.detail
+    m = load(MATRIX_PATH, ["backends.rocm.host.arch=[]"])  # neither declared nor measured
+    c = verdict(host(tmp_path, "rocm", {**kfd_nodes(80300), "/sys/module/amdgpu/version": "6.12.12\n"}), "rocm", matrix=m)
+    assert not c.blocking and "gfx803" not in c.detail and "devices are" not in c.detail
 
 
 # --- AMD -------------------------------------------------------------------------------------------------
@@ -313,10 +325,10 @@ def test_a_variant_keeps_its_base_device():
 
 
 @pytest.mark.parametrize("files, chosen, said", [
-    (nvidia_version("560.35.03"), "cuda-cu126", "passed over: cuda (host NVIDIA driver 560.35.03"),
+    (nvidia_version("560.35.03"), "cuda-cu126", "passed over: cuda (this image needs driver >= 595.45.04"),
+    (nvidia_version("585.05.01"), "cuda-cu130", "cuda-cu130 is the newest variant this host runs"),
     (nvidia_version("610.43.02"), "cuda", "cuda is the newest variant this host runs"),
-    ({}, "cuda", "cuda is the newest variant this host runs (cannot tell"),  # unknown is never a refusal
-    (nvidia_version("555.42.06"), "cuda", "no variant fits this host"),
+    ({}, "cuda", "cuda, the newest variant (cannot tell the host's NVIDIA driver version: not a refusal)"),  # unknown is never a refusal
 ])
 def test_auto_picks_the_newest_variant_the_hosts_driver_runs(tmp_path, files, chosen, said):
     from envbuild.tools import detect as d
@@ -324,9 +336,20 @@ def test_auto_picks_the_newest_variant_the_hosts_driver_runs(tmp_path, files, ch
     m = load(MATRIX_PATH, [VARIANT])
     root = host(tmp_path, "cuda", files)
     detection = d.detect(m, root, path_env=str(root / "usr/bin"))
-    assert {"cuda", "cuda-cu126"} <= set(detection.detected)
+    assert detection.detected == ["cuda"]  # one family, one finding: the variants are the driver's question
     name, reason = d.choose(detection, m, root=root)
     assert name == chosen and said in reason, reason
+
+
+def test_auto_refuses_when_no_variant_fits_naming_the_driver_and_the_upgrade(tmp_path):
+    from envbuild.core.errors import NoVariantFitsError
+    from envbuild.tools import detect as d
+
+    root = host(tmp_path, "cuda", nvidia_version("555.42.06"))
+    with pytest.raises(NoVariantFitsError) as err:
+        d.choose(d.detect(M, root, path_env=str(root / "usr/bin")), M, root=root)
+    assert "its NVIDIA driver is 555.42.06" in str(err.value) and "needs driver >= 560.28.03" in str(err.value)
+    assert err.value.exit_code == 1
 
 
 def test_variants_of_two_devices_are_still_a_choice_to_make(tmp_path):
@@ -337,6 +360,6 @@ def test_variants_of_two_devices_are_still_a_choice_to_make(tmp_path):
                      [("0000:00:02.0", "0x8086", "0x030000"), ("0000:01:00.0", "0x10de", "0x030000")],
                      {"renderD128": "0x8086", "renderD129": "0x10de"})
     detection = d.detect(m, root, path_env=str(root / "usr/bin"))
-    assert set(detection.detected) == {"cuda", "cuda-cu126", "xpu"}
+    assert set(detection.detected) == {"cuda", "xpu"}
     with pytest.raises(d.AmbiguousBackendError):
         d.choose(detection, m, root=root)

@@ -56,9 +56,14 @@ def test_detect_json_is_the_library_detection(invoke, tmp_path):
     data = detect_json(invoke, root)
     m = load(MATRIX)
     expected = d.detect_host(m, root).to_json()
-    assert {k: v for k, v in data.items() if k not in ("root", "facts")} == expected
-    assert set(data) == {"detected", "fallback", "backends", "root", "facts"}  # --root: which facts came from where
-    assert [b["backend"] for b in data["backends"]] == m.names
+    assert {k: v for k, v in data.items() if k not in ("root", "facts", "variants")} == expected
+    assert set(data) == {"detected", "fallback", "backends", "variants", "root", "facts"}  # --root: which facts came from where
+    # every variant of every family, with whether it fits this host: ROCm's gfx targets without a gfx node are unknown
+    assert [(v["family"], v["backend"]) for v in data["variants"]] == [
+        ("cuda", "cuda"), ("cuda", "cuda-cu130"), ("cuda", "cuda-cu126"), ("rocm", "rocm"), ("rocm", "rocm-10-0"),
+        ("npu", "npu"), ("npu", "npu-a3"), ("npu", "npu-310p")]
+    assert all(v["fits"] for v in data["variants"] if v["family"] == "rocm")
+    assert [b["backend"] for b in data["backends"]] == [b.name for b in m.backends if not b.variant_of]
 
 
 def test_detect_mixed_host_lists_both_and_asks_for_a_choice(invoke, tmp_path):

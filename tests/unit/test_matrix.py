@@ -282,9 +282,11 @@ def test_version_with_surrounding_spaces_is_rejected() -> None:
 
 def test_repo_matrix_loads() -> None:
     m = matrix.load(REPO_MATRIX)
-    assert m.names == ["cpu", "cuda", "rocm", "neuron", "tpu", "xpu", "mps", "hpu", "npu", "mlu", "musa"]
+    assert m.names == ["cpu", "cuda", "cuda-cu130", "cuda-cu126", "rocm", "rocm-10-0", "neuron", "tpu", "xpu", "mps", "hpu",
+                       "npu", "npu-a3", "npu-310p", "mlu", "musa"]
+    assert {b.name for b in m.backends if b.variant_of} == {"cuda-cu130", "cuda-cu126", "rocm-10-0", "npu-a3", "npu-310p"}
     assert [b.name for b in m.containerizable()] == [n for n in m.names if n != "mps"]
-    assert {b.name for b in m.backends if b.torch.source == "base"} == {"rocm", "neuron", "hpu", "mlu", "musa"}
+    assert {b.name for b in m.backends if b.torch.source == "base"} == {"rocm", "rocm-10-0", "neuron", "hpu", "mlu", "musa"}
     assert m.path == str(REPO_MATRIX)
 
 

@@ -437,7 +437,7 @@ def closed_port():
 def test_github_matrix_has_every_containerizable_backend_with_its_runners():
     doc = ci.github_matrix(MATRIX)
     assert [j["backend"] for j in doc["include"]] == [b.name for b in MATRIX.containerizable()]
-    assert len(doc["include"]) == 10 and "mps" not in [j["backend"] for j in doc["include"]]
+    assert len(doc["include"]) == 15 and "mps" not in [j["backend"] for j in doc["include"]]
     for job in doc["include"]:
         b = MATRIX.backend(job["backend"])
         assert job["runs-on"] == list(b.runs_on)

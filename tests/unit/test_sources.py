@@ -99,19 +99,11 @@ def test_edit_adds_after_a_nested_block_and_adds_the_mappings_a_field_lacks():
 
 # The shipped matrix with two variants of cuda: one sets its own torch index, the other only its base.
 VARIANTS = MATRIX.read_text().replace("\n  # AMD ships torch", """
-  cuda-cu126:
-    variant_of: cuda
-    description: NVIDIA GPU (CUDA 12.6)
-    base_image: nvidia/cuda:12.6.3-base-ubuntu24.04
-    torch:
-      index_url: https://download.pytorch.org/whl/cu126
-    host:
-      version: "12.6"
   cuda-13-0:
     variant_of: cuda
     base_image: nvidia/cuda:13.2.0-base-ubuntu24.04
 
-  # AMD ships torch""", 1)
+  # AMD ships torch""", 1)  # beside the matrix's own (cuda-cu130, cuda-cu126): one that sets no torch of its own
 
 
 def test_bump_keeps_what_a_variant_inherits_inherited_and_refreshes_every_image_it_changes(tmp_path):
@@ -119,19 +111,19 @@ def test_bump_keeps_what_a_variant_inherits_inherited_and_refreshes_every_image_
     path.write_text(VARIANTS)
     cuda = loads(VARIANTS, "m").backend("cuda").torch.version
     # The same release found for cuda and both variants: written once, where the variants take it from.
-    new = {f"backends.{b}.torch.version": "2.16.0" for b in ("cuda", "cuda-cu126", "cuda-13-0")}
+    new = {f"backends.{b}.torch.version": "2.16.0" for b in ("cuda", "cuda-cu130", "cuda-cu126", "cuda-13-0")}
     r = bump(path, new, tmp_path / "dockerfiles", dry_run=True)
     assert r.changes == {"backends.cuda.torch.version": "2.16.0"}
     assert [line for line in r.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")] == [
         f'-      version: "{cuda}"', '+      version: "2.16.0"']
     assert {b.name: b.torch.version for b in r.matrix.backends if b.family == "cuda"} == dict.fromkeys(
-        ["cuda", "cuda-cu126", "cuda-13-0"], "2.16.0")
-    assert r.backends == ["cuda", "cuda-cu126", "cuda-13-0"]  # every image the inherited pin is in (their locks)
+        ["cuda", "cuda-cu130", "cuda-cu126", "cuda-13-0"], "2.16.0")
+    assert r.backends == ["cuda", "cuda-cu130", "cuda-cu126", "cuda-13-0"]  # every image the inherited pin is in (their locks)
     # A release only the variant's own index has: the variant then holds its own pin, cuda keeps its.
     r = bump(path, {"backends.cuda-cu126.torch.version": "2.14.0", "backends.cuda-13-0.torch.version": "2.14.1"},
              tmp_path / "dockerfiles", dry_run=True)
     versions = {b.name: b.torch.version for b in r.matrix.backends if b.family == "cuda"}
-    assert versions == {"cuda": cuda, "cuda-cu126": "2.14.0", "cuda-13-0": "2.14.1"}
+    assert versions == {"cuda": cuda, "cuda-cu130": cuda, "cuda-cu126": "2.14.0", "cuda-13-0": "2.14.1"}
     assert r.matrix.backend("cuda-13-0").torch.index_url == r.matrix.backend("cuda").torch.index_url
     assert r.backends == ["cuda-cu126", "cuda-13-0"]
     # A field the variant sets itself is its own; its base's change does not reach it.

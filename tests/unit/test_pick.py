@@ -1,0 +1,181 @@
+"""`envbuild pick` and the variant choice of pull, run, smoke and build, on fake hosts at every boundary: a driver
+exactly at each CUDA variant's minimum and just below it, R535 and R550, an unknown driver, AMD gfx targets, Ascend
+SoC families and an arm64 GH200-like host. The repo's matrix: the variants people get."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from support.constants import MATRIX
+from support.hosts import VENDORS, add_driver, kfd_nodes, make_root, nvidia_version
+
+from envbuild.matrix import load, stacks
+
+M = load(MATRIX)
+CUDA = M.family(M.backend("cuda"))  # newest first: cuda (13.2), cuda-cu130, cuda-cu126
+MINIMUMS = [(b.name, stacks.needs(b).min_driver) for b in CUDA]
+
+
+@pytest.fixture(autouse=True)
+def this_machine(tmp_path, monkeypatch) -> Path:
+    """This machine's PATH holds only a folder of its own: with --root, the vendor tool that runs is this one."""
+    bindir = tmp_path / "this-machine-bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", str(bindir))
+    return bindir
+
+
+def nvidia_host(tmp_path: Path, driver: str | None, caps: str | None = None) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    root = make_root(tmp_path, *VENDORS["cuda"])
+    if driver:
+        add_driver(root, nvidia_version(driver))
+    if caps:  # nvidia-smi's compute_cap, one line per GPU
+        exe = Path(os.environ["PATH"].split(os.pathsep)[0]) / "nvidia-smi"
+        exe.write_text("#!/bin/sh\nprintf '%s\\n' " + " ".join(f"'{c}'" for c in caps.split()) + "\n")
+        exe.chmod(0o755)
+    return root
+
+
+def pick(invoke, root: Path, *args: str):
+    return invoke("pick", "--root", root, "--matrix", MATRIX, *args)
+
+
+def below(version: str) -> str:
+    parts = version.split(".")
+    return ".".join(parts[:-1] + [f"{int(parts[-1]) - 1:0{len(parts[-1])}d}"])
+
+
+def test_the_matrix_ships_three_cuda_and_two_rocm_variants_with_distinct_minimums(invoke):
+    assert [name for name, _ in MINIMUMS] == ["cuda", "cuda-cu130", "cuda-cu126"]
+    assert [m for _, m in MINIMUMS] == ["595.45.04", "580.65.06", "560.28.03"]
+    assert [b.name for b in M.family(M.backend("rocm"))] == ["rocm", "rocm-10-0"]
+    assert [b.name for b in M.family(M.backend("npu"))] == ["npu", "npu-a3", "npu-310p"]
+    shown = json.loads(invoke("show", "cuda", "--json", "--matrix", MATRIX).stdout)
+    assert [(v["backend"], v["min_driver"]) for v in shown["variants"]] == MINIMUMS
+    assert shown["tags"][0].endswith(":cuda") and shown["tags"][-1].endswith(":cuda13.2")
+    assert M.tags(M.backend("cuda-cu126"))[-1].endswith(":cuda12.6")
+    assert M.tags(M.backend("rocm-10-0"))[-1].endswith(":rocm10.0")
+
+
+@pytest.mark.parametrize("at", range(3))
+def test_a_driver_at_a_minimum_gets_that_variant_and_just_below_the_next_older(invoke, tmp_path, at):
+    name, minimum = MINIMUMS[at]
+    result = pick(invoke, nvidia_host(tmp_path / "at", minimum), "--backend", "cuda")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"{M.image.repository}:{name}"
+    result = pick(invoke, nvidia_host(tmp_path / "below", below(minimum)), "--backend", "cuda")
+    if at + 1 < len(MINIMUMS):
+        assert result.exit_code == 0 and result.stdout.strip() == f"{M.image.repository}:{MINIMUMS[at + 1][0]}"
+        assert "passed over: " in result.stderr and f"{name} (this image needs driver >= {minimum}" in result.stderr
+    else:
+        assert result.exit_code == 1 and result.stdout == ""
+        assert f"its NVIDIA driver is {below(minimum)}" in result.stderr
+
+
+@pytest.mark.parametrize("driver, up_to", [("535.104.05", "12.2"), ("550.54.14", "12.4")])
+def test_r535_and_r550_are_refused_before_any_pull_naming_the_driver_and_the_upgrade(invoke, tmp_path, driver, up_to):
+    for backend in ("cuda", "auto", "nvidia"):
+        result = pick(invoke, nvidia_host(tmp_path / backend, driver), "--backend", backend)
+        assert result.exit_code == 1 and result.stdout == ""
+        assert f"its NVIDIA driver is {driver} (up to CUDA {up_to})" in result.stderr
+        assert "the oldest variant, cuda-cu126 (CUDA 12.6), needs driver >= 560.28.03" in result.stderr
+        assert "Upgrade the NVIDIA driver to 560.28.03 or later" in result.stderr
+
+
+def test_an_unknown_driver_is_a_warning_and_the_newest(invoke, tmp_path):
+    result = pick(invoke, nvidia_host(tmp_path, None), "--backend", "cuda")
+    assert result.exit_code == 0 and result.stdout.strip().endswith(":cuda")
+    assert result.stderr.startswith("warning: cuda: ") and "cannot tell the host's NVIDIA driver version" in result.stderr
+
+
+def test_auto_on_an_nvidia_host_picks_from_the_cuda_family(invoke, tmp_path):
+    result = pick(invoke, nvidia_host(tmp_path, "580.95.05"), "--json")
+    doc = json.loads(result.stdout)
+    assert (doc["backend"], doc["family"]) == ("cuda-cu130", "cuda") and doc["image"].endswith(":cuda-cu130")
+    assert doc["detected"].startswith("detected NVIDIA GPU")
+    assert [(v["backend"], v["fits"]) for v in doc["variants"]] == [("cuda", False), ("cuda-cu130", True), ("cuda-cu126", True)]
+
+
+def test_gpus_older_than_turing_get_cuda_12(invoke, tmp_path):
+    """CUDA 13 builds for sm_75 and newer: a Volta (sm_70) host on a new driver gets the CUDA 12.6 image."""
+    result = pick(invoke, nvidia_host(tmp_path, "610.43.02", caps="7.0 7.0"), "--backend", "cuda")
+    assert result.exit_code == 0 and result.stdout.strip().endswith(":cuda-cu126")
+    assert "CUDA 13.2 builds for sm_75 and newer only" in result.stderr
+
+
+def test_an_arm64_gh200_like_host(invoke, tmp_path):
+    """Grace Hopper: arm64, one sm_90 GPU, an R580 driver: the CUDA 13.0 image, which is built for linux/arm64."""
+    root = nvidia_host(tmp_path, "580.65.06", caps="9.0")
+    doc = json.loads(pick(invoke, root, "--backend", "cuda", "--json").stdout)
+    assert doc["backend"] == "cuda-cu130" and "devices sm_90 are sm_75 or newer" in doc["why"]
+    assert "linux/arm64" in M.backend("cuda-cu130").platforms
+
+
+@pytest.mark.parametrize("gfx, fits", [(90402, True), (90010, True), (110000, True), (80003, False)])
+def test_rocm_by_gfx_target(invoke, tmp_path, gfx, fits):
+    root = add_driver(make_root(tmp_path, *VENDORS["rocm"]), {**kfd_nodes(gfx), "/sys/module/amdgpu/version": "6.16.6\n"})
+    result = pick(invoke, root, "--backend", "amd")
+    if fits:
+        assert result.exit_code == 0 and result.stdout.strip().endswith(":rocm"), result.output
+    else:
+        assert result.exit_code == 1 and "this host's devices are gfx803" in result.stderr
+
+
+@pytest.mark.parametrize("device, name", [("0xd802", "npu"), ("0xd803", "npu-a3"), ("0xd500", "npu-310p"), ("0xd100", None)])
+def test_ascend_by_soc_family(invoke, tmp_path, device, name):
+    root = make_root(tmp_path, *VENDORS["npu"])
+    (root / "sys/bus/pci/devices/0000:c1:00.0/device").write_text(device + "\n")
+    result = pick(invoke, root, "--backend", "ascend")
+    if name:
+        assert result.exit_code == 0 and result.stdout.strip() == f"{M.image.repository}:{name}", result.output
+    else:  # an SoC envbuild ships no image for (Ascend 310): unknown, so the newest, with a warning
+        assert result.exit_code == 0 and result.stdout.strip().endswith(":npu") and result.stderr.startswith("warning:")
+
+
+@pytest.mark.parametrize("said", ["cu126", "12.6", "cuda12.6", "cuda-cu126", "CU126"])
+def test_variant_by_hand(invoke, tmp_path, said):
+    result = pick(invoke, nvidia_host(tmp_path, "610.43.02"), "--backend", "cuda", "--variant", said)
+    assert result.exit_code == 0 and result.stdout.strip().endswith(":cuda-cu126"), result.output
+
+
+def test_a_variant_by_hand_that_this_host_cannot_run_is_refused(invoke, tmp_path):
+    root = nvidia_host(tmp_path, "570.86.10")
+    for args in (["--backend", "cuda-cu130"], ["--backend", "cuda", "--variant", "13.0"]):
+        result = pick(invoke, root, *args)
+        assert result.exit_code == 1 and "needs driver >= 580.65.06" in result.stderr
+        assert "upgrade the NVIDIA driver to 580.65.06 or later" in result.stderr
+    result = pick(invoke, root, "--backend", "cuda", "--variant", "11.8")
+    assert result.exit_code == 2 and "cuda has no such variant; it has cuda (cuda13.2), cuda-cu130" in result.stderr
+
+
+def test_by_digest_with_a_manifest(invoke, tmp_path):
+    digest = "sha256:" + "ab" * 32
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"schema": 1, "images": {"cuda-cu130": {"digest": digest, "repository": "reg.example/eb"}}}))
+    root = nvidia_host(tmp_path, "580.65.06")
+    result = pick(invoke, root, "--backend", "cuda", "--manifest", manifest)
+    assert result.exit_code == 0 and result.stdout.strip() == f"reg.example/eb@{digest}"
+    result = pick(invoke, nvidia_host(tmp_path / "new", "600.1.2"), "--backend", "cuda", "--manifest", manifest)
+    assert result.exit_code == 2 and "has no image for cuda (never published there" in result.stderr
+
+
+def test_a_backend_without_variants_and_the_cpu_fallback(invoke, tmp_path):
+    empty = make_root(tmp_path)
+    result = pick(invoke, empty)
+    assert result.exit_code == 0 and result.stdout.strip().endswith(":cpu") and "no accelerator detected" in result.stderr
+    assert pick(invoke, empty, "--backend", "xpu").stdout.strip().endswith(":xpu")
+    assert pick(invoke, empty, "--backend", "mps").exit_code == 2  # no container reaches Apple Silicon
+
+
+def test_build_pull_run_and_smoke_choose_the_same_way_and_say_so(invoke, tmp_path, monkeypatch):
+    """Without a driver on this machine: the newest, said on stderr; --variant chooses by hand; `all` is every cell."""
+    result = invoke("run", "--dry-run", "--backend", "cuda", "--matrix", MATRIX, "--", "true")
+    assert "cuda: chose cuda (cuda, the newest variant" in result.stderr and f"{M.image.repository}:cuda " in result.stdout
+    result = invoke("run", "--dry-run", "--backend", "cuda", "--variant", "cu126", "--matrix", MATRIX, "--", "true")
+    assert f"{M.image.repository}:cuda-cu126 " in result.stdout and "chose" not in result.stderr
+    result = invoke("build", "--backend", "all", "--variant", "12.6", "--matrix", MATRIX)
+    assert result.exit_code == 2 and "--variant chooses within one backend" in result.stderr

@@ -1,4 +1,4 @@
-"""The benchmark, quick mode, on the real engine with the session's base, wheelhouse and CA bundle.
+"""The benchmark, quick mode, on the real engine with the session's wheelhouse and CA bundle, and a base of its own.
 
 It prints its table to the terminal (the figures are the point of running it); it asserts the shape of
 the result only, never a timing: machines are noisy.
@@ -6,12 +6,15 @@ the result only, never a timing: machines are noisy.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import uuid
 
 import pytest
 
+from support import testbed
 from support.constants import MATRIX, REPO
 
 pytestmark = pytest.mark.docker
@@ -19,10 +22,28 @@ ROWS = ["lock", "cold", "bump", "noop", "size", "smoke", "help", "render",
         "anchor_cold", "anchor_bump", "anchor_start", "anchor_cold10", "anchor_size"]
 
 
-def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, docker_client, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def bench_base(registry, base_image, docker_client):
+    """The session's base plus one small layer. The benchmark's cold builds (--no-cache) run every step again and
+    BuildKit records their layers under the same keys as the first ones: on the session's own base, a later cached
+    build of the session's cpu image was answered with the benchmark's layers (another image id)."""
+    local = "envbuild-test/bench-base:bookworm"
+    dockerfile = f"FROM {base_image}\nRUN echo {uuid.uuid4().hex} > /etc/envbuild-bench\n"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=local, rm=True)
+    ref = f"{registry.host}/{local}"
+    testbed.push_image(docker_client, local, ref)
+    yield ref
+    for name in (ref, local):
+        try:
+            docker_client.images.remove(name)
+        except Exception:  # still used, or gone: tidiness only
+            pass
+
+
+def test_quick_benchmark_measures_every_row(bench_base, wheelhouse, ca_bundle, docker_client, tmp_path, capsys):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--quick", "--base", base_image, "--wheelhouse", str(wheelhouse),
+        [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--quick", "--base", bench_base, "--wheelhouse", str(wheelhouse),
          "--ca-bundle", str(ca_bundle), "--matrix", str(MATRIX), "--json-file", str(out)],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )
@@ -62,3 +83,5 @@ def test_quick_benchmark_measures_every_row(base_image, wheelhouse, ca_bundle, d
         assert "snapshot" in str(exc) and "cannot list its build cache" in proc.stderr, (exc, proc.stderr)
         return
     assert not live & set(doc["cache_mounts"])
+    # and the layers of its run: left in, they pushed the session's own out of the cache the tests keep
+    assert not doc["build_cache_left"], doc["build_cache_left"]

@@ -149,11 +149,11 @@ def push_base(registry: Registry, docker_client, *, tar: Path | None = None, loc
         subprocess.run(["docker", "import", "-", local], stdin=fh, check=True, stdout=subprocess.DEVNULL)
     refs = [f"{registry.host}/{local}", f"{registry.host}/library/debian:bookworm-slim"]
     for ref in refs:
-        _push(docker_client, local, ref)
+        push_image(docker_client, local, ref)
     return refs
 
 
-def _push(docker_client, local: str, ref: str) -> None:
+def push_image(docker_client, local: str, ref: str) -> None:
     repo, tag = ref.rsplit(":", 1)
     docker_client.images.get(local).tag(repo, tag)
     for line in docker_client.images.push(repo, tag=tag, stream=True, decode=True):
@@ -222,7 +222,7 @@ def multiplatform_base(registry: Registry, docker_client, amd64_ref: str) -> str
 
     arm64_tar = arm64_base()
     amd64 = f"{registry.host}/{MULTI_NAME}:bookworm-amd64"
-    _push(docker_client, amd64_ref, amd64)
+    push_image(docker_client, amd64_ref, amd64)
     push_rootfs(registry, arm64_tar, f"{MULTI_NAME}:bookworm-arm64", "arm64")
     api = Api(registry.host)
     children = [("linux/amd64", api.manifest(amd64)), ("linux/arm64", api.manifest(f"{registry.host}/{MULTI_NAME}:bookworm-arm64"))]
@@ -251,7 +251,7 @@ def standin_base(registry: Registry, docker_client, base_ref: str) -> str:
                   "python3-venv && rm -rf /var/lib/apt/lists/*\n")
     docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=STANDIN_NAME, network_mode="host", rm=True)
     ref = f"{registry.host}/{STANDIN_NAME}"
-    _push(docker_client, STANDIN_NAME, ref)
+    push_image(docker_client, STANDIN_NAME, ref)
     return ref
 
 

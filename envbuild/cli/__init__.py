@@ -30,7 +30,14 @@ SET_HELP = "Override a matrix field for this run (repeatable), e.g. backends.cpu
 
 
 class _PathArg(click.Path):
-    """click.Path whose value is a pathlib.Path."""
+    """click.Path whose value is a pathlib.Path. A value that is an option (`--dir --help`: click takes the next
+    word as the value) is refused: such a folder is never what was meant; `./--help` still names one."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and value.startswith("-") and len(value) > 1:
+            self.fail(f"{shown(value)} is an option, not a path: give the path (./{shown(value)} for a file named so)",
+                      param, ctx)
+        return super().convert(value, param, ctx)
 
     def coerce_path_result(self, value: Any) -> Any:
         return Path(value)
@@ -625,6 +632,16 @@ def _choose(m, backends: tuple[str, ...], variant: str | None = None) -> list:
             b = picked.backend
         chosen.setdefault(b.name, b)
     return m.select(list(chosen))
+
+
+def _tag_arg(value: str | None) -> str | None:
+    """A tag as a registry takes it (128 characters of [A-Za-z0-9_.-], not starting with . or -), or exit 2."""
+    from envbuild.core.imageref import TAG
+
+    if value is not None and not TAG.match(value):
+        raise click.BadParameter(f"{shown(value)} is not a tag (letters, digits, '_', '.', '-'; at most 128)",
+                                 param_hint="'--tag'")
+    return value
 
 
 def _write_output(path: str, text: str) -> None:
@@ -1493,10 +1510,10 @@ def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
 @cli.command("attest")
 @click.option("--backend", "-b", required=True, metavar="NAME", help="The backend whose published image the smoke result is for.")
 @click.option("--registry", metavar="REPOSITORY", help="Where the image is [default: the matrix's image.repository].")
-@click.option("--tag", help="Its tag [default: the backend's pinned tag from the matrix].")
+@click.option("--tag", callback=lambda ctx, param, value: _tag_arg(value), help="Its tag [default: the backend's pinned tag from the matrix].")
 @click.option("--smoke-json", required=True, type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for that image (pulled from the registry).")
 @click.option("--sign-key", metavar="FILE|env://VAR", help="The cosign key [default: $ENVBUILD_SIGNING_KEY].")
-@click.option("--force", is_flag=True, help="Attest even a failed result, or one of another image id.")
+@click.option("--force", is_flag=True, help="Attest even a failed result (verify then refuses the image); never one of another image.")
 @_matrix_options
 def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, overrides) -> None:
     """Add a signed smoke attestation to an image already in the registry (e.g. a nightly run on hardware).

@@ -9,7 +9,7 @@ from envbuild.core.errors import InvalidInput
 
 CACHE = "/cache"  # the image's one cache root (HF_HOME, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR under it)
 DEFAULT_CACHE = "envbuild-cache"  # a named volume, shared by every backend's image
-VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 
 def is_folder(source: str) -> bool:

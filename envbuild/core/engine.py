@@ -83,7 +83,7 @@ def host(environ: Mapping[str, str] | None = None) -> str:
     context ($DOCKER_CONTEXT, else the config's currentContext), else Docker's default socket."""
     env = os.environ if environ is None else environ
     if env.get("DOCKER_HOST"):
-        return env["DOCKER_HOST"]
+        return _checked_host(env["DOCKER_HOST"])
     config = config_dir(env)
     name = env.get("DOCKER_CONTEXT") or _read_json(config / "config.json").get("currentContext")
     if name and name != "default":
@@ -94,10 +94,29 @@ def host(environ: Mapping[str, str] | None = None) -> str:
     return DEFAULT_HOST
 
 
+def _checked_host(value: str) -> str:
+    """$DOCKER_HOST as the docker client reads it (unix://, tcp://HOST:PORT, ssh://, npipe://), or exit 2 saying so."""
+    from urllib.parse import urlsplit
+
+    from envbuild.core.errors import InvalidInput
+    from envbuild.core.text import shown
+
+    try:
+        url = urlsplit(value)
+        url.port  # noqa: B018 (reading it checks it)
+        ok = url.scheme in ("unix", "tcp", "http", "https", "ssh", "npipe", "fd") and bool(url.netloc or url.path)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidInput(f"DOCKER_HOST={shown(value)}: not a Docker engine address: give unix:///var/run/docker.sock, "
+                           "tcp://HOST:PORT or ssh://HOST, or unset it")
+    return value
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return doc if isinstance(doc, dict) else {}
 

@@ -148,12 +148,37 @@ def read_user(path: str | os.PathLike[str], label: str, error: type[EnvbuildErro
 
 def read_json(path: Path, label: str, error: type[EnvbuildError] = EnvbuildError) -> Any:
     """A JSON file, or `error` naming the file (and the line of a syntax error)."""
+    return parse_json(read_user(path, label, error), label, error)
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 30:  # no count, size or time envbuild writes has more digits
+        raise ValueError(f"a number of {len(text.lstrip('-'))} digits")
+    return int(text)
+
+
+def _clean(value: Any) -> Any:
+    """Lone surrogates (a JSON escape such as \\ud800) become "?": no later write or print trips on them."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8") if any("\ud800" <= c <= "\udfff" for c in value) else value
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    return value
+
+
+def parse_json(data: bytes, label: str, error: type[EnvbuildError] = EnvbuildError) -> Any:
+    """A JSON document from outside: UTF-8, not nested past reason, numbers finite and of sane size (NaN and
+    Infinity read as null), strings free of lone surrogates; else `error` naming it."""
     try:
-        return json.loads(read_user(path, label, error).decode("utf-8"))
+        return _clean(json.loads(data.decode("utf-8"), parse_constant=lambda _: None, parse_int=_bounded_int))
     except UnicodeDecodeError:
         raise error(f"{label}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise error(f"{label}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except ValueError as exc:
+        raise error(f"{label}: not a JSON document envbuild reads ({exc})") from None
     except RecursionError:
         raise error(f"{label}: nested too deeply to be a JSON document envbuild wrote") from None
 

@@ -27,13 +27,13 @@ _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 _PATH = rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 
-DOMAIN = re.compile(rf"^{_DOMAIN}$")
-PATH = re.compile(rf"^{_PATH}$")
-TAG = re.compile(rf"^{_TAG}$")
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")  # what envbuild itself pins and compares
-_ANY_DIGEST = re.compile(rf"^{_DIGEST}$")
-_ANCHORED = re.compile(rf"^(?P<name>(?:{_DOMAIN}/)?{_PATH})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?$")
-_IMAGE_ID = re.compile(r"^[a-f0-9]{64}$")
+DOMAIN = re.compile(rf"^{_DOMAIN}\Z")
+PATH = re.compile(rf"^{_PATH}\Z")
+TAG = re.compile(rf"^{_TAG}\Z")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")  # what envbuild itself pins and compares
+_ANY_DIGEST = re.compile(rf"^{_DIGEST}\Z")
+_ANCHORED = re.compile(rf"^(?P<name>(?:{_DOMAIN}/)?{_PATH})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?\Z")
+_IMAGE_ID = re.compile(r"^[a-f0-9]{64}\Z")
 # What go-digest accepts after the grammar: a registered algorithm, its length, lower-case hex.
 _DIGEST_SIZES = {"sha256": 64, "sha384": 96, "sha512": 128}
 

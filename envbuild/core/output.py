@@ -69,8 +69,10 @@ SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
     # NAME=VALUE, NAME: VALUE in JSON ("name": "value"), ?name=value, for a secret-looking NAME
     (re.compile(rf"(?<![A-Za-z0-9_.-])({_NAME}(?![A-Za-z0-9])[\"']?)(\s*=\s*|[\"']?\s*:\s*[\"'])([^\s\"',;&)}}\]]+)", re.IGNORECASE),
      rf"\1\2{MASK}"),
-    # netrc contents: password X
-    (re.compile(r"(?<![\w-])((?:password|passwd)[ \t]+)(?!\*\*\*)\S+", re.IGNORECASE), rf"\1{MASK}"),
+    # netrc contents: `password X` where netrc has it (a line of its own, or after machine/login/account on one
+    # line); not `getent passwd 1000` in a build log
+    (re.compile(r"^([ \t]*(?:(?:machine|login|account|default)\b[^\n]*?[ \t])?(?:password|passwd)[ \t]+)(?!\*\*\*)\S+",
+                re.IGNORECASE | re.MULTILINE), rf"\1{MASK}"),
     # well-known token shapes
     (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,})"), MASK),  # GitHub
     (re.compile(r"\b(?:hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{16,})"), MASK),  # Hugging Face
@@ -94,15 +96,26 @@ def _env_secrets(environ: Mapping[str, str]) -> list[str]:
     return sorted(set(values), key=len, reverse=True)
 
 
+# Secrets this process came to hold (a registry's bearer token, a password read from a Docker config): masked in
+# every line printed from then on, as the environment's are, wherever a remote answer echoes them.
+_HELD: set[str] = set()
+
+
+def hold_secret(value: str | None) -> None:
+    if value and len(value) >= 4:
+        _HELD.add(value)
+
+
 class Scrubber:
-    """Masks secrets: the values the environment holds under secret names, and every value of a known shape."""
+    """Masks secrets: the values the environment holds under secret names, those this process holds, and every
+    value of a known shape."""
 
     def __init__(self, environ: Mapping[str, str] | None = None, extra: tuple[str, ...] = ()):
         env = os.environ if environ is None else environ
         self.values = sorted({*_env_secrets(env), *(v for v in extra if len(v) >= 4)}, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
-        for value in self.values:
+        for value in (*sorted(_HELD, key=len, reverse=True), *self.values):
             if value in text:
                 text = text.replace(value, MASK)
         for pattern, replacement in SHAPES:

@@ -15,6 +15,7 @@ import http.client
 import json
 import re
 import ssl
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from typing import Any, Mapping
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from envbuild.core.errors import PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.core.output import hold_secret
+from envbuild.core.text import shown
 from envbuild.core.platform import canonical
 from envbuild.core.credentials import Credentials, config_login, from_env, github_token
 from envbuild.core.imageref import Reference, api_host, is_loopback as _loopback
@@ -45,7 +48,14 @@ class Manifest:
 
     @property
     def doc(self) -> dict[str, Any]:
-        return json.loads(self.raw)
+        """The manifest as a JSON object; anything else from a registry is a PublishError."""
+        try:
+            doc = json.loads(self.raw)
+        except (ValueError, RecursionError):
+            doc = None
+        if not isinstance(doc, dict):
+            raise PublishError(f"the registry's manifest {self.digest} is not a JSON object")
+        return doc
 
     @property
     def is_index(self) -> bool:
@@ -100,6 +110,23 @@ class _Response:
         return json.loads(self.content)
 
 
+ANSWER_TIME = 90.0  # seconds for a whole answer: a registry that trickles a byte a second is cut off, not waited on
+
+
+def _read(resp: Any, deadline: float, url: str) -> bytes:
+    """At most MAX_DOC + 1 bytes, in chunks, within the deadline (the socket timeout bounds each read only)."""
+    chunks, size = [], 0
+    while size <= MAX_DOC:
+        if time.monotonic() > deadline:
+            raise ConnectionError(f"the answer from {urlsplit(url).netloc} took over {ANSWER_TIME:.0f} s; cut off")
+        chunk = resp.read1(min(1 << 16, MAX_DOC + 1 - size)) if hasattr(resp, "read1") else resp.read(1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def sha256(data: bytes) -> str:
     """The OCI digest of `data`: sha256:HEX."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
@@ -113,12 +140,13 @@ def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None,
     req = urllib.request.Request(url, data=data, method=method, headers=dict(headers))
     if authorization:
         req.add_unredirected_header("Authorization", authorization)
+    deadline = time.monotonic() + ANSWER_TIME
     try:
         with urllib.request.urlopen(req, timeout=timeout or TIMEOUT, context=context) as resp:
-            return _Response(resp.status, resp.headers, resp.read(MAX_DOC + 1))
+            return _Response(resp.status, resp.headers, _read(resp, deadline, url))
     except urllib.error.HTTPError as exc:
         with exc:
-            return _Response(exc.code, exc.headers, exc.read(MAX_DOC + 1))
+            return _Response(exc.code, exc.headers, _read(exc, deadline, url))
     except http.client.HTTPException as exc:  # a cut or garbled answer: unreachable, as a refused connection is
         raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
 
@@ -129,7 +157,10 @@ def _reason(exc: OSError) -> str:
 
 
 def _basic(creds: Credentials) -> str:
-    return "Basic " + base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
+    encoded = base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
+    hold_secret(creds.password)
+    hold_secret(encoded)
+    return "Basic " + encoded
 
 
 class Registry:
@@ -191,16 +222,33 @@ class Registry:
         if scheme.lower() != "bearer" or "realm" not in fields:
             raise PublishError(f"registry {self.host} asks for an authentication envbuild does not speak: {challenge[:100]}")
         realm = fields["realm"]
+        where = urlsplit(realm)
+        if where.scheme not in ("http", "https") or not where.netloc:
+            raise PublishError(f"registry {self.host} names a token service that is not an http(s) URL: {shown(realm[:100])}")
         query = urlencode({"service": fields.get("service", ""), "scope": scope})
         url = f"{realm}{'&' if '?' in realm else '?'}{query}"
+        # The password goes over verified TLS, or in plain HTTP only back to the very registry (on loopback) the
+        # user named: a token service elsewhere over http:// gets no credentials, and is said so.
+        same = (where.scheme, where.netloc) == tuple(urlsplit(self.base)[:2])
+        if self.creds and where.scheme != "https" and not same:
+            raise RegistryAuthError(f"registry {self.host} sends its login to a token service over plain HTTP on another "
+                                    f"host ({where.scheme}://{shown(where.netloc)}): refused, the password was not sent")
         try:
             resp = _http("GET", url, {}, None, self._context(url), _basic(self.creds) if self.creds else None)
         except OSError as exc:
             raise RegistryUnreachableError(f"the token service of {self.host} is unreachable ({_reason(exc)})") from None
         if resp.status_code != 200:
             raise RegistryAuthError(f"the token service of {self.host} refused ({resp.status_code})")
-        body = resp.json()
-        return "Bearer " + str(body.get("token") or body.get("access_token"))
+        try:
+            body = json.loads(resp.content.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            body = None
+        token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+        if not isinstance(token, str) or not re.fullmatch(r"[A-Za-z0-9._~+/=-]{1,16384}", token):
+            raise RegistryAuthError(f"the token service of {self.host} answered no usable token (a JSON object with a "
+                                    "\"token\" of printable characters)")
+        hold_secret(token)
+        return "Bearer " + token
 
     def ping(self, timeout: float) -> int:
         """The status the registry's API root (/v2/) answers with: 200, or 401 asking for a login (it answers
@@ -230,7 +278,7 @@ class Registry:
             raise PublishError(f"registry {self.host} served content of digest {digest} for {repo}@{reference}")
         try:
             media = (resp.headers.get("Content-Type") or "").split(";")[0].strip() or json.loads(raw).get("mediaType", "")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             raise PublishError(f"registry {self.host}: {repo}:{reference} is not a manifest (not a JSON object)") from None
         return Manifest(media, digest, raw)
 
@@ -264,7 +312,16 @@ class Registry:
             if digest is None:
                 raise PublishError(f"{ref} has no image for {platform}: its index lists {', '.join(sorted(found)) or 'none'}")
             return digest, top
-        config = json.loads(self.blob(ref, top.doc["config"]["digest"]))
+        named = top.doc.get("config")
+        digest = named.get("digest") if isinstance(named, dict) else None
+        if not isinstance(digest, str) or not digest.startswith("sha256:"):
+            raise PublishError(f"{ref}: its manifest names no config digest (not an image manifest)")
+        try:
+            config = json.loads(self.blob(ref, digest))
+        except (ValueError, RecursionError):
+            config = None
+        if not isinstance(config, dict):
+            raise PublishError(f"{ref}: its image config is not a JSON object")
         has = canonical(f"{config.get('os')}/{config.get('architecture')}" + (f"/{config['variant']}" if config.get("variant") else ""))
         if has != canonical(platform):
             raise PublishError(f"{ref} is a single image for {has}, not {platform}: publish an index (manifest list) "

@@ -23,8 +23,8 @@ from envbuild.core.errors import LockError
 FORMAT = 2  # 2: one lock per platform, the base named by its registry digest
 LAYERS = ("torch", "deps", "extras", "top")
 TOP = ("transformers", "accelerate")
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
-_HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})$")
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)\Z")
+_HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\Z")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from envbuild.core.errors import MatrixError, Problem
+from envbuild.core.errors import InvalidInput, MatrixError, Problem
 from envbuild.core.files import read_user
 from envbuild.core.paths import metadata_path
 
@@ -164,8 +164,8 @@ def read(path: str | Path) -> Facts | None:
     if not p.exists():
         return None
     try:
-        doc = json.loads(read_user(p, str(p), limit=MAX_FACTS).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        doc = json.loads(read_user(p, str(p), InvalidInput, limit=MAX_FACTS).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise MatrixError([Problem(str(p), getattr(exc, "lineno", None), f"not the metadata cache (JSON): {exc}; "
                                    "write it again with `envbuild metadata --refresh`")]) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("distributions"), dict):

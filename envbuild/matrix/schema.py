@@ -44,27 +44,27 @@ class _Reads:
 MATRIX_OSES = ("linux", "darwin")  # darwin: a backend that runs on the host (mps), never in a container
 
 _PATTERNS = {
-    "name": (re.compile(r"^[a-z][a-z0-9_-]*$"), "a lower-case name (letters, digits, '-', '_')"),
+    "name": (re.compile(r"^[a-z][a-z0-9_-]*\Z"), "a lower-case name (letters, digits, '-', '_')"),
     "image": (_Reads(Reference.parse), "an image reference such as 'debian:bookworm-slim' or 'host:5000/repo/name:tag'"),
     "repository": (_Reads(lambda v: Reference.repository(v) if v == v.strip().rstrip("/") else Reference.parse("")), "an image repository without a tag, such as 'ghcr.io/org/envbuild'"),
-    "url": (re.compile(r"^(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!+,=%-]+$"), "an http(s):// or file:// URL without shell metacharacters"),
-    "module": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$"), "a dotted module name"),
-    "api": (re.compile(r"^torch(?:\.[A-Za-z_][A-Za-z0-9_]*)+$"), "a dotted torch API such as 'torch.cuda.is_available'"),
-    "dist": (re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$"), "a Python distribution name"),
-    "apt": (re.compile(r"^[a-z0-9][a-z0-9+.-]+(?:=[A-Za-z0-9.+:~-]+)?$"), "a Debian package name"),
-    "executable": (re.compile(r"^(?:/[A-Za-z0-9_.+-]+)*/?[A-Za-z0-9_.+-]+$"), "an executable name or absolute path"),
-    "env_key": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "an environment variable name"),
+    "url": (re.compile(r"^(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!+,=%-]+\Z"), "an http(s):// or file:// URL without shell metacharacters"),
+    "module": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z"), "a dotted module name"),
+    "api": (re.compile(r"^torch(?:\.[A-Za-z_][A-Za-z0-9_]*)+\Z"), "a dotted torch API such as 'torch.cuda.is_available'"),
+    "dist": (re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\Z"), "a Python distribution name"),
+    "apt": (re.compile(r"^[a-z0-9][a-z0-9+.-]+(?:=[A-Za-z0-9.+:~-]+)?\Z"), "a Debian package name"),
+    "executable": (re.compile(r"^(?:/[A-Za-z0-9_.+-]+)*/?[A-Za-z0-9_.+-]+\Z"), "an executable name or absolute path"),
+    "env_key": (re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z"), "an environment variable name"),
     "env_value": (re.compile(r"^[^\"\\`]*$"), "a value without quotes, backslashes or backticks"),
-    "device_node": (re.compile(r"^/dev/[A-Za-z0-9_./-]+(?::/dev/[A-Za-z0-9_./-]+)?$"), "a device path such as '/dev/kfd'"),
+    "device_node": (re.compile(r"^/dev/[A-Za-z0-9_./-]+(?::/dev/[A-Za-z0-9_./-]+)?\Z"), "a device path such as '/dev/kfd'"),
     "volume": (re.compile(r"^/[^\s:\"'`$]+:/[^\s:\"'`$]+(?::(?:ro|rw))?$"), "'HOST:CONTAINER[:ro]' with absolute paths"),
-    "glob": (re.compile(r"^/[A-Za-z0-9_./*?\[\]-]+$"), "an absolute path glob such as '/dev/nvidia[0-9]*'"),
-    "label": (re.compile(r"^[A-Za-z0-9_.:-]+$"), "a runner label"),
+    "glob": (re.compile(r"^/[A-Za-z0-9_./*?\[\]-]+\Z"), "an absolute path glob such as '/dev/nvidia[0-9]*'"),
+    "label": (re.compile(r"^[A-Za-z0-9_.:-]+\Z"), "a runner label"),
     "platform": (_Reads(lambda v: Platform.parse(v, MATRIX_OSES)), "a platform such as 'linux/amd64'"),
-    "size": (re.compile(r"^[0-9]+[bkmgBKMG]?$"), "a size such as '8g'"),
-    "word": (re.compile(r"^[A-Za-z0-9_.:=][A-Za-z0-9_.:=-]*$"), "a single word (not starting with '-': docker would read it as an option)"),
+    "size": (re.compile(r"^[0-9]+[bkmgBKMG]?\Z"), "a size such as '8g'"),
+    "word": (re.compile(r"^[A-Za-z0-9_.:=][A-Za-z0-9_.:=-]*\Z"), "a single word (not starting with '-': docker would read it as an option)"),
     # docker run --gpus: all, a count, or one device (a list would need the client's CSV quoting)
-    "gpus": (re.compile(r"^(?:all|[1-9][0-9]*|device=[A-Za-z0-9-]+)$"), "'all', a number of GPUs, or 'device=ID'"),
-    "pci": (re.compile(r"^0x[0-9a-f]{4}$"), "a PCI vendor id such as '0x10de'"),
+    "gpus": (re.compile(r"^(?:all|[1-9][0-9]*|device=[A-Za-z0-9-]+)\Z"), "'all', a number of GPUs, or 'device=ID'"),
+    "pci": (re.compile(r"^0x[0-9a-f]{4}\Z"), "a PCI vendor id such as '0x10de'"),
     "text": (_TEXT, "text without quotes, backslashes, '$' or backticks"),
 }
 
@@ -104,6 +104,8 @@ def url_credentials(url: str) -> str | None:
 
 
 RESERVED_ENV = "ENVBUILD_"  # the image's own controls (what the probe imports and calls): set from their fields
+# The image's guard of what it carries (a vendor's torch above all): set to its lock's constraints, never replaced.
+GUARD_ENV = ("PIP_CONSTRAINT", "UV_CONSTRAINT")
 
 
 _SECRET_WAY = ("a matrix is committed, written into every Dockerfile and printed: pass a secret at run time "
@@ -115,6 +117,9 @@ def _check_env_key(value: Any) -> tuple[Any, str | None]:
     if why is None and value.upper().startswith(RESERVED_ENV):
         return None, (f"{value!r} is reserved: envbuild sets {RESERVED_ENV}* itself, from the backend's fields "
                       "(device, import, availability, ...)")
+    if why is None and value.upper() in GUARD_ENV:
+        return None, (f"{value!r} is reserved: the image sets it to its own constraints, so that no later pip or uv "
+                      "install replaces the torch (or the vendor's plugin) it was built and tested with")
     if why is None and secret_name(value, strict=True):
         return None, f"{value!r} names a secret: {_SECRET_WAY}"
     return value, why
@@ -194,7 +199,7 @@ def _check_requirement(value: Any) -> tuple[Any, str | None]:
     return str(req), None
 
 
-_PYTHON = re.compile(r"^3\.[0-9]{1,2}$")
+_PYTHON = re.compile(r"^3\.[0-9]{1,2}\Z")
 
 
 def _check_python(value: Any) -> tuple[Any, str | None]:

@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from envbuild.core.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.core.errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
 from envbuild.matrix.compat import image_arch
-from envbuild.core.platform import canonical, foreign_arch, platform_arch
+from envbuild.core.platform import InvalidPlatform, Platform, foreign_arch, platform_arch
 from envbuild.ship import manifest
 from envbuild.core.regclient import Registry
-from envbuild.core.imageref import with_tags
+from envbuild.core.imageref import DIGEST, with_tags
+from envbuild.core.text import shown
 from envbuild.ship.shared import Published, label_mismatches, smoke_summary, write_sbom
 from envbuild.ship.trust.attest import predicates
 from envbuild.ship.trust.sign import sign_published
@@ -82,9 +83,20 @@ def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: 
         if entry is None:
             continue
         if entry.get("repository") != registry:
-            raise PublishError(f"--index-from {file}: {backend.name} was pushed to {entry.get('repository')}, not {registry}")
-        for written, rec in (entry.get("platforms") or {}).items():
-            platform = canonical(written)
+            raise PublishError(f"--index-from {file}: {backend.name} was pushed to {shown(str(entry.get('repository')))}, "
+                               f"not {registry}")
+        platforms = entry.get("platforms") or {}
+        if not isinstance(platforms, dict) or not all(
+                isinstance(rec, dict) and isinstance(rec.get("digest"), str) and DIGEST.match(rec["digest"])
+                for rec in platforms.values()):
+            raise InvalidInput(f"--index-from {file}: images.{backend.name}.platforms must map each platform to an "
+                               "entry with its \"digest\" (sha256:<64 hex>), as `publish --no-index` writes it")
+        for written, rec in platforms.items():
+            try:
+                platform = str(Platform.parse(written))
+            except InvalidPlatform:
+                raise InvalidInput(f"--index-from {file}: images.{backend.name}.platforms: {shown(written)} is not a "
+                                   "platform") from None
             if platform in found and found[platform]["digest"] != rec.get("digest"):
                 raise PublishError(f"--index-from: two different digests for {backend.name} on {platform}")
             found[platform] = rec

@@ -26,8 +26,8 @@ REVISION_LABEL = "org.opencontainers.image.revision"
 def load(path: Path, *, must_exist: bool) -> dict[str, Any]:
     """{"schema": 1, "images": {backend: entry}}; a missing file is an empty manifest unless must_exist."""
     if not path.exists():
-        if must_exist:
-            raise ManifestError(f"manifest {path}: no such file (publish writes it: `envbuild publish --manifest {path}`)")
+        if must_exist:  # a file the user named: bad input (exit 2), not the world's failure
+            raise InvalidInput(f"manifest {path}: no such file (publish writes it: `envbuild publish --manifest {path}`)")
         return {"schema": SCHEMA, "images": {}}
     doc = read_json(path, f"manifest {path}", InvalidInput)
     if not isinstance(doc, dict) or not isinstance(doc.get("images"), dict):

@@ -36,7 +36,7 @@ WORKDIR = "/workspace"
 RUN_LABEL = "dev.envbuild.run"
 # Values of variables with such names are never printed (a --dry-run, an error).
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 REFUSED = 125  # docker run's status when the daemon or runtime would not start the container
 
 

@@ -180,9 +180,14 @@ def sign_with(keys_dir: Path, name: str, repository: str, digest: str, *, smoke_
     """envbuild's library signs (and attests a smoke result unless smoke_ok is None)."""
     from envbuild.ship.trust import keys, sign
 
+    from envbuild.ship.trust.oci import Client
+
     key = keys.load_private((keys_dir / f"{name}.key").read_bytes(), PASSPHRASE.encode(), name)
+    client, path = Client.for_repository(repository, None)
+    doc = client.manifest(path, digest).json()
+    image_id = (doc.get("config") or {}).get("digest")  # the result is of this very image (an index: none)
     claims = [] if smoke_ok is None else [
-        (sign.SMOKE, sign.smoke_predicate({"backend": "cpu", "ok": smoke_ok, "date": "2026-12-02T00:00:00Z",
+        (sign.SMOKE, sign.smoke_predicate({"backend": "cpu", "ok": smoke_ok, "date": "2026-12-02T00:00:00Z", "image_id": image_id,
                                            "checks": [{"name": "device", "ok": True, "message": ""},
                                                       {"name": "forward", "ok": smoke_ok, "message": ""}]})),
         (sign.SBOM, {"bomFormat": "CycloneDX", "specVersion": "1.6"}),
@@ -290,8 +295,25 @@ def test_smoke_missing_or_failed_is_refused(plain_registry, keypair):
     assert proc.returncode == 1 and "(smoke-failed)" in proc.stderr and "forward" in proc.stderr
 
 
+def test_a_signed_smoke_result_of_another_image_says_nothing_of_this_one(plain_registry, keypair):
+    """Bound at verify too: a valid signature over a result naming another image (or none) is not a passed smoke."""
+    from envbuild.ship.trust import keys, sign
+
+    reg, repo = Registry(plain_registry.host), f"sig-{uuid.uuid4().hex[:8]}"
+    repository = f"{plain_registry.host}/{repo}"
+    digest = fake_image(reg, repo, "other", "another image's result")
+    key = keys.load_private((keypair / "cosign.key").read_bytes(), PASSPHRASE.encode(), "cosign")
+    for image_id in ("sha256:" + "7" * 64, None):
+        result = {"backend": "cpu", "ok": True, "date": "2026-12-02T00:00:00Z", "image_id": image_id,
+                  "checks": [{"name": "forward", "ok": True, "message": ""}]}
+        sign.sign_published(repository, [digest], key, attest={digest: [(sign.SMOKE, sign.smoke_predicate(result))]})
+        proc = verify_cli(f"{repository}:other", keypair / "cosign.pub")
+        assert proc.returncode == 1 and "(smoke-missing)" in proc.stderr, proc.stderr
+
+
 def test_a_later_smoke_result_is_attested_only_for_its_own_image(plain_registry, keypair):
     """`envbuild attest` (nightly): the result's image id must be the registry manifest's config digest."""
+    from envbuild.core.errors import InvalidInput
     from envbuild.ship.trust import TrustError
     from envbuild.ship.trust import keys as trust_keys
     from envbuild.ship.trust.attest import attest_smoke
@@ -306,6 +328,12 @@ def test_a_later_smoke_result_is_attested_only_for_its_own_image(plain_registry,
               "checks": [{"name": "device", "ok": True, "message": ""}]}
     with pytest.raises(TrustError, match="smoke result is for image"):
         attest_smoke(repository, "cpu", result, key)
+    with pytest.raises(TrustError, match="smoke result is for image"):  # --force attests a failed result, never another image's
+        attest_smoke(repository, "cpu", result, key, force=True)
+    for unbound in ({k: v for k, v in result.items() if k != "image_id"}, {**result, "image_id": None},
+                    {**result, "image_id": config + "\n"}):
+        with pytest.raises(InvalidInput, match="names no image"):
+            attest_smoke(repository, "cpu", unbound, key)
     assert verify_cli(f"{repository}:cpu", keypair / "cosign.pub").returncode == 1
     attest_smoke(repository, "cpu", {**result, "image_id": config}, key)
     statements = held_out_attestations(reg, repo, digest, (keypair / "cosign.pub").read_bytes())

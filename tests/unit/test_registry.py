@@ -165,8 +165,9 @@ def test_a_password_echoed_by_the_registry_is_masked():
 
 def test_missing_manifest_is_empty_for_publish_and_an_error_for_pull(tmp_path):
     assert manifest.load(tmp_path / "m.json", must_exist=False) == {"schema": 1, "images": {}}
-    with pytest.raises(ManifestError, match="no such file"):
+    with pytest.raises(InvalidInput, match="no such file") as err:  # a file the user named: exit 2
         manifest.load(tmp_path / "m.json", must_exist=True)
+    assert err.value.exit_code == 2
 
 
 @pytest.mark.parametrize("text, fragment", [

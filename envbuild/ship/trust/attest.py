@@ -10,6 +10,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from envbuild.core.errors import InvalidInput
+from envbuild.core.imageref import DIGEST
 from envbuild.ship.trust import TrustError
 from envbuild.ship.trust.keys import SigningKey
 from envbuild.ship.trust.oci import Client, NotFound
@@ -78,30 +80,64 @@ def sign_publish(m: Matrix, backend: Backend, engine: Engine, image: Image, repo
     return done.to_json()
 
 
+MAX_CHILDREN = 64  # platforms an index may name that are looked at
+
+
+def _the_image_tested(client: Client, path: str, manifest: Any, tested: str, named: str) -> tuple[Any, str]:
+    """The manifest whose config is the tested image: the one `named` names, or one child of its index. Anything
+    else is refused, --force or not: an attestation says the result is of that very digest."""
+    doc = _object(manifest, named)
+    config = (doc.get("config") or {}).get("digest") if isinstance(doc.get("config"), dict) else None
+    if isinstance(config, str) and config == tested:
+        return manifest, config
+    children = doc.get("manifests") if isinstance(doc.get("manifests"), list) else []
+    for child in children[:MAX_CHILDREN]:
+        digest = child.get("digest") if isinstance(child, dict) else None
+        if not isinstance(digest, str) or not DIGEST.match(digest):
+            continue
+        found = client.manifest(path, digest)
+        cdoc = _object(found, f"{named} ({digest[:19]})")
+        cconfig = (cdoc.get("config") or {}).get("digest") if isinstance(cdoc.get("config"), dict) else None
+        if cconfig == tested:
+            return found, tested
+    what = f"image {str(config)[:19]}" if config else f"an index of {len(children)} platform(s), none of them"
+    raise TrustError(f"the smoke result is for image {tested[:19]}, but {named} is {what}: smoke the image that tag "
+                     "names (pull it first) and attest that result")
+
+
+def _object(manifest: Any, named: str) -> dict[str, Any]:
+    try:
+        doc = manifest.json()
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise TrustError(f"{named}: the registry's manifest is not a JSON object")
+    return doc
+
+
 def attest_smoke(repository: str, tag: str, result: Mapping[str, Any], key: SigningKey, *,
                  environ: Mapping[str, str] | None = None, force: bool = False,
                  echo: Callable[[str], None] = lambda s: None) -> Signed:
     """Add a signed smoke attestation to REPOSITORY:TAG as the registry has it now. The result must be of this
-    very image: its image id is the manifest's config digest (refused otherwise, unless force)."""
+    very image: its image id is the manifest's config digest, or that of one platform of its index (refused
+    otherwise, --force or not). `force` attests a failed result."""
+    tested = result.get("image_id")
+    if not isinstance(tested, str) or not DIGEST.match(tested):
+        raise InvalidInput("the smoke result names no image (its image_id is missing or not sha256:<64 hex>): a result "
+                           "is attested only for the image it tested; smoke the pulled image and attest that result")
+    if not result.get("ok") and not force:
+        raise TrustError("the smoke result failed: a failed result is attested only with --force (then verify refuses the image)")
     client, path = Client.for_repository(repository, environ)
     try:
         manifest = client.manifest(path, tag)
     except NotFound:
         raise TrustError(f"{repository}:{tag} is not in the registry") from None
-    doc = manifest.json()
-    config = (doc.get("config") or {}).get("digest")
-    tested = result.get("image_id")
-    if config and tested and tested != config and not force:
-        raise TrustError(f"the smoke result is for image {tested[:19]}, but {repository}:{tag} is image {config[:19]}: "
-                         "smoke the pulled image, or pass --force")
-    if not result.get("ok") and not force:
-        raise TrustError("the smoke result failed: a failed result is attested only with --force (then verify refuses the image)")
+    manifest, config = _the_image_tested(client, path, manifest, tested, f"{repository}:{tag}")
     platform = None
-    if config:
-        try:
-            image_config = json.loads(client.blob(path, config))
-            platform = f"{image_config.get('os')}/{image_config.get('architecture')}"
-        except (TrustError, ValueError, AttributeError):
-            platform = None
+    try:
+        image_config = json.loads(client.blob(path, config))
+        platform = f"{image_config.get('os')}/{image_config.get('architecture')}"
+    except (TrustError, ValueError, AttributeError, RecursionError):
+        platform = None
     return sign_published(repository, [], key, attest={manifest.digest: [(SMOKE, smoke_predicate(result, platform=platform))]},
                           environ=environ, echo=echo)

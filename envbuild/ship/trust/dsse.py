@@ -45,7 +45,7 @@ def open_envelope(data: bytes, key: PublicKey, digest: str, where: str) -> dict[
             raise VerifyError("attestation", f"{where}: payloadType {env.get('payloadType')!r}, not {PAYLOAD_TYPE}")
         payload = base64.b64decode(env["payload"], validate=True)
         sigs = [base64.b64decode(s["sig"]) for s in env["signatures"]]
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise VerifyError("attestation", f"{where}: not a DSSE envelope") from None
     if not any(key.verify(sig, pae(PAYLOAD_TYPE, payload)) for sig in sigs):
         raise VerifyError("tampered", f"{where}: no signature on the envelope verifies with {key.source} "
@@ -55,7 +55,7 @@ def open_envelope(data: bytes, key: PublicKey, digest: str, where: str) -> dict[
         subjects = doc["subject"]
         algorithm, _, value = digest.partition(":")
         named = any(s.get("digest", {}).get(algorithm) == value for s in subjects)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise VerifyError("attestation", f"{where}: the signed payload is not an in-toto statement") from None
     if doc.get("_type") not in STATEMENTS:
         raise VerifyError("attestation", f"{where}: statement type {doc.get('_type')!r} is not in-toto's")

@@ -85,7 +85,7 @@ def decrypt(envelope: bytes, passphrase: bytes, source: str) -> bytes:
             raise KeyError_(f"{source}: scrypt parameters {params} are out of range")
         salt, nonce = base64.b64decode(kdf["salt"]), base64.b64decode(cipher["nonce"])
         sealed = base64.b64decode(doc["ciphertext"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise KeyError_(f"{source}: not an encrypted cosign key (expected kdf, cipher and ciphertext)") from None
     try:
         return nacl.secret.SecretBox(_box_key(passphrase, salt, params)).decrypt(sealed, nonce)
@@ -99,13 +99,13 @@ def passphrase(environ: Mapping[str, str] | None = None, prompt: Callable[[str],
     env = os.environ if environ is None else environ
     for name in PASSWORD_ENV:
         if name in env:
-            return env[name].encode("utf-8")
+            return env[name].encode("utf-8", "surrogateescape")  # the bytes the variable holds, UTF-8 or not
     if prompt is None:
         raise KeyError_(f"no passphrase: set {PASSWORD_ENV[0]} (or {PASSWORD_ENV[1]}), or run on a terminal to be asked")
     first = prompt("Passphrase for the private key")
     if confirm and prompt("Repeat the passphrase") != first:
         raise KeyError_("the passphrases did not match; nothing was written")
-    return first.encode("utf-8")
+    return first.encode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
@@ -122,19 +122,24 @@ def generate(secret: bytes) -> KeyPair:
 
 
 def write_pair(prefix: Path, secret: bytes, *, force: bool = False) -> tuple[Path, Path]:
-    """PREFIX.key (mode 0600) and PREFIX.pub; refuses to overwrite either unless force."""
+    """PREFIX.key (mode 0600) and PREFIX.pub; refuses to overwrite either unless force. Each is written to a new
+    file of its own (created exclusively, 0600 from the start, never through a link: a stale or planted file in
+    the way is not reused) and then renamed over its name, both or neither: a link standing there is replaced,
+    never followed."""
+    from envbuild.core.files import commit, stage
+
     priv, pub = prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub")
     for path in (priv, pub):
-        if path.exists() and not force:
+        if os.path.lexists(path) and not force:
             raise KeyError_(f"{path} exists: keep it, choose another --output-key-prefix, or pass --force")
+        if os.path.isdir(path):
+            raise KeyError_(f"{path} is a folder: choose another --output-key-prefix")
     pair = generate(secret)
-    priv.parent.mkdir(parents=True, exist_ok=True)
-    tmp = priv.with_name(priv.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pair.private_pem)
-    os.replace(tmp, priv)
-    pub.write_bytes(pair.public_pem)
+    try:
+        staged = {**stage({priv: pair.private_pem}, 0o600), **stage({pub: pair.public_pem}, 0o644)}
+        commit(staged)
+    except OSError as exc:
+        raise KeyError_(f"cannot write {exc.filename or prefix}: {exc.strerror or exc}; no key was written") from None
     return priv, pub
 
 
@@ -216,11 +221,11 @@ def signing_key(given: str | None, environ: Mapping[str, str] | None = None,
         name = given[len("env://"):]
         if not env.get(name):
             raise KeyError_(f"--sign-key {given}: ${name} is not set")
-        text, source = env[name].encode("utf-8"), f"${name}"
+        text, source = env[name].encode("utf-8", "surrogateescape"), f"${name}"
     elif given:
         text, source = _read(given, "--sign-key"), given
     elif env.get(SIGNING_KEY_ENV):
-        text, source = env[SIGNING_KEY_ENV].encode("utf-8"), f"${SIGNING_KEY_ENV}"
+        text, source = env[SIGNING_KEY_ENV].encode("utf-8", "surrogateescape"), f"${SIGNING_KEY_ENV}"
     else:
         return None
     if PRIVATE_PEM not in text.decode("ascii", "replace") and PRIVATE_PEM_OLD not in text.decode("ascii", "replace"):
@@ -236,5 +241,5 @@ def verify_key(given: str | None, environ: Mapping[str, str] | None = None, defa
     if not value:
         return None
     if value.lstrip().startswith("-----BEGIN"):
-        return load_public(value.encode("utf-8"), what)
+        return load_public(value.encode("utf-8", "surrogateescape"), what)
     return load_public(_read(value, what), value)

@@ -23,7 +23,14 @@ class Manifest:
     digest: str  # sha256 of data, computed by the registry client (a registry's header is not trusted)
 
     def json(self) -> dict[str, Any]:
-        return json.loads(self.data)
+        """The manifest as a JSON object; anything else (not JSON, a list, nested past reason) is a TrustError."""
+        try:
+            doc = json.loads(self.data)
+        except (ValueError, RecursionError):
+            doc = None
+        if not isinstance(doc, dict):
+            raise TrustError(f"the registry's manifest {self.digest} is not a JSON object")
+        return doc
 
 
 class NotFound(TrustError):

@@ -204,5 +204,5 @@ def provenance_predicate(*, backend: str, base_image: str | None, lock_text: byt
 def sbom_predicate(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise TrustError("the SBOM is not JSON; not attested") from None

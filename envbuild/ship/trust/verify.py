@@ -57,7 +57,7 @@ def _signature(client: Client, path: str, digest: str, key: PublicKey) -> None:
         raise VerifyError("unsigned", f"{where} has no signature ({tag_for(digest, 'sig')} does not exist): it was never "
                                       "signed, or its tag now names a manifest that was never signed") from None
     foreign = None
-    for layer in doc.get("layers") or []:
+    for layer in doc.get("layers") if isinstance(doc.get("layers"), list) else []:
         if not isinstance(layer, dict) or layer.get("mediaType") != SIMPLE_SIGNING:
             continue
         try:
@@ -69,7 +69,7 @@ def _signature(client: Client, path: str, digest: str, key: PublicKey) -> None:
             continue
         try:
             named = json.loads(body)["critical"]["image"]["docker-manifest-digest"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             continue
         if named == digest:
             return
@@ -86,7 +86,7 @@ def _attestations(client: Client, path: str, digest: str, key: PublicKey) -> lis
     except NotFound:
         return []
     found = []
-    for i, layer in enumerate(doc.get("layers") or []):
+    for i, layer in enumerate(doc.get("layers") if isinstance(doc.get("layers"), list) else []):
         if not isinstance(layer, dict) or layer.get("mediaType") != DSSE_LAYER:
             continue
         where = f"attestation {i + 1} ({(layer.get('annotations') or {}).get('predicateType', 'no predicateType')})"
@@ -95,8 +95,12 @@ def _attestations(client: Client, path: str, digest: str, key: PublicKey) -> lis
     return found
 
 
-def _smoke_of(statements: list[dict[str, Any]], digest: str) -> dict[str, Any] | None:
+def _smoke_of(statements: list[dict[str, Any]], digest: str, config: str | None = None) -> dict[str, Any] | None:
+    """The latest signed smoke result of this digest; for an image (its `config` known), only one about that very
+    image counts: a result that names another image, or none, says nothing of this one."""
     smokes = [s["predicate"] for s in statements if s.get("predicateType") == SMOKE and isinstance(s.get("predicate"), dict)]
+    if config:
+        smokes = [p for p in smokes if p.get("image_id") == config]
     if not smokes:
         return None
     smoke = max(smokes, key=lambda p: str(p.get("date") or ""))  # the latest, when nightly added more
@@ -105,6 +109,22 @@ def _smoke_of(statements: list[dict[str, Any]], digest: str) -> dict[str, Any] |
         raise VerifyError("smoke-failed", f"the signed smoke result of {digest} says it FAILED "
                                           f"({smoke.get('error') or ', '.join(map(str, failed)) or 'no check passed'})")
     return smoke
+
+
+def _object(manifest: Any, image: str) -> dict[str, Any]:
+    try:
+        doc = manifest.json()
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise VerifyError("registry", f"{image}: the registry's manifest is not a JSON object")
+    return doc
+
+
+def _config(doc: dict[str, Any]) -> str | None:
+    config = doc.get("config")
+    digest = config.get("digest") if isinstance(config, dict) else None
+    return digest if isinstance(digest, str) and DIGEST.match(digest) else None
 
 
 def split_image(value: str) -> tuple[str, str]:
@@ -138,18 +158,25 @@ def verify(repository: str, reference: str, key: PublicKey, *, require_smoke: bo
     done = Verified(image, digest, key.fingerprint())
     statements = _attestations(client, path, digest, key)
     done.attestations = [{"predicateType": s.get("predicateType"), "subject": digest} for s in statements]
-    smoke = _smoke_of(statements, digest)
-    doc = manifest.json()
+    doc = _object(manifest, image)
+    smoke = _smoke_of(statements, digest, _config(doc))
     children = []
     if manifest.media_type in (OCI_INDEX, DOCKER_LIST) or doc.get("manifests"):
-        for child in doc.get("manifests") or []:
-            plat = child.get("platform") or {}
+        listed = doc.get("manifests")
+        for i, child in enumerate(listed if isinstance(listed, list) else []):
+            if not isinstance(child, dict) or not isinstance(child.get("digest"), str) or not DIGEST.match(child["digest"]):
+                raise VerifyError("registry", f"{image}: platform {i + 1} of the index names no sha256 digest")
+            plat = child.get("platform") if isinstance(child.get("platform"), dict) else {}
             if plat.get("os") == "unknown":  # BuildKit's attestation manifests: not an image to run
                 continue
-            name = "/".join(x for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x) or "?"
+            name = "/".join(str(x) for x in (plat.get("os"), plat.get("architecture"), plat.get("variant")) if x) or "?"
             _signature(client, path, child["digest"], key)
             child_statements = _attestations(client, path, child["digest"], key)
-            child_smoke = _smoke_of(child_statements, child["digest"])
+            try:
+                child_config = _config(_object(client.manifest(path, child["digest"]), f"{image} ({name})"))
+            except NotFound:
+                raise VerifyError("missing", f"{image}: platform {name} ({child['digest']}) is not in the registry") from None
+            child_smoke = _smoke_of(child_statements, child["digest"], child_config)
             children.append({"platform": name, "digest": child["digest"], "smoke": bool(child_smoke),
                              "attestations": [s.get("predicateType") for s in child_statements]})
             smoke = smoke or child_smoke

@@ -33,7 +33,18 @@ from envbuild.tools.site import charts
 
 HERE = Path(__file__).parent
 MARKER = ".envbuild-site"  # in every site written: only such a folder (or an empty one) is replaced
-RUN_NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:T(\d{2})(\d{2})(\d{2})Z)?$")
+MARKER_TEXT = "written by envbuild site; replaced whole by the next one\n"
+
+
+def _ours(folder: Path) -> bool:
+    """A site this command wrote: its marker is a regular file (not a link, not a folder) holding what it writes."""
+    marker = folder / MARKER
+    try:
+        return marker.is_file() and not marker.is_symlink() and marker.stat().st_size < 4096 \
+            and marker.read_text(encoding="utf-8") == MARKER_TEXT
+    except (OSError, UnicodeDecodeError):
+        return False
+RUN_NAME = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:T(\d{2})(\d{2})(\d{2})Z)?\Z")
 PASS, FAIL, NOT_RUN, IMPOSSIBLE, NONE = "pass", "fail", "not run", "impossible", "n/a"
 SYMBOL = {PASS: "\u2713", FAIL: "\u2717", NOT_RUN: "\u25cb", IMPOSSIBLE: "\u2298", NONE: "\u2014"}
 WORD = {PASS: "pass", FAIL: "FAIL", NOT_RUN: "not run", IMPOSSIBLE: "impossible here", NONE: "not a platform"}
@@ -393,7 +404,9 @@ def _lines(m: Matrix, b: Backend | None) -> dict[str, Any]:
 def markdown(data: dict[str, Any]) -> str:
     """The grid for a CI job summary ($GITHUB_STEP_SUMMARY); values are escaped, never markup."""
     def md(value: Any) -> str:
-        return html.escape(str(value), quote=False)
+        # HTML escaped, then every character Markdown reads as markup (a link, emphasis, code, a table cell)
+        # backslash-escaped: text stays text
+        return re.sub(r"([\\`*_{}\[\]()#+!|~])", r"\\\1", html.escape(str(value), quote=False))
 
     cols = ["backend", *data["platforms"], "size", "torch", "plugin", "transformers", "min driver", "digest", "signature"]
     rows = []
@@ -427,7 +440,7 @@ def build(m: Matrix, inputs: Inputs, output: Path, echo: Callable[[str], None] =
     data = collect(m, inputs)
     data["inputs_text"] = _inputs_text(data)
     output = output.resolve()
-    if output.exists() and (not output.is_dir() or (any(output.iterdir()) and not (output / MARKER).exists())):
+    if output.exists() and (not output.is_dir() or (any(output.iterdir()) and not _ours(output))):
         raise InvalidInput(f"--output {output}: exists and is not a site envbuild wrote (no {MARKER} in it): "
                            "give a new or empty folder")
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -461,7 +474,7 @@ def _write(data: dict[str, Any], inputs: Inputs, out: Path) -> None:
         text = _env.get_template("backend.html.j2").render(data=data, row=row, root="../", title=f"envbuild: {row['backend']}")
         (out / "backend" / f"{row['slug']}.html").write_text(text, encoding="utf-8")
     (out / "grid.md").write_text(markdown(data), encoding="utf-8")
-    (out / MARKER).write_text("written by envbuild site; replaced whole by the next one\n", encoding="utf-8")
+    (out / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
     _write_history(inputs, data, out / "history")
 
 

@@ -603,10 +603,11 @@ def _names(backends: tuple[str, ...]) -> list[str]:
 # The one rule for --backend's default: a command that uses this host's accelerator (run, smoke, pull, doctor, env)
 # defaults to `auto`, the backend detected here; one that makes or ships an image for any host (build, sbom, attest,
 # publish) needs it named; one that ranges over the matrix (render, lock, outdated, bump, matrix) takes every backend.
-def _choose(m, backends: tuple[str, ...], variant: str | None = None) -> list:
-    """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'), for build, smoke, pull and run.
-    A family with variants (cuda) gives the newest variant this host runs, said on stderr; --variant (or a variant's
-    own name) chooses by hand; 'all' is every cell."""
+def _choose(m, backends: tuple[str, ...], variant: str | None = None, *, for_host: bool = False) -> list:
+    """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'). With `for_host` (build, smoke,
+    pull, run: an image for this host) a family with variants (cuda) gives the newest variant this host runs, said
+    on stderr, and --variant (or a variant's own name) chooses by hand; otherwise a name is that cell. 'all' is
+    every cell."""
     names = _names(backends)
     if not names:
         raise click.UsageError("say which backend: --backend NAME (or --backend all, or --backend auto)")
@@ -622,7 +623,7 @@ def _choose(m, backends: tuple[str, ...], variant: str | None = None) -> list:
         b = m.select([_auto(m) if auto else n])[0]
         if variant:
             b = pick.variant(m, m.backend(b.family), variant)
-        elif not auto and not b.variant_of and len(m.family(b)) > 1:
+        elif for_host and not auto and not b.variant_of and len(m.family(b)) > 1:
             try:
                 picked = pick.resolve(m, b)
             except NoVariantFitsError as exc:
@@ -687,7 +688,7 @@ def build(backends, variant, matrix_path, overrides, inputs, locked, build_args,
     from envbuild import imagebuild as b
 
     m = _load(matrix_path, overrides)
-    chosen = _choose(m, backends, variant)
+    chosen = _choose(m, backends, variant, for_host=True)
     _listed(chosen, (platform,) if platform else ())
     if tags and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
@@ -985,7 +986,7 @@ def smoke(backends, variant, image, model, timeout, as_json, json_path, junit_pa
     from envbuild.tools import report
 
     m = _load(matrix_path, overrides)
-    chosen = _choose(m, backends, variant)
+    chosen = _choose(m, backends, variant, for_host=True)
     _listed(chosen, (platform,) if platform else ())
     if image and len(chosen) > 1:
         raise click.UsageError("--image needs a single backend")
@@ -1115,7 +1116,7 @@ def run_(backend, variant, image, cache, volumes, env, workdir, no_workdir, tty,
     from envbuild.core.engine import Engine
 
     m = _load(matrix_path, overrides)
-    b = _choose(m, (backend,), variant)[0]
+    b = _choose(m, (backend,), variant, for_host=True)[0]
     opts = runner.RunOptions(image=image, cache=cache, volumes=volumes, env=env, workdir=workdir,
                              mount_workdir=not no_workdir, command=command, tty=tty)
     public = None if dry_run else _verify_key(key, insecure_skip_verify, m)
@@ -1323,16 +1324,18 @@ def _append_output(path: str, text: str) -> None:
 @click.option("--no-index", is_flag=True, help="With --platform: push the platform's image (REG:PINNED-ARCH) and record it, but no index: a native runner's part, joined later with --index-from.")
 @click.option("--index-from", "index_from", multiple=True, type=_PathArg(dir_okay=False, exists=True), help="Manifests written by per-platform publishes (--no-index): push one index of their platforms under the backend's tags (repeatable).")
 @click.option("--force", is_flag=True, help="Push even when the smoke result failed or the image's labels disagree with the matrix (the manifest says so).")
+@click.option("--rebuild", is_flag=True, help="Push the image even when the registry holds its content already (its REG:BACKEND-in-KEY tag); without it only the tags move there.")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="Append a Markdown table of what landed to this file, e.g. $GITHUB_STEP_SUMMARY.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--sign-key", metavar="FILE|env://VAR", help="Sign every pushed digest and attest the image with this cosign key [default: $ENVBUILD_SIGNING_KEY, the key's text, when set]; passphrase from $ENVBUILD_KEY_PASSWORD or $COSIGN_PASSWORD, else asked.")
 @_matrix_options
-def publish(backends, registry, image, manifest, smoke_json, platforms, no_index, index_from, force, summary_path, as_json,
-            sign_key, matrix_path, overrides) -> None:
+def publish(backends, registry, image, manifest, smoke_json, platforms, no_index, index_from, force, rebuild, summary_path,
+            as_json, sign_key, matrix_path, overrides) -> None:
     """Push a backend's image (or all) and record each pushed digest in the manifest.
 
     Pushes REG:BACKEND and the pinned tag; the manifest entry is replaced only once every tag landed and the
-    registry confirmed the digest. Credentials: ENVBUILD_REGISTRY_USER + ENVBUILD_REGISTRY_PASSWORD, else
+    registry confirmed the digest. An image whose content the registry already holds (its content key, the
+    dev.envbuild.content label, as the tag REG:BACKEND-in-KEY) is not pushed again: its tags move there. Credentials: ENVBUILD_REGISTRY_USER + ENVBUILD_REGISTRY_PASSWORD, else
     `docker login REGISTRY`; never on the command line, never printed.
 
     \b
@@ -1361,7 +1364,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT),
                             smoke_json=smoke_json[0] if smoke_json else None, smoke_jsons=tuple(smoke_json[1:]),
                             force=force, platforms=wanted, no_index=no_index, index_from=tuple(index_from),
-                            sign_key=_signing_key(sign_key))
+                            sign_key=_signing_key(sign_key), rebuild=rebuild)
     results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
     for r in results:
         for line in report.published_lines(r, opts.manifest):
@@ -1405,7 +1408,7 @@ def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platf
     from envbuild.ship import pull as p
 
     m = _load(matrix_path, overrides)
-    chosen = _choose(m, backends, variant)
+    chosen = _choose(m, backends, variant, for_host=True)
     _listed(chosen, (platform,) if platform else ())
     if tag and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
@@ -1545,8 +1548,12 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
               help="github: one line of JSON for `strategy.matrix: ${{ fromJSON(...) }}`; json: the same, indented.")
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only these backends (repeatable, comma-separated) [default: every containerizable one].")
 @click.option("--per-platform", is_flag=True, help="One job per backend and platform, each on a native runner of that architecture (hosted arm64: ubuntu-24.04-arm; self-hosted: the backend's labels with the architecture label set to x64 or arm64).")
+@click.option("--changed", is_flag=True, help="Only the jobs whose image the registry does not hold yet: its content key (from the committed lock, the Dockerfile, the context's files) has no REG:BACKEND-in-KEY tag there. Needs --registry.")
+@click.option("--registry", metavar="REPOSITORY", help="With --changed: the repository to ask, e.g. ghcr.io/org/envbuild.")
+@click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="With --changed: the build arguments the builds get (they are part of the content).")
+@_input_options
 @_matrix_options
-def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
+def matrix_(fmt, backends, per_platform, changed, registry, build_args, inputs, matrix_path, overrides) -> None:
     """The CI job matrix derived from matrix.yaml: one job per containerizable backend.
 
     Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
@@ -1563,6 +1570,12 @@ def matrix_(fmt, backends, per_platform, matrix_path, overrides) -> None:
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else None
     doc = ci.github_matrix(m, chosen, per_platform=per_platform)
+    if changed or registry:
+        if not (changed and registry):
+            raise click.UsageError("--changed and --registry go together: --changed --registry ghcr.io/org/envbuild")
+        repo = check_repository(registry, "--registry")
+        doc = ci.changed(m, doc, inputs.options(build_args=build_args), repo,
+                         echo=lambda line: click.echo(line, err=True))
     if fmt == "github":
         click.echo(json.dumps(doc, separators=(",", ":")))
     elif fmt == "json":

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Callable
 from envbuild.core.errors import BuildError, InvalidInput, LockError, StaleLock
 from envbuild.core.platform import Platform, require_runnable
 from envbuild.imagebuild import builder, locking, records
-from envbuild.imagebuild.plan import BuildOptions, BuildPlan, default_ca_bundle, make_plan, write_context
+from envbuild.imagebuild.plan import (BuildOptions, BuildPlan, content_key, default_ca_bundle, make_plan, with_content_label,
+                                      write_context)
 
 if TYPE_CHECKING:
     from envbuild.core.engine import Engine
@@ -75,6 +76,7 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
         except LockError as exc:  # the image could not be resolved: a failed build, with the resolver's log
             return BuildResult(backend.name, False, [], seconds=time.monotonic() - start, log=exc.log, error=str(exc))
         plan = dataclasses.replace(plan, lock=lockfile.text().encode("utf-8"))
+        plan = with_content_label(plan, content_key(plan, opts))
         unchanged = records.answer(plan, engine)
         if unchanged:
             return BuildResult(backend.name, True, list(plan.tags), unchanged, time.monotonic() - start, up_to_date=True)

@@ -182,6 +182,50 @@ class BuildPlan:
         return Path(self.context)
 
 
+CONTENT_LABEL = "dev.envbuild.content"  # the image's content key (content_key): the same on any machine
+
+
+def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] | None = None) -> str:
+    """What decides the image's content, as any machine computes it from the same checkout: the Dockerfile, every
+    file of the build context by its bytes (probe, uv step script, the lock, the wheelhouse's wheels), the lock's
+    record of the base image's registry digest for the platform, the build arguments' values and the platform.
+    Not labels (a revision), the engine, its ids, a path, the time or who builds: a registry holding an image
+    under this key (REPO:BACKEND-in-KEY) holds this very image, and publishing it again uploads nothing."""
+    from envbuild.core.platform import target
+
+    env = os.environ if environ is None else environ
+    digest = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    doc = {
+        "format": 1,
+        "dockerfile": digest(plan.dockerfile), "probe": digest(plan.probe), "uv_step": digest(plan.uv_step),
+        "lock": digest(plan.lock),  # names the base image, its digest for the platform, the indexes, the wheels
+        "wheels": sorted([w.name, w.sha256] for w in plan.wheels),
+        "build_args": sorted([a.partition("=")[0], a.partition("=")[2] if "=" in a else env.get(a)] for a in opts.build_args),
+        "platform": target(opts.platform),  # labels are not content: a revision label differs on every commit
+    }
+    return digest(json.dumps(doc, sort_keys=True).encode())
+
+
+def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, platform: str | None = None,
+                        environ: Mapping[str, str] | None = None) -> str | None:
+    """The content key the image of this cell will carry, from the checkout alone: its committed lock for the
+    platform (None when there is none: it cannot be known before resolving), nothing built, no engine asked."""
+    from envbuild.core.platform import target
+    from envbuild.lock import path, read
+
+    popts = dataclasses.replace(opts, platform=platform or opts.platform)
+    lockfile = read(path(popts, backend, target(popts.platform)))
+    if lockfile is None:
+        return None
+    plan = make_plan(matrix, backend, popts, None, environ, lock=lockfile.text().encode("utf-8"), write_cache=False)
+    return content_key(plan, popts, environ)
+
+
+def with_content_label(plan: BuildPlan, key: str) -> BuildPlan:
+    """The plan whose image carries its content key as a label (the key itself never depends on it)."""
+    return dataclasses.replace(plan, argv=(*plan.argv[:-1], "--label", f"{CONTENT_LABEL}={key}", plan.argv[-1]))
+
+
 def _canonical(value: Any) -> Any:
     if isinstance(value, bytes):
         return "sha256:" + hashlib.sha256(value).hexdigest()

@@ -19,7 +19,7 @@ from envbuild.ship import manifest
 from envbuild.core.regclient import Registry
 from envbuild.core.imageref import DIGEST, with_tags
 from envbuild.core.text import shown
-from envbuild.ship.shared import Published, label_mismatches, smoke_summary, write_sbom
+from envbuild.ship.shared import Published, label_mismatches, push_or_move, smoke_summary, write_sbom
 from envbuild.ship.trust.attest import predicates
 from envbuild.ship.trust.sign import sign_published
 
@@ -61,10 +61,10 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
     if smoke and smoke.get("platform") and smoke["platform"] != platform and not opts.force:
         raise PublishError(f"the smoke result given for {platform} ran on {smoke['platform']}")
     ref = platform_ref(m, backend, registry, platform)
-    with session.tagged(image.id, [ref], keep=False):
-        echo(f"[{backend.name}] pushing {platform}: {ref}")
-        digest = session.push(ref, lambda s: echo(f"[{backend.name}] {s}"))
+    echo(f"[{backend.name}] {platform}: {ref}")
+    digest, since, content_ref = push_or_move(registry, session, image, backend, [ref], opts, echo, keep=False)
     return {"platform": platform, "digest": digest, "ref": ref, "image_id": image.id, "size": image.size or None,
+            "content_tag": content_ref, "unchanged_since": since,
             "requires": manifest.image_requires(image.labels, image_arch(engine, image.id)),
             "versions": manifest.image_versions(image.labels), "smoke": smoke,
             "forced": bool(problems or (smoke and not smoke["ok"])) or None}

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from envbuild.core.errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
 from envbuild.matrix.compat import image_arch
 from envbuild.ship import manifest
+from envbuild.core.regclient import Registry
+from envbuild.imagebuild.plan import CONTENT_LABEL
 from envbuild.ship.index import publish_platforms
 from envbuild.core.imageref import check_repository, with_tags
 from envbuild.ship.session import Session
-from envbuild.ship.shared import Published, PublishOptions, label_mismatches, smoke_summary, write_sbom  # noqa: F401 (PublishOptions and Published: publish's API)
+from envbuild.ship.shared import Published, PublishOptions, label_mismatches, push_or_move, smoke_summary, write_sbom  # noqa: F401 (PublishOptions and Published: publish's API)
 from envbuild.ship.trust.attest import sign_publish
 
 if TYPE_CHECKING:
@@ -80,16 +82,8 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
         )
     smoke = smoke_summary(backend, image, source, smoke_results, opts, echo)
     refs = with_tags(registry, m.tags(backend))
-    digests: dict[str, str] = {}
-    with session.tagged(image.id, refs, keep=True):  # tags made only for this push go with it if it fails
-        # The pinned tag first, the moving REG:BACKEND last: a publish cut short never moves the tag users pull
-        # to an image whose pinned tag (and manifest entry) does not exist.
-        for ref in sorted(refs, key=lambda r: r == refs[0]):
-            echo(f"[{backend.name}] pushing {ref}")
-            digests[ref] = session.push(ref, lambda s: echo(f"[{backend.name}] {s}"))
-    if len(set(digests.values())) != 1:
-        raise PublishError(f"the registry confirmed different digests for the tags of {backend.name}: {digests}; nothing was recorded")
-    digest = next(iter(digests.values()))
+    digest, since, content_ref = push_or_move(registry, session, image, backend, refs, opts, echo)
+    key = image.labels.get(CONTENT_LABEL) or ""
     revision = image.labels.get(manifest.REVISION_LABEL)
     head, dirty = manifest.git_revision(Path(m.path).resolve().parent)
     entry = {
@@ -113,10 +107,18 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
         "date": manifest.utc_now(),
         "smoke": smoke,
         "forced": bool(problems or (smoke and not smoke["ok"])) or None,
+        "content": key or None,  # the content key (dev.envbuild.content); the registry has it as content_tag
+        "content_tag": content_ref,
+        "unchanged_since": since,
     }
     entry["sbom"] = write_sbom(engine, image.id, backend, opts, echo)
     entry = {k: v for k, v in entry.items() if v is not None or k in ("git_revision", "smoke")}
-    if opts.sign_key is not None:
+    if since is not None:
+        # The registry's image, not this engine's rebuild of it (BuildKit's layers need not be byte-identical).
+        entry["image_id"] = Registry(registry, session.environ).manifest(content_ref).doc["config"]["digest"]
+        if opts.sign_key is not None:  # its signature and attestations (the smoke result) stay on the digest
+            entry["signed"] = {"kept": True, "digest": digest}
+    elif opts.sign_key is not None:
         entry["signed"] = _sign(m, backend, image, registry, [digest], entry, smoke_results, session, opts, echo)
     manifest.record(opts.manifest, entry, echo)
     return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry, pushed=[f"{registry}@{digest}"])

@@ -4,6 +4,8 @@ options, the result, the check of its labels against the matrix, the smoke resul
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -46,6 +48,7 @@ class PublishOptions:
     no_index: bool = False  # push the platforms' images and record them; the index comes later (--index-from)
     index_from: tuple[Path, ...] = ()  # manifests of per-platform publishes (native runners): join them in an index
     smoke_jsons: tuple[Path, ...] = ()  # more smoke results (one per platform)
+    rebuild: bool = False  # push even when the registry holds this content already (its content tag)
 
 
 def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> list[str]:
@@ -104,3 +107,73 @@ def smoke_summary(backend: Backend, image: Image, source: str, smoke_results: di
             f"({source}); smoke this image, or pass --force"
         )
     return smoke
+
+
+def content_tag(backend: Backend, key: str) -> str:
+    """The tag that names a cell's content in its repository: BACKEND-in-<first 16 hex of the key>."""
+    return f"{backend.name}-in-{key[:16]}"
+
+
+def content_there(ref: str, session: Any, opts: PublishOptions, echo: Callable[[str], None]) -> tuple[str, str | None] | None:
+    """(digest, when it was made) of the image the registry holds under the content tag `ref`; None when it holds
+    none, or (with a signing key) one whose signature does not verify with that key's public half."""
+    from envbuild.core.regclient import Registry
+
+    try:
+        reg = Registry(ref, session.environ)
+        found = reg.manifest(ref)
+    except PublishError:
+        return None
+    if found is None or found.is_index:
+        return None
+    if opts.sign_key is not None:
+        from envbuild.ship.trust import TrustError
+        from envbuild.ship.trust.verify import verify
+
+        repo, _, tag = ref.rpartition(":")
+        try:
+            verify(repo, tag, opts.sign_key.public(), require_smoke=False, environ=session.environ)
+        except TrustError as exc:
+            echo(f"note: {ref} is there but does not verify with the signing key ({exc}): publishing again")
+            return None
+    since = None
+    try:
+        config = json.loads(reg.blob(ref, found.doc["config"]["digest"]))
+        since = str(config.get("created") or "")[:19].replace("T", " ") or None
+    except (PublishError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        pass
+    return found.digest, since
+
+
+def push_or_move(registry: str, session: Any, image: Image, backend: Backend, refs: list[str], opts: PublishOptions,
+                 echo: Callable[[str], None], *, keep: bool = True) -> tuple[str, str | None, str | None]:
+    """Push the image under `refs` (and its content tag), or, when the registry holds its content already, move
+    `refs` there (a manifest PUT each: no layer uploaded). The pinned tag first, the moving REG:BACKEND last: a
+    publish cut short never moves the tag users pull to an image whose pinned tag does not exist. Returns the
+    digest, when the registry's image was made (None: pushed now) and the content tag (None: the image has no key)."""
+    from envbuild.core.regclient import Registry, split
+    from envbuild.imagebuild.plan import CONTENT_LABEL
+
+    key = image.labels.get(CONTENT_LABEL) or ""
+    content_ref = f"{registry}:{content_tag(backend, key)}" if re.fullmatch(r"[0-9a-f]{64}", key) else None
+    found = None if opts.rebuild or content_ref is None else content_there(content_ref, session, opts, echo)
+    if found is not None:
+        digest, since = found
+        reg = Registry(registry, session.environ)
+        held = reg.manifest(content_ref)
+        for ref in sorted(refs, key=lambda r: r == refs[0]):
+            repo, tag = split(ref)
+            reg.put_manifest(repo, tag, held.raw, held.media_type, what=ref)
+        echo(f"[{backend.name}] unchanged since {since or 'an earlier publish'}, digest {digest}: tags moved to it, "
+             "nothing uploaded (--rebuild pushes this image instead)")
+        return digest, since or "an earlier publish", content_ref
+    digests: dict[str, str] = {}
+    pushed = refs + ([content_ref] if content_ref else [])
+    with session.tagged(image.id, pushed, keep=keep):  # tags made only for this push go with it if it fails
+        for ref in sorted(pushed, key=lambda r: (r != content_ref, r == refs[0])):
+            echo(f"[{backend.name}] pushing {ref}")
+            digests[ref] = session.push(ref, lambda s: echo(f"[{backend.name}] {s}"))
+    if len(set(digests.values())) != 1:
+        raise PublishError(f"the registry confirmed different digests for the tags of {backend.name}: {digests}; "
+                           "nothing was recorded")
+    return next(iter(digests.values())), None, content_ref

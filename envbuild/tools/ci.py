@@ -69,3 +69,33 @@ def github_matrix(m: Matrix, backends: list[Backend] | None = None, *, per_platf
     if per_platform:
         return {"include": [job(m, b, p) for b in chosen for p in b.platforms if p.startswith("linux/")]}
     return {"include": [job(m, b) for b in chosen]}
+
+
+def changed(m: Matrix, doc: dict[str, Any], opts: Any, registry: str, echo: Any = lambda s: None) -> dict[str, Any]:
+    """The jobs of `doc` whose image `registry` does not hold yet: no REG:BACKEND-in-KEY tag for the content key
+    the cell's image will carry (its committed lock, Dockerfile and context). A cell without a lock, or a registry
+    that cannot be asked, counts as changed: building once too often is safe, skipping wrongly is not."""
+    from envbuild.core.errors import EnvbuildError
+    from envbuild.core.regclient import Registry, split
+    from envbuild.imagebuild.plan import planned_content_key
+    from envbuild.ship.shared import content_tag
+
+    keep = []
+    for job_ in doc["include"]:
+        backend = m.backend(job_["backend"])
+        key = planned_content_key(m, backend, opts, job_["platform"])
+        if key is None:
+            echo(f"{backend.name} {job_['platform']}: no committed lock, so no content key: changed")
+            keep.append(job_)
+            continue
+        ref = f"{registry}:{content_tag(backend, key)}"
+        try:
+            repo, tag = split(ref)
+            there = Registry(ref).read_manifest(repo, tag) is not None
+        except EnvbuildError as exc:
+            echo(f"{backend.name} {job_['platform']}: cannot ask {registry} ({exc}): changed")
+            there = False
+        echo(f"{backend.name} {job_['platform']}: {'unchanged' if there else 'changed'} ({ref})")
+        if not there:
+            keep.append({**job_, "content": key})
+    return {"include": keep}

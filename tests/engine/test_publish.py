@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,40 @@ def test_publish_pushes_the_matrix_tags_and_records_the_digest(published, cpu_im
     assert hashlib.sha256(sbom.read_bytes()).hexdigest() == entry["sbom"]["sha256"]
     components = {c["name"]: c.get("version") for c in json.loads(sbom.read_text())["components"]}
     assert components["torch"].startswith(TORCH) and components["transformers"] == PINS.transformers
+
+
+def test_an_unchanged_cell_moves_its_tags_uploads_nothing_and_is_not_a_changed_job(published, cpu_image, wheelhouse,
+                                                                                     tmp_path):
+    """Content-addressed publishing: the image carries its content key (dev.envbuild.content) and the registry gets
+    it as a tag; publishing the same content again only moves the tags there, and `matrix --changed` drops it."""
+    assert published.proc.returncode == 0
+    first = json.loads(published.manifest.read_text())["images"]["cpu"]
+    key = first["content"]
+    assert len(key) == 64 and first["content_tag"] == f"{published.repo}:cpu-in-{key[:16]}"
+    env = {**published.env, **published.creds}
+    started = time.monotonic()
+    proc = run(["publish", "--backend", "cpu", "--matrix", MATRIX, *published.overrides, "--image", published.source,
+                "--registry", published.repo, "--manifest", str(published.manifest)], env)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    assert "unchanged since" in proc.stderr and "pushing" not in proc.stderr, proc.stderr
+    again = json.loads(published.manifest.read_text())["images"]["cpu"]
+    assert again["digest"] == first["digest"] and again["unchanged_since"] and again["content"] == key
+    print(f"\nsecond publish of an unchanged cpu cell: {took:.1f} s")
+    assert took < 30  # the cell's bound is 5 s of registry work; the CLI start and the SBOM come on top
+    # --rebuild pushes it again (the registry answers with the same digest: nothing new lands)
+    proc = run(["publish", "--backend", "cpu", "--matrix", MATRIX, *published.overrides, "--image", published.source,
+                "--registry", published.repo, "--manifest", str(published.manifest), "--rebuild"], env)
+    assert proc.returncode == 0 and "pushing" in proc.stderr and "unchanged since" not in proc.stderr
+    # the CI job list: the cell is not a job while its content is there; another pin makes it one
+    cpu_image.copy_locks(tmp_path)
+    ask = ["matrix", "--format", "json", "--backend", "cpu", "--changed", "--registry", published.repo, "--matrix", MATRIX,
+           *published.overrides, "--wheelhouse", str(wheelhouse)]
+    proc = run(ask, env, cwd=tmp_path)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["include"] == [], proc.stderr
+    assert f"cpu linux/amd64: unchanged ({first['content_tag']})" in proc.stderr
+    proc = run([*ask, "--set", "backends.cpu.apt=[less]"], env, cwd=tmp_path)
+    assert [j["backend"] for j in json.loads(proc.stdout)["include"]] == ["cpu"], proc.stderr
 
 
 def test_the_password_is_never_shown_or_stored(published):

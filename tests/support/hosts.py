@@ -67,3 +67,12 @@ def kfd_nodes(*gfx_target_versions: int) -> dict[str, str]:
     for i, v in enumerate((0, *gfx_target_versions)):
         nodes[f"/sys/class/kfd/kfd/topology/nodes/{i}/properties"] = f"cpu_cores_count 0\nsimd_count 304\ngfx_target_version {v}\n"
     return nodes
+
+
+def own_path(tmp_path: Path, monkeypatch) -> Path:
+    """This machine's PATH: only a folder of its own, where a test puts the vendor tool that runs (with a fake
+    root, a tool under the root is never run; this machine's is)."""
+    bindir = tmp_path / "this-machine-bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", str(bindir))
+    return bindir

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
-from support.hosts import VENDORS, add_driver, kfd_nodes, make_root, nvidia_version
+from support.hosts import VENDORS, add_driver, kfd_nodes, make_root, nvidia_version, own_path
 
 from envbuild.tools import report
 from envbuild.core.errors import HostMismatch, MatrixError
@@ -27,11 +27,7 @@ CU126 = ('backends.cuda-cu126={description: NVIDIA GPU (CUDA 12.6), device: cuda
 
 @pytest.fixture(autouse=True)
 def this_machine(tmp_path, monkeypatch) -> Path:
-    """This machine's PATH: only a folder of its own (a fake root's programs are never run)."""
-    bindir = tmp_path / "this-machine-bin"
-    bindir.mkdir()
-    monkeypatch.setenv("PATH", str(bindir))
-    return bindir
+    return own_path(tmp_path, monkeypatch)
 
 
 def host(tmp_path: Path, backend: str, files: dict[str, str] | None = None, tool: str | None = None) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from support.constants import MATRIX
-from support.hosts import VENDORS, add_driver, kfd_nodes, make_root, nvidia_version
+from support.hosts import VENDORS, add_driver, kfd_nodes, make_root, nvidia_version, own_path
 
 from envbuild.matrix import load, stacks
 
@@ -21,11 +21,7 @@ MINIMUMS = [(b.name, stacks.needs(b).min_driver) for b in CUDA]
 
 @pytest.fixture(autouse=True)
 def this_machine(tmp_path, monkeypatch) -> Path:
-    """This machine's PATH holds only a folder of its own: with --root, the vendor tool that runs is this one."""
-    bindir = tmp_path / "this-machine-bin"
-    bindir.mkdir()
-    monkeypatch.setenv("PATH", str(bindir))
-    return bindir
+    return own_path(tmp_path, monkeypatch)
 
 
 def nvidia_host(tmp_path: Path, driver: str | None, caps: str | None = None) -> Path:

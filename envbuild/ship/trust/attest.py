@@ -86,7 +86,7 @@ MAX_CHILDREN = 64  # platforms an index may name that are looked at
 def _the_image_tested(client: Client, path: str, manifest: Any, tested: str, named: str) -> tuple[Any, str]:
     """The manifest whose config is the tested image: the one `named` names, or one child of its index. Anything
     else is refused, --force or not: an attestation says the result is of that very digest."""
-    doc = _object(manifest, named)
+    doc = manifest.json()  # a JSON object, or a TrustError saying it is not
     config = (doc.get("config") or {}).get("digest") if isinstance(doc.get("config"), dict) else None
     if isinstance(config, str) and config == tested:
         return manifest, config
@@ -96,23 +96,13 @@ def _the_image_tested(client: Client, path: str, manifest: Any, tested: str, nam
         if not isinstance(digest, str) or not DIGEST.match(digest):
             continue
         found = client.manifest(path, digest)
-        cdoc = _object(found, f"{named} ({digest[:19]})")
+        cdoc = found.json()
         cconfig = (cdoc.get("config") or {}).get("digest") if isinstance(cdoc.get("config"), dict) else None
         if cconfig == tested:
             return found, tested
     what = f"image {str(config)[:19]}" if config else f"an index of {len(children)} platform(s), none of them"
     raise TrustError(f"the smoke result is for image {tested[:19]}, but {named} is {what}: smoke the image that tag "
                      "names (pull it first) and attest that result")
-
-
-def _object(manifest: Any, named: str) -> dict[str, Any]:
-    try:
-        doc = manifest.json()
-    except (ValueError, RecursionError):
-        doc = None
-    if not isinstance(doc, dict):
-        raise TrustError(f"{named}: the registry's manifest is not a JSON object")
-    return doc
 
 
 def attest_smoke(repository: str, tag: str, result: Mapping[str, Any], key: SigningKey, *,

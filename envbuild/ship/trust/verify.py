@@ -113,12 +113,9 @@ def _smoke_of(statements: list[dict[str, Any]], digest: str, config: str | None 
 
 def _object(manifest: Any, image: str) -> dict[str, Any]:
     try:
-        doc = manifest.json()
-    except (ValueError, RecursionError):
-        doc = None
-    if not isinstance(doc, dict):
-        raise VerifyError("registry", f"{image}: the registry's manifest is not a JSON object")
-    return doc
+        return manifest.json()
+    except TrustError as exc:
+        raise VerifyError("registry", f"{image}: {exc}") from None
 
 
 def _config(doc: dict[str, Any]) -> str | None:

@@ -1,0 +1,52 @@
+"""The content key of a cell: what decides its image, computed the same by any machine from the same checkout, so a
+registry can be asked whether it holds that image (REG:BACKEND-in-KEY) before anything is built or pushed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from support.constants import MATRIX
+
+from envbuild.imagebuild.plan import BuildOptions, content_key, make_plan, planned_content_key
+from envbuild.matrix import load
+from envbuild.ship.shared import content_tag
+
+LOCK = b"# a lock: its inputs name the base image, its registry digest for the platform, the indexes and wheels\n"
+
+
+def key(folder: Path, overrides: list[str] = (), backend: str = "cpu", **opts) -> str:
+    """The key of `backend` for a checkout copied into `folder` (its own context folder, its own paths)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(MATRIX, folder / "matrix.yaml")
+    m = load(folder / "matrix.yaml", list(overrides))
+    o = BuildOptions(context_dir=folder / ".envbuild" / "context", locks_dir=folder / "locks", **opts)
+    plan = make_plan(m, m.backend(backend), o, None, lock=LOCK, write_cache=False)
+    return content_key(plan, o)
+
+
+def test_the_same_checkout_in_two_folders_gives_the_same_key(tmp_path):
+    assert key(tmp_path / "a") == key(tmp_path / "clone-elsewhere")
+
+
+def test_a_change_to_the_cell_changes_its_key_and_another_backends_does_not(tmp_path):
+    cpu = key(tmp_path / "a")
+    assert key(tmp_path / "b", ["backends.cpu.apt=[less]"]) != cpu  # its Dockerfile
+    assert key(tmp_path / "c", ["transformers.version=5.23.0"]) != cpu  # a pin every image carries
+    assert key(tmp_path / "d", ["backends.xpu.torch.version=2.14.0"]) == cpu  # another backend's entry
+    assert key(tmp_path / "e", platform="linux/arm64") != cpu  # another platform
+    assert key(tmp_path / "f", build_args=("HTTP_PROXY=http://proxy:3128",)) != cpu
+
+
+def test_labels_and_the_engine_are_no_part_of_it(tmp_path):
+    """A revision label differs on every commit; the engine, its ids and the builder's argv decide no content."""
+    cpu = key(tmp_path / "a")
+    assert key(tmp_path / "b", labels=("org.opencontainers.image.revision=0123abcd",)) == cpu
+    assert key(tmp_path / "c", tags=("elsewhere/else:cpu",), no_cache=True) == cpu
+
+
+def test_the_planned_key_needs_the_committed_lock(tmp_path):
+    m = load(MATRIX)
+    opts = BuildOptions(locks_dir=tmp_path / "locks", context_dir=tmp_path / "ctx")
+    assert planned_content_key(m, m.backend("cpu"), opts, "linux/amd64") is None  # not known before resolving
+    assert content_tag(m.backend("cpu"), "ab" * 32) == "cpu-in-abababababababab"

@@ -43,5 +43,5 @@ def test_cuda_probe_reports_no_cuda_device(cuda, docker_client):
 def test_cuda_smoke_exits_1_naming_what_the_host_lacks(cuda, tmp_path, no_leftover_containers):
     proc, doc = smoke(cuda, tmp_path)
     assert proc.returncode == 1
-    assert doc["error"].startswith("backend 'cuda-cu130': no NVIDIA GPU can be reached here: `--gpus=all` needs the Docker "
+    assert doc["error"].startswith("backend 'cuda-cu130': no NVIDIA GPU (CUDA 13.0) can be reached here: `--gpus=all` needs the Docker "
                                    "runtime 'nvidia'")

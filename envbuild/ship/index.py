@@ -103,6 +103,30 @@ def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: 
     return found
 
 
+def _held_content(m: Matrix, backend: Backend, registry: str, platform: str, environ: Mapping[str, str] | None,
+                  echo: Callable[[str], None]) -> dict[str, Any] | None:
+    """A platform no job of this run built (`matrix --changed` left it out) whose content the registry holds: its
+    record, from the content tag of what this checkout would build (its committed lock, no wheelhouse or build
+    arguments, as the publish workflow builds). None when the key cannot be known or the tag is not there."""
+    from envbuild.imagebuild.plan import BuildOptions, planned_content_key
+    from envbuild.ship.shared import content_tag
+
+    try:
+        key = planned_content_key(m, backend, BuildOptions(), platform, environ)
+        if key is None:
+            return None
+        ref = f"{registry}:{content_tag(backend, key)}"
+        found = Registry(ref, environ).manifest(ref)
+    except EnvbuildError as exc:
+        echo(f"[{backend.name}] {platform}: cannot tell whether the registry holds it ({exc})")
+        return None
+    if found is None or found.is_index:
+        return None
+    echo(f"[{backend.name}] {platform}: unchanged, held as {ref} ({found.digest})")
+    return {"platform": platform, "digest": found.digest, "ref": ref, "content_tag": ref,
+            "unchanged_since": "an earlier publish"}
+
+
 def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Session,
                       smoke_results: dict[str, dict[str, Any]], opts: PublishOptions, echo: Callable[[str], None],
                       joined: list[dict[str, Any]], environ: Mapping[str, str] | None) -> Published:
@@ -112,8 +136,11 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
         done = _joined(backend, registry, joined, opts.index_from)
         wanted = list(opts.platforms) or list(done)
         for p in wanted:
-            if p not in done:
-                failed[p] = "no per-platform publish recorded it (--index-from)"
+            if p not in done and (held := _held_content(m, backend, registry, p, environ, echo)) is not None:
+                done[p] = held  # not built in this run: the registry holds this platform's content already
+            elif p not in done:
+                failed[p] = "no per-platform publish recorded it (--index-from), and the registry holds no image of " \
+                            "its content (REPO:BACKEND-in-KEY)"
         done = {p: done[p] for p in wanted if p in done}
     else:
         for p in opts.platforms:  # each one the backend lists: publish refused any other before the registry
@@ -126,7 +153,7 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
                 echo(f"[{backend.name}] {p} is left out: {exc}")
     for p, rec in list(done.items()):
         smoke = rec.get("smoke")
-        if opts.force:
+        if opts.force or rec.get("unchanged_since"):  # held content: its signed smoke attestation stays on its digest
             continue
         if not smoke:  # a per-platform publish recorded none (--index-from)
             failed[p] = _unsmoked(backend, p)

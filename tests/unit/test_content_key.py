@@ -50,3 +50,35 @@ def test_the_planned_key_needs_the_committed_lock(tmp_path):
     opts = BuildOptions(locks_dir=tmp_path / "locks", context_dir=tmp_path / "ctx")
     assert planned_content_key(m, m.backend("cpu"), opts, "linux/amd64") is None  # not known before resolving
     assert content_tag(m.backend("cpu"), "ab" * 32) == "cpu-in-abababababababab"
+
+
+def test_the_index_takes_a_platform_not_rebuilt_from_the_registrys_image_of_its_content(monkeypatch):
+    """`matrix --changed` leaves out a platform whose content the registry holds; the index job joins it from there."""
+    from envbuild.core.regclient import Manifest
+    from envbuild.imagebuild import plan
+    from envbuild.ship import index
+
+    m = load(MATRIX)
+    cpu = m.backend("cpu")
+    asked = []
+
+    class Held:
+        def __init__(self, ref, environ=None):
+            pass
+
+        def manifest(self, ref):
+            asked.append(ref)
+            if ref.endswith(":cpu-in-" + "cd" * 8):
+                return Manifest("application/vnd.oci.image.manifest.v1+json", "sha256:" + "e" * 64, b"{}")
+            return None
+
+    monkeypatch.setattr(index, "Registry", Held)
+    monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: "cd" * 32)
+    rec = index._held_content(m, cpu, "reg.example/eb", "linux/arm64", {}, lambda s: None)
+    assert rec["digest"] == "sha256:" + "e" * 64 and rec["ref"] == "reg.example/eb:cpu-in-" + "cd" * 8
+    assert rec["unchanged_since"]  # its smoke attestation stays on the digest: not asked of this run
+    monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: "ab" * 32)
+    assert index._held_content(m, cpu, "reg.example/eb", "linux/arm64", {}, lambda s: None) is None
+    monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: None)  # no committed lock: not known
+    assert index._held_content(m, cpu, "reg.example/eb", "linux/arm64", {}, lambda s: None) is None
+    assert len(asked) == 2

@@ -18,7 +18,7 @@ from support import testbed
 from support.constants import MATRIX, REPO
 
 pytestmark = pytest.mark.docker
-ROWS = ["lock", "cold", "bump", "noop", "size", "smoke", "help", "render",
+ROWS = ["lock", "cold", "bump", "noop", "size", "smoke", "help", "render", "publish",
         "anchor_cold", "anchor_bump", "anchor_start", "anchor_cold10", "anchor_size"]
 
 
@@ -65,6 +65,8 @@ def test_quick_benchmark_measures_every_row(bench_base, wheelhouse, ca_bundle, d
     assert (rows["smoke"]["target"], rows["noop"]["margin"], rows["bump"]["target"]) == (8.0, 0.3, 0.05)
     assert (rows["help"]["target"], rows["render"]["target"]) == (2.0, 5.0)
     assert rows["help"]["detail"]["python_start"] > 0
+    # content-addressed publishing: the second publish of the same cell moved its tags and uploaded nothing
+    assert rows["publish"]["detail"]["skipped"] is True and rows["publish"]["absolute"] == 5.0
     # the hand-written anchor, built in the same run: envbuild's figures over its figures, with the cold-build issue's bars
     assert rows["anchor_cold"]["value"] == rows["cold"]["value"] and rows["anchor_bump"]["value"] == rows["bump"]["value"]
     assert [rows[k]["target"] for k in ("anchor_cold", "anchor_bump", "anchor_start", "anchor_cold10", "anchor_size")] == [

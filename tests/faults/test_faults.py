@@ -214,7 +214,9 @@ def small_cpu_image(base_image, cpu_image, docker_client):
     import io
 
     labels = docker_client.images.get(cpu_image.image_id).labels or {}
-    lines = "".join(f"LABEL {json.dumps(k)}={json.dumps(v)}\n" for k, v in labels.items() if k.startswith("dev.envbuild."))
+    # not its content key: this is other content, and with the cpu image's key publish would move its tags there
+    lines = "".join(f"LABEL {json.dumps(k)}={json.dumps(v)}\n" for k, v in labels.items()
+                    if k.startswith("dev.envbuild.") and k != "dev.envbuild.content")
     dockerfile = f"FROM {base_image}\nRUN head -c 16777216 /dev/urandom > /blob\n{lines}"
     tag = f"{REPO}-small:cpu"
     docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, tag=tag)

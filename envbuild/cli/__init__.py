@@ -627,8 +627,8 @@ def _choose(m, backends: tuple[str, ...], variant: str | None = None, *, for_hos
             try:
                 picked = pick.resolve(m, b)
             except NoVariantFitsError as exc:
-                names = ", ".join(v.name for v in m.family(b))
-                raise NoVariantFitsError(f"{exc} (--variant chooses one of {names} by hand)") from None
+                family = ", ".join(v.name for v in m.family(b))  # not `names`: that is the loop's own list
+                raise NoVariantFitsError(f"{exc} (--variant chooses one of {family} by hand)") from None
             click.echo(f"{b.name}: chose {picked.backend.name} ({picked.why}); --variant chooses another", err=True)
             b = picked.backend
         chosen.setdefault(b.name, b)

@@ -40,6 +40,16 @@ TIMEOUT = 30.0
 MAX_DOC = 16 << 20  # a manifest, a config or a signature; a larger answer is refused, not read whole
 
 
+def json_object(data: bytes) -> dict[str, Any] | None:
+    """A registry's answer read as a JSON object; None when it is not one (not JSON, not UTF-8, a list, nested past
+    reason): each caller says what it expected, in its own error."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 @dataclass(frozen=True)
 class Manifest:
     media_type: str
@@ -49,11 +59,8 @@ class Manifest:
     @property
     def doc(self) -> dict[str, Any]:
         """The manifest as a JSON object; anything else from a registry is a PublishError."""
-        try:
-            doc = json.loads(self.raw)
-        except (ValueError, RecursionError):
-            doc = None
-        if not isinstance(doc, dict):
+        doc = json_object(self.raw)
+        if doc is None:
             raise PublishError(f"the registry's manifest {self.digest} is not a JSON object")
         return doc
 
@@ -239,11 +246,8 @@ class Registry:
             raise RegistryUnreachableError(f"the token service of {self.host} is unreachable ({_reason(exc)})") from None
         if resp.status_code != 200:
             raise RegistryAuthError(f"the token service of {self.host} refused ({resp.status_code})")
-        try:
-            body = json.loads(resp.content.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            body = None
-        token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+        body = json_object(resp.content)
+        token = (body.get("token") or body.get("access_token")) if body is not None else None
         if not isinstance(token, str) or not re.fullmatch(r"[A-Za-z0-9._~+/=-]{1,16384}", token):
             raise RegistryAuthError(f"the token service of {self.host} answered no usable token (a JSON object with a "
                                     "\"token\" of printable characters)")
@@ -316,11 +320,8 @@ class Registry:
         digest = named.get("digest") if isinstance(named, dict) else None
         if not isinstance(digest, str) or not digest.startswith("sha256:"):
             raise PublishError(f"{ref}: its manifest names no config digest (not an image manifest)")
-        try:
-            config = json.loads(self.blob(ref, digest))
-        except (ValueError, RecursionError):
-            config = None
-        if not isinstance(config, dict):
+        config = json_object(self.blob(ref, digest))
+        if config is None:
             raise PublishError(f"{ref}: its image config is not a JSON object")
         has = canonical(f"{config.get('os')}/{config.get('architecture')}" + (f"/{config['variant']}" if config.get("variant") else ""))
         if has != canonical(platform):

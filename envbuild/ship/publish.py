@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from envbuild.core.errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
 from envbuild.matrix.compat import image_arch
 from envbuild.ship import manifest
-from envbuild.core.regclient import Registry
 from envbuild.imagebuild.plan import CONTENT_LABEL
 from envbuild.ship.index import publish_platforms
 from envbuild.core.imageref import check_repository, with_tags
@@ -82,7 +81,7 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
         )
     smoke = smoke_summary(backend, image, source, smoke_results, opts, echo)
     refs = with_tags(registry, m.tags(backend))
-    digest, since, content_ref = push_or_move(registry, session, image, backend, refs, opts, echo)
+    digest, since, content_ref, image_id = push_or_move(registry, session, image, backend, refs, opts, echo)
     key = image.labels.get(CONTENT_LABEL) or ""
     revision = image.labels.get(manifest.REVISION_LABEL)
     head, dirty = manifest.git_revision(Path(m.path).resolve().parent)
@@ -92,7 +91,7 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
         "repository": registry,
         "tags": refs,
         "digest": digest,
-        "image_id": image.id,
+        "image_id": image_id,  # the registry's image when it held this content (its layers need not be byte-identical)
         "platform": f"{image.os}/{image.architecture}",
         "size": image.size or None,  # bytes, unpacked (the compatibility table shows it)
         "versions": manifest.image_versions(image.labels) if image.labels.get(manifest.LABEL + "backend") else {
@@ -113,12 +112,9 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
     }
     entry["sbom"] = write_sbom(engine, image.id, backend, opts, echo)
     entry = {k: v for k, v in entry.items() if v is not None or k in ("git_revision", "smoke")}
-    if since is not None:
-        # The registry's image, not this engine's rebuild of it (BuildKit's layers need not be byte-identical).
-        entry["image_id"] = Registry(registry, session.environ).manifest(content_ref).doc["config"]["digest"]
-        if opts.sign_key is not None:  # its signature and attestations (the smoke result) stay on the digest
-            entry["signed"] = {"kept": True, "digest": digest}
-    elif opts.sign_key is not None:
+    if since is not None and opts.sign_key is not None:  # its signature and attestations (smoke) stay on the digest
+        entry["signed"] = {"kept": True, "digest": digest}
+    elif since is None and opts.sign_key is not None:
         entry["signed"] = _sign(m, backend, image, registry, [digest], entry, smoke_results, session, opts, echo)
     manifest.record(opts.manifest, entry, echo)
     return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry, pushed=[f"{registry}@{digest}"])

@@ -4,7 +4,6 @@ options, the result, the check of its labels against the matrix, the smoke resul
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,10 +113,11 @@ def content_tag(backend: Backend, key: str) -> str:
     return f"{backend.name}-in-{key[:16]}"
 
 
-def content_there(ref: str, session: Any, opts: PublishOptions, echo: Callable[[str], None]) -> tuple[str, str | None] | None:
-    """(digest, when it was made) of the image the registry holds under the content tag `ref`; None when it holds
-    none, or (with a signing key) one whose signature does not verify with that key's public half."""
-    from envbuild.core.regclient import Registry
+def content_there(ref: str, session: Any, opts: PublishOptions,
+                  echo: Callable[[str], None]) -> tuple[Any, str | None, str | None] | None:
+    """(its manifest, its image id, when it was made) of the image the registry holds under the content tag `ref`;
+    None when it holds none, or (with a signing key) one whose signature does not verify with that key's public half."""
+    from envbuild.core.regclient import Registry, json_object
 
     try:
         reg = Registry(ref, session.environ)
@@ -136,21 +136,25 @@ def content_there(ref: str, session: Any, opts: PublishOptions, echo: Callable[[
         except TrustError as exc:
             echo(f"note: {ref} is there but does not verify with the signing key ({exc}): publishing again")
             return None
+    named = found.doc.get("config")
+    image_id = named.get("digest") if isinstance(named, dict) and isinstance(named.get("digest"), str) else None
     since = None
     try:
-        config = json.loads(reg.blob(ref, found.doc["config"]["digest"]))
-        since = str(config.get("created") or "")[:19].replace("T", " ") or None
-    except (PublishError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        config = json_object(reg.blob(ref, image_id)) if image_id else None
+        if config is not None:
+            since = str(config.get("created") or "")[:19].replace("T", " ") or None
+    except PublishError:
         pass
-    return found.digest, since
+    return found, image_id, since
 
 
 def push_or_move(registry: str, session: Any, image: Image, backend: Backend, refs: list[str], opts: PublishOptions,
-                 echo: Callable[[str], None], *, keep: bool = True) -> tuple[str, str | None, str | None]:
+                 echo: Callable[[str], None], *, keep: bool = True) -> tuple[str, str | None, str | None, str]:
     """Push the image under `refs` (and its content tag), or, when the registry holds its content already, move
     `refs` there (a manifest PUT each: no layer uploaded). The pinned tag first, the moving REG:BACKEND last: a
     publish cut short never moves the tag users pull to an image whose pinned tag does not exist. Returns the
-    digest, when the registry's image was made (None: pushed now) and the content tag (None: the image has no key)."""
+    digest, when the registry's image was made (None: pushed now), the content tag (None: the image has no key) and
+    the id of the image the tags now name (the registry's own when it held the content)."""
     from envbuild.core.regclient import Registry, split
     from envbuild.imagebuild.plan import CONTENT_LABEL
 
@@ -158,15 +162,14 @@ def push_or_move(registry: str, session: Any, image: Image, backend: Backend, re
     content_ref = f"{registry}:{content_tag(backend, key)}" if re.fullmatch(r"[0-9a-f]{64}", key) else None
     found = None if opts.rebuild or content_ref is None else content_there(content_ref, session, opts, echo)
     if found is not None:
-        digest, since = found
+        held, image_id, since = found
         reg = Registry(registry, session.environ)
-        held = reg.manifest(content_ref)
         for ref in sorted(refs, key=lambda r: r == refs[0]):
             repo, tag = split(ref)
             reg.put_manifest(repo, tag, held.raw, held.media_type, what=ref)
-        echo(f"[{backend.name}] unchanged since {since or 'an earlier publish'}, digest {digest}: tags moved to it, "
+        echo(f"[{backend.name}] unchanged since {since or 'an earlier publish'}, digest {held.digest}: tags moved to it, "
              "nothing uploaded (--rebuild pushes this image instead)")
-        return digest, since or "an earlier publish", content_ref
+        return held.digest, since or "an earlier publish", content_ref, image_id or image.id
     digests: dict[str, str] = {}
     pushed = refs + ([content_ref] if content_ref else [])
     with session.tagged(image.id, pushed, keep=keep):  # tags made only for this push go with it if it fails
@@ -176,4 +179,4 @@ def push_or_move(registry: str, session: Any, image: Image, backend: Backend, re
     if len(set(digests.values())) != 1:
         raise PublishError(f"the registry confirmed different digests for the tags of {backend.name}: {digests}; "
                            "nothing was recorded")
-    return next(iter(digests.values())), None, content_ref
+    return next(iter(digests.values())), None, content_ref, image.id

@@ -5,12 +5,11 @@ TLS, authentication, size caps and digest checks are the registry stage's one cl
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from envbuild.core.errors import PublishError
-from envbuild.core.regclient import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry, sha256  # noqa: F401 (the media types and the digest, one of each)
+from envbuild.core.regclient import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry, json_object, sha256  # noqa: F401 (the media types and the digest, one of each)
 from envbuild.core.credentials import Scrubber
 from envbuild.core.imageref import Reference
 from envbuild.ship.trust import TrustError
@@ -24,11 +23,8 @@ class Manifest:
 
     def json(self) -> dict[str, Any]:
         """The manifest as a JSON object; anything else (not JSON, a list, nested past reason) is a TrustError."""
-        try:
-            doc = json.loads(self.data)
-        except (ValueError, RecursionError):
-            doc = None
-        if not isinstance(doc, dict):
+        doc = json_object(self.data)
+        if doc is None:
             raise TrustError(f"the registry's manifest {self.digest} is not a JSON object")
         return doc
 

@@ -160,6 +160,7 @@ def push_or_move(registry: str, session: Any, image: Image, backend: Backend, re
 
     key = image.labels.get(CONTENT_LABEL) or ""
     content_ref = f"{registry}:{content_tag(backend, key)}" if re.fullmatch(r"[0-9a-f]{64}", key) else None
+    session.check_reachable()  # an unreachable registry named in seconds, not after the content query's timeouts
     found = None if opts.rebuild or content_ref is None else content_there(content_ref, session, opts, echo)
     if found is not None:
         held, image_id, since = found

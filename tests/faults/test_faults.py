@@ -263,7 +263,7 @@ def test_a_registry_that_cannot_be_reached_fails_in_seconds(where, cpu_image, tm
     start = time.monotonic()
     proc = envbuild(*publish_args(cpu_image, address, tmp_path / "m.json"), cwd=tmp_path, timeout=120)
     assert proc.returncode != 0 and f"registry {address} unreachable from here" in proc.stderr, proc.stderr
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 30  # one 10 s connection check, not the content query's timeouts before it
 
 
 # --- two runs at once -------------------------------------------------------------------------------------------

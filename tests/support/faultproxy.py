@@ -1,39 +1,43 @@
 """A TCP proxy on loopback that injects one network fault between a client (the Docker daemon) and a server (the
-test registry): cut the connection after N bytes from the server, delay, reset, answer 503, or stall.
-Bounded in time: every connection it holds is closed by stop(), and a stall lasts at most `stall` seconds."""
+test registry): cut the connections after N bytes from the server, or answer 503 to every request.
+
+One asyncio loop in one thread serves every connection: a connection is closed by the loop that reads it, so no
+thread is ever left blocked in a read on a socket another thread closed (the daemon would keep such a connection in
+its pool and wait on it for minutes). stop() closes the listener and every connection, and the peers see it."""
 
 from __future__ import annotations
 
-import socket
-import struct
+import asyncio
 import threading
-import time
 from dataclasses import dataclass, field
 
 
 @dataclass
 class FaultProxy:
     target: tuple[str, int]
-    mode: str = "pass"  # pass | cut | reset | 503 | stall | delay
-    after: int = 0  # cut/reset: bytes from the server passed before the fault (over all connections)
-    delay: float = 0.0
-    stall: float = 60.0
-    faults: int = 1 << 30  # how many connections get the fault; later ones pass
+    mode: str = "pass"  # pass | cut | 503; read when a connection opens, so a test may switch it
+    after: int = 0  # cut: bytes from the server passed before the fault (over all connections)
     port: int = 0
     hits: int = 0  # connections that got the fault
-    _sock: socket.socket | None = None
-    _conns: list[socket.socket] = field(default_factory=list)
     _passed: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _server: asyncio.AbstractServer | None = None
+    _writers: set = field(default_factory=set)
 
     def start(self) -> "FaultProxy":
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(64)
-        self._sock.settimeout(0.2)
-        self.port = self._sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        ready = threading.Event()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+            self.port = self._server.sockets[0].getsockname()[1]
+            ready.set()
+            self._loop.run_forever()
+            self._loop.close()
+
+        threading.Thread(target=run, daemon=True).start()
+        if not ready.wait(10):
+            raise RuntimeError("the fault proxy did not start")
         return self
 
     @property
@@ -41,68 +45,58 @@ class FaultProxy:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        self._stop.set()
-        for s in [self._sock, *self._conns]:
-            try:
-                s.close()
-            except OSError:
-                pass
+        async def close() -> None:
+            self._server.close()
+            for w in list(self._writers):
+                w.transport.abort()
+            await asyncio.sleep(0)
 
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self._sock.accept()
-            except (socket.timeout, OSError):
-                continue
-            self._conns.append(client)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
 
-    def _faulty(self) -> bool:
-        return self.mode != "pass" and self.hits < self.faults
-
-    def _serve(self, client: socket.socket) -> None:
-        faulty = self._faulty()
-        if faulty and self.mode in ("503", "stall"):
-            self.hits += 1
-            if self.mode == "503":
-                client.recv(65536)
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        mode = self.mode
+        try:
+            if mode == "503":
+                self.hits += 1
+                await reader.read(65536)
                 body = b"service unavailable\n"
-                client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-            else:
-                self._stop.wait(self.stall)
-            client.close()
-            return
-        try:
-            server = socket.create_connection(self.target, timeout=10)
-        except OSError:
-            client.close()
-            return
-        self._conns.append(server)
-        threading.Thread(target=self._pipe, args=(client, server, False, False), daemon=True).start()
-        self._pipe(server, client, True, faulty)
+                writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+                return
+            try:
+                up_reader, up_writer = await asyncio.open_connection(*self.target)
+            except OSError:
+                return
+            self._writers.add(up_writer)
+            try:
+                await asyncio.gather(self._pipe(reader, up_writer, writer, False, mode),
+                                     self._pipe(up_reader, writer, up_writer, True, mode))
+            finally:
+                self._writers.discard(up_writer)
+                up_writer.transport.abort()
+        finally:
+            self._writers.discard(writer)
+            writer.close()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, from_server: bool, faulty: bool) -> None:
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, src_end: asyncio.StreamWriter,
+                    from_server: bool, mode: str) -> None:
+        """Copy until either side ends, then close both (the other pipe's read ends with it); a cut drops both at once."""
+        cut = False
         try:
-            while not self._stop.is_set():
-                data = src.recv(65536)
-                if not data:
-                    break
-                if from_server and self.mode == "delay" and faulty:
-                    time.sleep(self.delay)
-                if from_server and faulty and self.mode in ("cut", "reset") and self._passed + len(data) > self.after:
+            while data := await src.read(65536):
+                if from_server and mode == "cut" and self._passed + len(data) > self.after:
                     self.hits += 1
-                    if self.mode == "reset":  # RST instead of FIN
-                        dst.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    cut = True
                     break
                 if from_server:
                     self._passed += len(data)
-                dst.sendall(data)
+                dst.write(data)
+                await dst.drain()
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.close()
-                except OSError:
-                    pass
+            for end in (dst, src_end):
+                end.transport.abort() if cut else end.close()

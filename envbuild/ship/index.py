@@ -62,8 +62,9 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
         raise PublishError(f"the smoke result given for {platform} ran on {smoke['platform']}")
     ref = platform_ref(m, backend, registry, platform)
     echo(f"[{backend.name}] {platform}: {ref}")
-    digest, since, content_ref, _ = push_or_move(registry, session, image, backend, [ref], opts, echo, keep=False)
-    return {"platform": platform, "digest": digest, "ref": ref, "image_id": image.id, "size": image.size or None,
+    digest, since, content_ref, image_id = push_or_move(registry, session, image, backend, [ref], opts, echo, keep=False)
+    # the registry's image when it held this content (as publish records it), else this one
+    return {"platform": platform, "digest": digest, "ref": ref, "image_id": image_id, "size": image.size or None,
             "content_tag": content_ref, "unchanged_since": since,
             "requires": manifest.image_requires(image.labels, image_arch(engine, image.id)),
             "versions": manifest.image_versions(image.labels), "smoke": smoke,

@@ -50,6 +50,13 @@ def json_object(data: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def config_digest(doc: dict[str, Any]) -> str | None:
+    """The digest of the image config a manifest names (the image id); None when it names none as a string."""
+    named = doc.get("config")
+    digest = named.get("digest") if isinstance(named, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
 @dataclass(frozen=True)
 class Manifest:
     media_type: str
@@ -316,9 +323,8 @@ class Registry:
             if digest is None:
                 raise PublishError(f"{ref} has no image for {platform}: its index lists {', '.join(sorted(found)) or 'none'}")
             return digest, top
-        named = top.doc.get("config")
-        digest = named.get("digest") if isinstance(named, dict) else None
-        if not isinstance(digest, str) or not digest.startswith("sha256:"):
+        digest = config_digest(top.doc)
+        if digest is None or not digest.startswith("sha256:"):
             raise PublishError(f"{ref}: its manifest names no config digest (not an image manifest)")
         config = json_object(self.blob(ref, digest))
         if config is None:

@@ -112,10 +112,9 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
     }
     entry["sbom"] = write_sbom(engine, image.id, backend, opts, echo)
     entry = {k: v for k, v in entry.items() if v is not None or k in ("git_revision", "smoke")}
-    if since is not None and opts.sign_key is not None:  # its signature and attestations (smoke) stay on the digest
-        entry["signed"] = {"kept": True, "digest": digest}
-    elif since is None and opts.sign_key is not None:
-        entry["signed"] = _sign(m, backend, image, registry, [digest], entry, smoke_results, session, opts, echo)
+    if opts.sign_key is not None:  # held content: its signature and attestations (smoke) stay on the digest
+        entry["signed"] = ({"kept": True, "digest": digest} if since is not None else
+                           _sign(m, backend, image, registry, [digest], entry, smoke_results, session, opts, echo))
     manifest.record(opts.manifest, entry, echo)
     return Published(backend.name, True, image=source, refs=refs, digest=digest, entry=entry, pushed=[f"{registry}@{digest}"])
 

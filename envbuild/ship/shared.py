@@ -117,7 +117,7 @@ def content_there(ref: str, session: Any, opts: PublishOptions,
                   echo: Callable[[str], None]) -> tuple[Any, str | None, str | None] | None:
     """(its manifest, its image id, when it was made) of the image the registry holds under the content tag `ref`;
     None when it holds none, or (with a signing key) one whose signature does not verify with that key's public half."""
-    from envbuild.core.regclient import Registry, json_object
+    from envbuild.core.regclient import Registry, config_digest, json_object
 
     try:
         reg = Registry(ref, session.environ)
@@ -136,8 +136,7 @@ def content_there(ref: str, session: Any, opts: PublishOptions,
         except TrustError as exc:
             echo(f"note: {ref} is there but does not verify with the signing key ({exc}): publishing again")
             return None
-    named = found.doc.get("config")
-    image_id = named.get("digest") if isinstance(named, dict) and isinstance(named.get("digest"), str) else None
+    image_id = config_digest(found.doc)
     since = None
     try:
         config = json_object(reg.blob(ref, image_id)) if image_id else None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from envbuild.core.errors import InvalidInput
+from envbuild.core.regclient import config_digest
 from envbuild.core.imageref import DIGEST
 from envbuild.ship.trust import TrustError
 from envbuild.ship.trust.keys import SigningKey
@@ -97,8 +98,7 @@ def _the_image_tested(client: Client, path: str, manifest: Any, tested: str, nam
             continue
         found = client.manifest(path, digest)
         cdoc = found.json()
-        cconfig = (cdoc.get("config") or {}).get("digest") if isinstance(cdoc.get("config"), dict) else None
-        if cconfig == tested:
+        if config_digest(cdoc) == tested:
             return found, tested
     what = f"image {str(config)[:19]}" if config else f"an index of {len(children)} platform(s), none of them"
     raise TrustError(f"the smoke result is for image {tested[:19]}, but {named} is {what}: smoke the image that tag "

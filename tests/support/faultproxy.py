@@ -71,12 +71,11 @@ class FaultProxy:
             except OSError:
                 return
             self._writers.add(up_writer)
-            try:
+            try:  # each pipe closes both ends when it stops
                 await asyncio.gather(self._pipe(reader, up_writer, writer, False, mode),
                                      self._pipe(up_reader, writer, up_writer, True, mode))
             finally:
                 self._writers.discard(up_writer)
-                up_writer.transport.abort()
         finally:
             self._writers.discard(writer)
             writer.close()
@@ -99,4 +98,7 @@ class FaultProxy:
             pass
         finally:
             for end in (dst, src_end):
-                end.transport.abort() if cut else end.close()
+                if cut:
+                    end.transport.abort()
+                else:
+                    end.close()

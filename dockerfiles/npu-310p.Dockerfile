@@ -5,7 +5,7 @@
 
 # Names the uv and pip caches (folders in BuildKit cache mounts); another value starts from empty ones.
 ARG ENVBUILD_CACHE_ID=envbuild
-FROM quay.io/ascend/cann:9.2.0-310p-ubuntu22.04-py3.12 AS base
+FROM quay.io/ascend/cann:9.2.0-310p-ubuntu22.04-py3.12 AS system
 
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/opt/envbuild/bin:$PATH \
@@ -13,29 +13,10 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_ROOT_USER_ACTION=ignore \
     PYTHONUNBUFFERED=1
 
-# The pins' Requires-Python were checked against Python 3.12 (the matrix's python.version): a base that
-# runs another fails here, in the build and in the lock, not in a user's container.
-RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'the base image runs Python ' + v + '; the matrix declares 3.12 (backends.npu-310p.python.version)')" \
-    && python3 -m venv /opt/venv \
-    && mkdir -p /opt/envbuild \
-    && printf '%s\n' 'torch==2.14.0' 'torch-npu==2.14.0' > /opt/envbuild/constraints.txt
-
-# A named user that is not root, with a home; home, the cache root and the work folder belong to group 0 and
-# are group-writable, so any user id with group 0 (as OpenShift runs images) works there too.
-# Its uid is 1000 (a base's own user 1000, such as Ubuntu's `ubuntu`, becomes it), so USER can be numeric:
-# Kubernetes' runAsNonRoot cannot verify a user by name.
-RUN if getent passwd 1000 >/dev/null; then \
-        usermod -l envbuild -g 0 -d /home/envbuild -m "$(id -nu 1000)"; \
-    else \
-        useradd -l --uid 1000 --gid 0 --create-home --home-dir /home/envbuild --shell /bin/sh envbuild; \
-    fi \
-    && mkdir -p /cache /workspace /home/envbuild \
-    && chgrp -R 0 /home/envbuild /cache /workspace \
-    && chmod -R g=u /home/envbuild /cache /workspace
-
-# The installer: uv, fetched with the environment's own pip into a stage of its own, so that install steps
-# bind-mount it and no layer of the image carries it.
-FROM base AS uv
+# The installer: uv, fetched with the system's own pip (or the pip wheel Debian's python3-venv brings) into
+# a stage of its own, so that install steps bind-mount it and no layer of the image carries it. The stage
+# starts from the system, not from the environment below: it runs while that is being set up.
+FROM system AS uv
 ARG ENVBUILD_CACHE_ID
 RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
@@ -44,10 +25,34 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export PIP_CACHE_DIR="/root/.cache/pip/${ENVBUILD_CACHE_ID:-envbuild}" \
-    && /opt/venv/bin/pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
+    && if python3 -m pip --version >/dev/null 2>&1; then set -- -m pip; \
+        elif set -- /usr/share/python-wheels/pip-*.whl; [ -f "$1" ]; then set -- "$1/pip"; \
+        else echo "envbuild: python3 has neither pip nor Debian's pip wheel; add python3-venv to backends.npu-310p.python.apt" >&2; exit 1; fi \
+    && python3 "$@" install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
+
+FROM system AS base
+# The pins' Requires-Python were checked against Python 3.12 (the matrix's python.version): a base that
+# runs another fails here, in the build and in the lock, not in a user's container.
+# A named user that is not root, with a home; home, the cache root and the work folder belong to group 0 and
+# are group-writable, so any user id with group 0 (as OpenShift runs images) works there too.
+# Its uid is 1000 (a base's own user 1000, such as Ubuntu's `ubuntu`, becomes it), so USER can be numeric:
+# Kubernetes' runAsNonRoot cannot verify a user by name.
+RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'the base image runs Python ' + v + '; the matrix declares 3.12 (backends.npu-310p.python.version)')" \
+    && python3 -m venv /opt/venv \
+    && mkdir -p /opt/envbuild \
+    && printf '%s\n' 'torch==2.14.0' 'torch-npu==2.14.0' > /opt/envbuild/constraints.txt \
+    && if getent passwd 1000 >/dev/null; then \
+        usermod -l envbuild -g 0 -d /home/envbuild -m "$(id -nu 1000)"; \
+    else \
+        useradd -l --uid 1000 --gid 0 --create-home --home-dir /home/envbuild --shell /bin/sh envbuild; \
+    fi \
+    && mkdir -p /cache /workspace /home/envbuild \
+    && chgrp -R 0 /home/envbuild /cache /workspace \
+    && chmod -R g=u /home/envbuild /cache /workspace
 
 # torch, torch-npu and what they need, exactly as locked (locks/npu-310p.txt, layer torch): the largest
-# layer and the one that changes least. Bytecode is compiled here, once, rather than in every container.
+# layer and the one that changes least. Bytecode is compiled here, once, rather than in every container
+# (envbuild_compile in uv-step.sh: what the layer installed, not the test suites that wheels carry).
 # Not through the uv cache: unpacking a gigabyte into the cache mount and copying it out again cost a cold build
 # seconds (the cache is another filesystem), and this layer's own cache is BuildKit's layer cache; unpacked
 # beside the environment instead, the files are linked into it.
@@ -62,7 +67,8 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu-310p,sharing=lo
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && UV_LINK_MODE=hardlink /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse --no-cache --compile-bytecode -r /run/layer.txt
+    && UV_LINK_MODE=hardlink /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse --no-cache -r /run/layer.txt \
+    && envbuild_compile /opt/venv/bin/python
 
 # The lock: what installing torch, torch-npu, transformers, accelerate adds to this base, resolved
 # here by pip. `envbuild lock` builds this target alone (its result is locks/npu-310p.txt); an image build
@@ -86,13 +92,10 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
 FROM scratch AS lock
 COPY --from=lock-resolve /out/ /
 
-FROM torch
+FROM torch AS deps
 ARG ENVBUILD_CACHE_ID
 # The dependencies of transformers and accelerate, exactly as locked (layer deps); they change less often
-# than either. Then torch must still import: the build fails, not the user, when a dependency broke it
-# (without the device plugins torch would load by itself: their drivers come with the device, at run time).
-# The same import records the device architectures torch was compiled for (no device needed), which
-# smoke and run compare with the host's; a list the matrix declares (the image's label) must be exactly it.
+# than either.
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu-310p,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
@@ -102,9 +105,19 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu-310p,sharing=lo
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse --compile-bytecode \
-        -r /run/layer.txt; fi \
-    && TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
+    && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse -r /run/layer.txt \
+        && envbuild_compile /opt/venv/bin/python; fi
+
+# Then torch must still import: the build fails, not the user, when a dependency broke it (without the device
+# plugins torch would load by itself: their drivers come with the device, at run time). The same import records
+# the device architectures torch was compiled for (no device needed), which smoke and run compare with the
+# host's; a list the matrix declares (the image's label) must be exactly it. A stage of its own, so that it runs
+# beside the steps below; its record joins the image at the end.
+FROM deps AS torch-check
+RUN TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
+
+FROM deps
+ARG ENVBUILD_CACHE_ID
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
@@ -141,6 +154,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu-310p,sharing=lo
     && printf '#!/bin/sh\nexec %s /opt/envbuild/probe.py "$@"\n' /opt/venv/bin/python > /opt/envbuild/bin/envbuild-probe \
     && chmod 755 /opt/envbuild/bin/envbuild-probe \
     && envbuild-probe --pins-only
+COPY --from=torch-check /opt/envbuild/torch-arch.txt /opt/envbuild/torch-arch.txt
 
 # One cache root for people: Hugging Face downloads, Inductor's and Triton's compiled kernels and other
 # per-user caches; one volume there keeps them between runs (`envbuild run --cache`). Set after the build's

@@ -144,7 +144,8 @@ def summarize(instruction: str) -> str:
         return instruction
     rest = _MOUNT.sub("", rest)
     parts = [p.strip() for p in re.split(r"\s+&&\s+", rest)]
-    parts = [p for p in parts if not p.startswith(("if [ -s /run/secrets/", "export ", ". /run/"))] or parts
+    # whole conditionals (credentials, which pip) and exports are set-up, not what the step does
+    parts = [p for p in parts if not (p.startswith("if ") and p.endswith("; fi") or p.startswith(("export ", ". /run/")))] or parts
     text = " && ".join(parts).replace("/run/uv/uv ", "uv ")
     return "RUN " + " ".join(_OPTION.sub("", text).split())
 

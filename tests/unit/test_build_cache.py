@@ -112,7 +112,9 @@ def step(tmp_path, request):
     fresh = secrets / "fresh_cache"  # the --no-cache build's secret
     script = tmp_path / "uv-step.sh"  # the script, its absolute paths moved to the test folder
     script.write_text(SCRIPT.read_text().replace("/root/.cache/uv", str(cache)).replace("/run/secrets", str(secrets)))
-    command = torch_step().replace("/run/uv-step.sh", str(script)).replace("/run/uv/uv", str(stub))
+    # the stub installs nothing, so there is nothing to compile: `true` stands in for the image's Python
+    command = (torch_step().replace("/run/uv-step.sh", str(script)).replace("/run/uv/uv", str(stub))
+               .replace("envbuild_compile /opt/venv/bin/python", "envbuild_compile true"))
     log = tmp_path / "log"
 
     def run(**env: str) -> tuple[int, str, list[str]]:
@@ -196,3 +198,31 @@ def test_the_step_s_credentials_and_copy_mode(step, tmp_path):
     proc = subprocess.run([step.shell, "-c", f'. {script} && echo "$SSL_CERT_FILE|${{NETRC:-}}|$UV_LINK_MODE"'],
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == f"{step.secrets / 'ca_bundle'}||copy"
+
+
+def test_the_layer_s_bytecode_is_compiled_but_not_its_test_suites(tmp_path):
+    """envbuild_compile: the .py files of the packages the layer names (by their RECORD), without folders named tests
+    or test; a file that does not compile is left as it is, and the step goes on; other packages are not touched."""
+    import sys
+
+    site = tmp_path / "site"
+    files = {"pkg/__init__.py": "X = 1\n", "pkg/core.py": "def f():\n    return 2\n", "pkg/tests/test_core.py": "x = 1\n",
+             "pkg/sub/test/helper.py": "y = 1\n", "pkg/broken.py": "def (:\n", "pkg_mod.py": "Z = 3\n",
+             "other/__init__.py": "W = 4\n"}
+    for name, text in files.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    for dist, names in (("pkg", [n for n in files if not n.startswith("other/")]), ("other", ["other/__init__.py"])):
+        info = site / f"{dist}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+        (info / "RECORD").write_text("".join(f"{n},,\n" for n in [*names, f"{info.name}/METADATA", f"{info.name}/RECORD"]))
+    layer = tmp_path / "layer.txt"
+    layer.write_text("pkg==1.0 \\\n    --hash=sha256:00\n")
+    script = tmp_path / "uv-step.sh"
+    script.write_text(SCRIPT.read_text().replace("/run/layer.txt", str(layer)).replace("\nenvbuild_uv_step\n", "\n"))
+    proc = subprocess.run(["sh", "-c", f". {script} && envbuild_compile {sys.executable}"], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)})
+    assert proc.returncode == 0, proc.stderr
+    compiled = {str(p.relative_to(site)).replace("__pycache__/", "").split(".cpython")[0] for p in site.rglob("*.pyc")}
+    assert compiled == {"pkg/__init__", "pkg/core", "pkg_mod"}

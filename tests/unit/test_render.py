@@ -34,6 +34,7 @@ from envbuild import render as r
 from envbuild.core.errors import EnvbuildError, MatrixError
 from envbuild.core import files
 from envbuild.core.files import write_atomic
+from envbuild.matrix.stacks import ARCH_FILE
 
 TEST_MATRIX = matrix.load(FIXED)
 NAMES = [b.name for b in TEST_MATRIX.containerizable()]
@@ -216,18 +217,25 @@ def test_dockerfile_shape(name: str) -> None:
     froms = [i.args for i in items if i.keyword == "FROM"]
     # One base image, pulled once; every later stage builds on an earlier one (the lock's export stage on
     # nothing), the final one is unnamed.
-    assert froms[0] == f"{b.base_image} AS base"
-    known = ["base", "scratch"]
+    assert froms[0] == f"{b.base_image} AS system"
+    known = ["system", "scratch"]
     for line in froms[1:]:
         parent, _, alias = line.partition(" AS ")
         assert parent in known, line
         known.append(alias)
     assert " AS " not in froms[-1]
     # Nothing of the installer's or the resolver's stage lands in the image: uv is only ever bind-mounted,
-    # and the resolution is exported by a stage of its own.
-    assert not [i for i in image_chain(text) if i.keyword == "COPY" and "--from" in i.args]
-    (export,) = [i for i in items if i.keyword == "COPY" and "--from" in i.args]
+    # and the resolution is exported by a stage of its own. Of a stage beside the image's, only the record of
+    # torch's import check joins it, after the last install (so the check runs while those install).
+    chain = image_chain(text)
+    (joined,) = [i for i in chain if i.keyword == "COPY" and "--from" in i.args]
+    assert joined.args == f"--from=torch-check {ARCH_FILE} {ARCH_FILE}"
+    assert chain.index(joined) > max(n for n, i in enumerate(chain) if i.keyword == "RUN" and "/run/layer.txt" in i.args)
+    assert stages(text)["torch-check"][0].args == "deps AS torch-check"
+    (export,) = [i for i in items if i.keyword == "COPY" and "--from" in i.args and i.args != joined.args]
     assert export.args == "--from=lock-resolve /out/ /" and stages(text)["lock"][0].args == "scratch AS lock"
+    # uv is fetched beside the environment's own set-up (both start from the system stage).
+    assert stages(text)["uv"][0].args == "system AS uv" and stages(text)["base"][0].args == "system AS base"
     # Formatting: deterministic, hand-written look.
     assert text.endswith("\n") and not text.endswith("\n\n")
     assert "\r" not in text and "\t" not in text and "\n\n\n" not in text
@@ -403,7 +411,7 @@ def test_ca_bundle_only_as_a_build_secret(name: str) -> None:
         if ins.keyword == "COPY":
             assert not cert.search(ins.args), ins
             assert ins.args in ("probe.py /opt/envbuild/probe.py", "lock/lock.txt /opt/envbuild/lock.txt",
-                                "--from=lock-resolve /out/ /")
+                                "--from=lock-resolve /out/ /", f"--from=torch-check {ARCH_FILE} {ARCH_FILE}")
         if ins.keyword == "ARG":
             assert not re.search(r"token|secret|passw|cert|ca_bundle|netrc|credential|key", ins.args, re.I), ins
         if ins.keyword == "ENV":

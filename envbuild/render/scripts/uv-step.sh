@@ -1,6 +1,7 @@
 # shellcheck shell=sh
-# The uv cache of one install step, read by the step's own shell (`. /run/uv-step.sh`) before its commands: every
-# uv step of an envbuild Dockerfile bind-mounts this file, and its content is part of the build's key.
+# The uv cache of one install step (and envbuild_compile, below), read by the step's own shell (`. /run/uv-step.sh`)
+# before its commands: every uv step of an envbuild Dockerfile bind-mounts this file, and its content is part of the
+# build's key.
 #
 # The cache mount holds one folder per ENVBUILD_CACHE_ID, and in it one generation (a folder) in use. A step marks
 # its generation in flight and unmarks it when the step's shell exits with 0. A mark found at the start means a step
@@ -46,6 +47,30 @@ envbuild_uv_done() {
     envbuild_status=$?
     if [ "$envbuild_status" -eq 0 ] && [ -z "$envbuild_signalled" ]; then rm -f "$UV_CACHE_DIR.inflight"; fi
     exit "$envbuild_status"
+}
+
+# Bytecode for what the step installed (the packages /run/layer.txt names, by their RECORD), compiled once here rather
+# than in every container, as `uv pip install --compile-bytecode` would, but without the test suites wheels carry
+# (folders named tests or test): no application imports them, and they are a quarter of the source of sympy,
+# networkx and numpy. One pool of workers for all files; a file that does not compile is left as it is, as pip and
+# uv leave it. Usage: envbuild_compile PYTHON
+envbuild_compile() {
+    "$1" - /run/layer.txt <<'PY'
+import compileall, functools, re, sys
+from concurrent.futures import ProcessPoolExecutor
+from importlib import metadata
+
+names = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", open(sys.argv[1]).read(), re.M)
+files = []
+for name in names:
+    dist = metadata.distribution(name)
+    files += [str(dist.locate_file(f)) for f in dist.files or () if f.suffix == ".py" and f.parts[0] != ".."
+              and not {"tests", "test"} & set(f.parts[:-1])]
+if files:
+    with ProcessPoolExecutor() as pool:
+        for _ in pool.map(functools.partial(compileall.compile_file, quiet=2), files, chunksize=64):
+            pass
+PY
 }
 
 envbuild_uv_step

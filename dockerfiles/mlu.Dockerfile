@@ -15,9 +15,8 @@ ENV PATH=/opt/envbuild/bin:$PATH \
 # The backend's own environment (after the packages it may name are installed).
 ENV NEUWARE_HOME="/usr/local/neuware"
 
-# The installer: uv, fetched with the system's own pip into
-# a stage of its own, so that install steps bind-mount it and no layer of the image carries it. The stage
-# starts from the system, not from the environment below: it runs while that is being set up.
+# The installer: uv, fetched with the system's own pip into a stage of its own, so that install steps bind-mount it and no layer of the
+# image carries it. The stage starts from the system, not from the environment below: it runs while that is set up.
 FROM system AS uv
 ARG ENVBUILD_CACHE_ID
 RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \

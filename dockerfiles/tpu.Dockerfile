@@ -24,9 +24,9 @@ RUN --mount=type=cache,target=/var/cache/apt,id=envbuild-apt-cache,sharing=locke
 # The backend's own environment (after the packages it may name are installed).
 ENV LD_PRELOAD="libtcmalloc_minimal.so.4"
 
-# The installer: uv, fetched with the system's own pip (or the pip wheel Debian's python3-venv brings) into
-# a stage of its own, so that install steps bind-mount it and no layer of the image carries it. The stage
-# starts from the system, not from the environment below: it runs while that is being set up.
+# The installer: uv, fetched with the system's own pip (or the pip wheel Debian's python3-venv brings, or
+# else a throwaway venv's) into a stage of its own, so that install steps bind-mount it and no layer of the
+# image carries it. The stage starts from the system, not from the environment below: it runs while that is set up.
 FROM system AS uv
 ARG ENVBUILD_CACHE_ID
 RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
@@ -36,10 +36,10 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export PIP_CACHE_DIR="/root/.cache/pip/${ENVBUILD_CACHE_ID:-envbuild}" \
-    && if python3 -m pip --version >/dev/null 2>&1; then set -- -m pip; \
-        elif set -- /usr/share/python-wheels/pip-*.whl; [ -f "$1" ]; then set -- "$1/pip"; \
-        else echo "envbuild: python3 has neither pip nor Debian's pip wheel; add python3-venv to backends.tpu.python.apt" >&2; exit 1; fi \
-    && python3 "$@" install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
+    && if python3 -m pip --version >/dev/null 2>&1; then set -- python3 -m pip; \
+        elif set -- /usr/share/python-wheels/pip-*.whl; [ -f "$1" ]; then set -- python3 "$1/pip"; \
+        else python3 -m venv /tmp/pip && set -- /tmp/pip/bin/pip; fi \
+    && "$@" install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
 
 FROM system AS base
 # The pins' Requires-Python were checked against Python 3.12 (the matrix's python.version): a base that

@@ -69,7 +69,6 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         python=python,
         python_flag=python_flag,
         target=python_flag if own_venv else f"{python_flag} --break-system-packages",
-        pip=f"{VENV}/bin/pip" if own_venv else f"{backend.python.executable} -m pip",
         uv=matrix.uv,
         torch_stage="torch" if torch_layers else "base",
         indexes=index_args,

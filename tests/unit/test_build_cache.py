@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -203,8 +204,6 @@ def test_the_step_s_credentials_and_copy_mode(step, tmp_path):
 def test_the_layer_s_bytecode_is_compiled_but_not_its_test_suites(tmp_path):
     """envbuild_compile: the .py files of the packages the layer names (by their RECORD), without folders named tests
     or test; a file that does not compile is left as it is, and the step goes on; other packages are not touched."""
-    import sys
-
     site = tmp_path / "site"
     files = {"pkg/__init__.py": "X = 1\n", "pkg/core.py": "def f():\n    return 2\n", "pkg/tests/test_core.py": "x = 1\n",
              "pkg/sub/test/helper.py": "y = 1\n", "pkg/broken.py": "def (:\n", "pkg_mod.py": "Z = 3\n",

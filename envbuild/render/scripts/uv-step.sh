@@ -60,7 +60,8 @@ import compileall, functools, re, sys
 from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 
-names = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", open(sys.argv[1]).read(), re.M)
+with open(sys.argv[1]) as layer:
+    names = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", layer.read(), re.M)
 files = []
 for name in names:
     dist = metadata.distribution(name)

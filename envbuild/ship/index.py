@@ -104,28 +104,31 @@ def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: 
     return found
 
 
-def _held_content(m: Matrix, backend: Backend, registry: str, platform: str, environ: Mapping[str, str] | None,
-                  echo: Callable[[str], None]) -> dict[str, Any] | None:
+def _held_content(m: Matrix, backend: Backend, registry: str, platform: str, session: Session, opts: PublishOptions,
+                  environ: Mapping[str, str] | None, echo: Callable[[str], None]) -> dict[str, Any] | None:
     """A platform no job of this run built (`matrix --changed` left it out) whose content the registry holds: its
     record, from the content tag of what this checkout would build (its committed lock, no wheelhouse or build
-    arguments, as the publish workflow builds). None when the key cannot be known or the tag is not there."""
+    arguments, as the publish workflow builds). None when the key cannot be known, the tag is not there, or (with a
+    signing key) what is there does not verify with it: the index is signed, and must not vouch for an image that
+    anyone able to push a tag could have put there."""
     from envbuild.imagebuild.plan import BuildOptions, planned_content_key
-    from envbuild.ship.shared import content_tag
+    from envbuild.ship.shared import content_tag, content_there
 
     try:
         key = planned_content_key(m, backend, BuildOptions(), platform, environ)
-        if key is None:
-            return None
-        ref = f"{registry}:{content_tag(backend, key)}"
-        found = Registry(ref, environ).manifest(ref)
     except EnvbuildError as exc:
         echo(f"[{backend.name}] {platform}: cannot tell whether the registry holds it ({exc})")
         return None
-    if found is None or found.is_index:
+    if key is None:
         return None
+    ref = f"{registry}:{content_tag(backend, key)}"
+    there = content_there(ref, session, opts, lambda s: echo(f"[{backend.name}] {platform}: {s}"), "leaving it out")
+    if there is None:
+        return None
+    found, _, since = there
     echo(f"[{backend.name}] {platform}: unchanged, held as {ref} ({found.digest})")
     return {"platform": platform, "digest": found.digest, "ref": ref, "content_tag": ref,
-            "unchanged_since": "an earlier publish"}
+            "unchanged_since": since or "an earlier publish"}
 
 
 def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Session,
@@ -137,7 +140,7 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
         done = _joined(backend, registry, joined, opts.index_from)
         wanted = list(opts.platforms) or list(done)
         for p in wanted:
-            if p not in done and (held := _held_content(m, backend, registry, p, environ, echo)) is not None:
+            if p not in done and (held := _held_content(m, backend, registry, p, session, opts, environ, echo)) is not None:
                 done[p] = held  # not built in this run: the registry holds this platform's content already
             elif p not in done:
                 failed[p] = "no per-platform publish recorded it (--index-from), and the registry holds no image of " \

@@ -113,16 +113,18 @@ def content_tag(backend: Backend, key: str) -> str:
     return f"{backend.name}-in-{key[:16]}"
 
 
-def content_there(ref: str, session: Any, opts: PublishOptions,
-                  echo: Callable[[str], None]) -> tuple[Any, str | None, str | None] | None:
+def content_there(ref: str, session: Any, opts: PublishOptions, echo: Callable[[str], None],
+                  otherwise: str = "publishing again") -> tuple[Any, str | None, str | None] | None:
     """(its manifest, its image id, when it was made) of the image the registry holds under the content tag `ref`;
-    None when it holds none, or (with a signing key) one whose signature does not verify with that key's public half."""
+    None when it holds none, cannot be read, or (with a signing key) one whose signature does not verify with that
+    key's public half. `otherwise` says what the caller does then."""
     from envbuild.core.regclient import Registry, config_digest, json_object
 
     try:
         reg = Registry(ref, session.environ)
         found = reg.manifest(ref)
-    except PublishError:
+    except PublishError as exc:
+        echo(f"note: cannot read {ref} ({exc}): {otherwise}")
         return None
     if found is None or found.is_index:
         return None
@@ -130,11 +132,11 @@ def content_there(ref: str, session: Any, opts: PublishOptions,
         from envbuild.ship.trust import TrustError
         from envbuild.ship.trust.verify import verify
 
-        repo, _, tag = ref.rpartition(":")
-        try:
-            verify(repo, tag, opts.sign_key.public(), require_smoke=False, environ=session.environ)
+        repo = ref.rpartition(":")[0]
+        try:  # the digest read above, not the tag: the tag may move in between
+            verify(repo, found.digest, opts.sign_key.public(), require_smoke=False, environ=session.environ)
         except TrustError as exc:
-            echo(f"note: {ref} is there but does not verify with the signing key ({exc}): publishing again")
+            echo(f"note: {ref} is there but does not verify with the signing key ({exc}): {otherwise}")
             return None
     image_id = config_digest(found.doc)
     since = None

@@ -405,6 +405,14 @@ def test_publish_signs_the_cpu_image_pull_and_run_verify(keypair, cpu_image, cpu
         components = {c["name"] for c in statements["https://cyclonedx.org/bom"]["predicate"]["components"]}
         assert "torch" in components
 
+        # the same content again: what the content tag names verifies with the key (its digest, as read), so the
+        # tags move to it and nothing is pushed or signed again
+        again = envbuild(["publish", "--backend", "cpu", *matrix, "--image", source, "--registry", repo,
+                          "--smoke-json", str(cpu_smoke), "--sign-key", str(keypair / "cosign.key")], signing, cwd=work)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "unchanged since" in again.stderr and "does not verify" not in again.stdout + again.stderr, again.stderr
+        assert json.loads((work / "envbuild-manifest.json").read_text())["images"]["cpu"]["digest"] == digest
+
         # pull with the key: verified before a layer moves, then the digest that arrived is the signed one
         pull_args = ["pull", "--backend", "cpu", *matrix, "--set", f"image.repository={local_repo}", "--registry", repo,
                      "--key", str(keypair / "cosign.pub")]

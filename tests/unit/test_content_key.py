@@ -54,6 +54,9 @@ def test_the_planned_key_needs_the_committed_lock(tmp_path):
 
 def test_the_index_takes_a_platform_not_rebuilt_from_the_registrys_image_of_its_content(monkeypatch):
     """`matrix --changed` leaves out a platform whose content the registry holds; the index job joins it from there."""
+    from types import SimpleNamespace
+
+    from envbuild.core import regclient
     from envbuild.core.regclient import Manifest
     from envbuild.imagebuild import plan
     from envbuild.ship import index
@@ -72,13 +75,61 @@ def test_the_index_takes_a_platform_not_rebuilt_from_the_registrys_image_of_its_
                 return Manifest("application/vnd.oci.image.manifest.v1+json", "sha256:" + "e" * 64, b"{}")
             return None
 
-    monkeypatch.setattr(index, "Registry", Held)
+    monkeypatch.setattr(regclient, "Registry", Held)
     monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: "cd" * 32)
-    rec = index._held_content(m, cpu, "reg.example/eb", "linux/arm64", {}, lambda s: None)
+    session, unsigned = SimpleNamespace(environ={}), SimpleNamespace(sign_key=None)
+
+    def held(opts, said=None):
+        return index._held_content(m, cpu, "reg.example/eb", "linux/arm64", session, opts, {},
+                                   said.append if said is not None else lambda s: None)
+
+    rec = held(unsigned)
     assert rec["digest"] == "sha256:" + "e" * 64 and rec["ref"] == "reg.example/eb:cpu-in-" + "cd" * 8
     assert rec["unchanged_since"]  # its smoke attestation stays on the digest: not asked of this run
     monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: "ab" * 32)
-    assert index._held_content(m, cpu, "reg.example/eb", "linux/arm64", {}, lambda s: None) is None
+    assert held(unsigned) is None
     monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: None)  # no committed lock: not known
-    assert index._held_content(m, cpu, "reg.example/eb", "linux/arm64", {}, lambda s: None) is None
+    assert held(unsigned) is None
     assert len(asked) == 2
+
+
+def test_a_signed_index_leaves_out_held_content_that_does_not_verify(monkeypatch):
+    """The index is signed: it must not vouch for a content tag that anyone able to push could have put there. The
+    digest read is the one verified (the tag may move in between); what does not verify is left out, and said."""
+    from types import SimpleNamespace
+
+    from envbuild.core import regclient
+    from envbuild.core.regclient import Manifest
+    from envbuild.imagebuild import plan
+    from envbuild.ship import index
+    from envbuild.ship.trust import TrustError
+    from envbuild.ship.trust import verify as verify_mod
+
+    m = load(MATRIX)
+    digest = "sha256:" + "e" * 64
+
+    class Held:
+        def __init__(self, ref, environ=None):
+            pass
+
+        def manifest(self, ref):
+            return Manifest("application/vnd.oci.image.manifest.v1+json", digest, b"{}")
+
+    checked = []
+
+    def refuse(repo, reference, key, **kw):
+        checked.append((repo, reference, key))
+        raise TrustError("no signature by this key")
+
+    monkeypatch.setattr(regclient, "Registry", Held)
+    monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: "cd" * 32)
+    monkeypatch.setattr(verify_mod, "verify", refuse)
+    signed = SimpleNamespace(sign_key=SimpleNamespace(public=lambda: "the public half"))
+    said: list[str] = []
+    assert index._held_content(m, m.backend("cpu"), "reg.example/eb", "linux/arm64", SimpleNamespace(environ={}),
+                               signed, {}, said.append) is None
+    assert checked == [("reg.example/eb", digest, "the public half")]
+    assert any("does not verify with the signing key" in s and "leaving it out" in s and "linux/arm64" in s for s in said), said
+    monkeypatch.setattr(verify_mod, "verify", lambda *a, **k: None)  # it verifies: joined
+    assert index._held_content(m, m.backend("cpu"), "reg.example/eb", "linux/arm64", SimpleNamespace(environ={}),
+                               signed, {}, said.append)["digest"] == digest

@@ -105,7 +105,7 @@ def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: 
 
 
 def _held_content(m: Matrix, backend: Backend, registry: str, platform: str, session: Session, opts: PublishOptions,
-                  environ: Mapping[str, str] | None, echo: Callable[[str], None]) -> dict[str, Any] | None:
+                  echo: Callable[[str], None]) -> dict[str, Any] | None:
     """A platform no job of this run built (`matrix --changed` left it out) whose content the registry holds: its
     record, from the content tag of what this checkout would build (its committed lock, no wheelhouse or build
     arguments, as the publish workflow builds). None when the key cannot be known, the tag is not there, or (with a
@@ -115,7 +115,7 @@ def _held_content(m: Matrix, backend: Backend, registry: str, platform: str, ses
     from envbuild.ship.shared import content_tag, content_there
 
     try:
-        key = planned_content_key(m, backend, BuildOptions(), platform, environ)
+        key = planned_content_key(m, backend, BuildOptions(), platform, session.environ)
     except EnvbuildError as exc:
         echo(f"[{backend.name}] {platform}: cannot tell whether the registry holds it ({exc})")
         return None
@@ -140,7 +140,7 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
         done = _joined(backend, registry, joined, opts.index_from)
         wanted = list(opts.platforms) or list(done)
         for p in wanted:
-            if p not in done and (held := _held_content(m, backend, registry, p, session, opts, environ, echo)) is not None:
+            if p not in done and (held := _held_content(m, backend, registry, p, session, opts, echo)) is not None:
                 done[p] = held  # not built in this run: the registry holds this platform's content already
             elif p not in done:
                 failed[p] = "no per-platform publish recorded it (--index-from), and the registry holds no image of " \

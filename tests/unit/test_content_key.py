@@ -79,9 +79,8 @@ def test_the_index_takes_a_platform_not_rebuilt_from_the_registrys_image_of_its_
     monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: "cd" * 32)
     session, unsigned = SimpleNamespace(environ={}), SimpleNamespace(sign_key=None)
 
-    def held(opts, said=None):
-        return index._held_content(m, cpu, "reg.example/eb", "linux/arm64", session, opts, {},
-                                   said.append if said is not None else lambda s: None)
+    def held(opts):
+        return index._held_content(m, cpu, "reg.example/eb", "linux/arm64", session, opts, lambda s: None)
 
     rec = held(unsigned)
     assert rec["digest"] == "sha256:" + "e" * 64 and rec["ref"] == "reg.example/eb:cpu-in-" + "cd" * 8
@@ -127,9 +126,9 @@ def test_a_signed_index_leaves_out_held_content_that_does_not_verify(monkeypatch
     signed = SimpleNamespace(sign_key=SimpleNamespace(public=lambda: "the public half"))
     said: list[str] = []
     assert index._held_content(m, m.backend("cpu"), "reg.example/eb", "linux/arm64", SimpleNamespace(environ={}),
-                               signed, {}, said.append) is None
+                               signed, said.append) is None
     assert checked == [("reg.example/eb", digest, "the public half")]
     assert any("does not verify with the signing key" in s and "leaving it out" in s and "linux/arm64" in s for s in said), said
     monkeypatch.setattr(verify_mod, "verify", lambda *a, **k: None)  # it verifies: joined
     assert index._held_content(m, m.backend("cpu"), "reg.example/eb", "linux/arm64", SimpleNamespace(environ={}),
-                               signed, {}, said.append)["digest"] == digest
+                               signed, said.append)["digest"] == digest

@@ -9,9 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -421,28 +418,3 @@ def test_relative_matrix_path_in_messages(invoke, tmp_path: Path, monkeypatch: p
     with pytest.raises(MatrixError) as info:
         matrix.load("m.yaml")
     assert str(info.value) == f"m.yaml:{line}: unknown key 'descripton' in backends.cpu (did you mean 'description'?)"
-
-
-def _fastest_ms(commands: list[list[str]], runs: int = 7) -> list[float]:
-    """Each command's fastest of `runs` runs, taken in turn (a moment of load elsewhere falls on all alike; the
-    fastest run is the one least disturbed by the rest of the machine)."""
-    # as an installed envbuild runs: from bytecode (written by the first run), not compiled on every start
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    best = [float("inf")] * len(commands)
-    for _ in range(runs):
-        for i, argv in enumerate(commands):
-            start = time.perf_counter()
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
-            best[i] = min(best[i], (time.perf_counter() - start) * 1000)
-            assert proc.returncode == 0, proc.stderr
-    return best
-
-
-@pytest.mark.parametrize("args, bound", [(["--help"], 2), (["render", "--output", "{out}"], 5)])
-def test_start_up_is_within_its_bound_of_importing_click(args, bound, tmp_path):
-    """The start-up targets (benchmarks/bench.py measures them in a clean install): `--help` within 2x and a
-    fresh render of every backend within 5x of `python -c "import click"`."""
-    args = [a.format(out=tmp_path / "out") for a in args]
-    _fastest_ms([[sys.executable, "-m", "envbuild", *args]], runs=1)  # its bytecode written
-    click_ms, ours = _fastest_ms([[sys.executable, "-c", "import click"], [sys.executable, "-m", "envbuild", *args]])
-    assert ours <= bound * click_ms, f"envbuild {' '.join(args)}: {ours:.0f} ms, import click: {click_ms:.0f} ms"

@@ -114,3 +114,28 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path.name == "faults" and collection_path.parent.name == "tests" and not config.getoption("faults"):
         return True
     return None
+
+
+# Outside programs a test runs (`@pytest.mark.needs("chromium")`), and the Debian package scripts/test installs
+# each from. Without one such a test is skipped, saying which and how to get it; with CI set it fails instead:
+# CI's test bed installs them all, so a missing one there is a broken test bed, not a reason to skip.
+NEEDS = {"chromium": "chromium", "skopeo": "skopeo", "htpasswd": "apache2-utils"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs(*programs): runs these outside programs (see NEEDS in tests/conftest.py)")
+
+
+def pytest_runtest_setup(item):
+    import os
+    import shutil
+
+    for marker in item.iter_markers("needs"):
+        for program in marker.args:
+            found = shutil.which(program) or (program == "chromium" and (os.environ.get("ENVBUILD_CHROMIUM")
+                                                                       or shutil.which("chromium-browser")))
+            if not found:
+                why = f"needs {program}, which is not installed (scripts/test installs it: apt-get install {NEEDS[program]})"
+                if os.environ.get("CI"):
+                    pytest.fail(why)
+                pytest.skip(why)

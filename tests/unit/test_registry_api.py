@@ -40,6 +40,7 @@ def rootfs(path, text: str):
     return path
 
 
+@pytest.mark.needs("skopeo")
 def test_a_platform_is_resolved_from_an_index_and_an_index_is_put(registry, tmp_path):
     repo = f"{registry.host}/envbuild-test/tiny"
     amd64 = testbed.push_rootfs(registry, rootfs(tmp_path / "amd64.tar", "amd64"), "envbuild-test/tiny:amd64", "amd64")
@@ -61,8 +62,6 @@ def test_a_platform_is_resolved_from_an_index_and_an_index_is_put(registry, tmp_
     assert api.manifest(f"{repo}:absent") is None
     # skopeo, an independent client, reads the same index and picks the same digest per architecture
     skopeo = shutil.which("skopeo")
-    if not skopeo:
-        pytest.fail("skopeo not found: scripts/test installs it")
     raw = subprocess.run([skopeo, "inspect", "--raw", "--tls-verify=false", f"docker://{repo}:both"],
                          capture_output=True, text=True, check=True).stdout
     assert {m["platform"]["architecture"]: m["digest"] for m in json.loads(raw)["manifests"]} == {
@@ -266,6 +265,7 @@ def test_an_upload_location_on_another_host_gets_no_token():
             s.server_close()
 
 
+@pytest.mark.needs("htpasswd")
 def test_signing_uploads_to_a_registry_that_asks_for_credentials(tmp_path):
     """htpasswd (a Basic challenge): the upload and the manifest go with the credentials of the environment; none
     given, the error says how to give them."""

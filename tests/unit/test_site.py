@@ -213,6 +213,7 @@ def cell(row: Node, key: str, value: str) -> Node:
 # --- the tests -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.needs("chromium")
 def test_the_console_check_catches_a_deliberate_error(tmp_path: Path) -> None:
     """The browser check has teeth: a page that throws (and one that logs an error) fails it."""
     page = tmp_path / "broken.html"
@@ -228,6 +229,7 @@ def test_the_console_check_catches_a_deliberate_error(tmp_path: Path) -> None:
     assert "<title>ran</title>" in open_page(fine)
 
 
+@pytest.mark.needs("chromium")
 def test_the_grid_in_the_browser_matches_the_inputs(built: tuple[Path, dict[str, Any]]) -> None:
     out, _ = built
     dom = parse(open_page(out / "index.html"))
@@ -279,6 +281,7 @@ def test_the_grid_in_the_browser_matches_the_inputs(built: tuple[Path, dict[str,
     assert str(FIXED) in dom.text()  # the page names what it was built from
 
 
+@pytest.mark.needs("chromium")
 def test_hostile_values_show_as_text_not_markup(built: tuple[Path, dict[str, Any]]) -> None:
     out, data = built
     html = open_page(out / "index.html")
@@ -299,6 +302,7 @@ def test_hostile_values_show_as_text_not_markup(built: tuple[Path, dict[str, Any
     assert "&lt;script&gt;" in (out / "grid.md").read_text() and "<script>" not in (out / "grid.md").read_text()
 
 
+@pytest.mark.needs("chromium")
 def test_a_backend_page_has_its_checks_run_lines_pins_and_changes(built: tuple[Path, dict[str, Any]]) -> None:
     from envbuild.tools import report
 
@@ -324,6 +328,7 @@ def test_a_backend_page_has_its_checks_run_lines_pins_and_changes(built: tuple[P
     assert "impossible here" in mps.text() and "envbuild env --backend mps" in mps.text()
 
 
+@pytest.mark.needs("chromium")
 def test_every_page_opens_without_console_errors_and_every_link_resolves(built: tuple[Path, dict[str, Any]]) -> None:
     out, _ = built
     pages = [out / "index.html", *sorted((out / "backend").glob("*.html"))]
@@ -338,6 +343,7 @@ def test_every_page_opens_without_console_errors_and_every_link_resolves(built: 
         open_page(page)
 
 
+@pytest.mark.needs("chromium")
 def test_an_error_in_the_site_s_own_script_fails_the_check(built: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     out, _ = built
     broken = Path(shutil.copytree(out, tmp_path / "broken"))
@@ -394,6 +400,7 @@ def measure(page: Path, width: int) -> dict[str, Any]:
     return json.loads(body.attrs["data-measured"])
 
 
+@pytest.mark.needs("chromium")
 def test_the_grid_fits_a_phone_and_is_a_table_on_a_desktop(built: tuple[Path, dict[str, Any]]) -> None:
     out, _ = built
     phone = measure(out / "index.html", 390)
@@ -405,6 +412,7 @@ def test_the_grid_fits_a_phone_and_is_a_table_on_a_desktop(built: tuple[Path, di
     assert cuda["scroll"] <= 390, f"backend/cuda.html is {cuda['scroll']}px wide at 390px"
 
 
+@pytest.mark.needs("chromium")
 def test_screenshots_at_desktop_and_phone_widths(built: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     out, _ = built
     keep = Path(os.environ.get("ENVBUILD_SITE_SCREENSHOTS") or tmp_path)  # to look at them

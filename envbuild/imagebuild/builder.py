@@ -331,7 +331,7 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
     values), masked wherever they appear."""
     scrub = Scrubber(extra=secrets)  # the build-arg values, the environment's secrets, every token's shape
 
-    with open(log, "w", encoding="utf-8") as fh:
+    with open(log, "w", encoding="utf-8", buffering=1) as fh:  # by line: `tail -f` on the log follows the build
         fh.write("$ " + scrub(" ".join(masked(argv))) + "\n")
         try:
             proc = (start or engine.start_client)(argv, env)

@@ -201,10 +201,11 @@ CONTENT_LABEL = "dev.envbuild.content"  # the image's content key (content_key):
 
 
 def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] | None = None) -> str:
-    """What decides the image's content, as any machine computes it from the same checkout: the Dockerfile, every
-    file of the build context by its bytes (probe, uv step script, the lock, the wheelhouse's wheels), the lock's
-    record of the base image's registry digest for the platform, the build arguments' values and the platform.
-    Not labels (a revision), the engine, its ids, a path, the time or who builds: a registry holding an image
+    """What decides the image's content, as any machine computes it from the same checkout: the Dockerfile, the
+    probe, the uv step script, the lock (its record of the base image's registry digest for the platform, and every
+    file by its name and sha256), the build arguments' values and the platform. Not where the files come from (an
+    index, a mirror, the wheel folder: the hash is what is trusted), labels (a revision), the engine, its ids, a
+    path, the time or who builds: a registry holding an image
     under this key (REPO:BACKEND-in-KEY) holds this very image, and publishing it again uploads nothing."""
     from envbuild.core.platform import target
 

@@ -682,3 +682,17 @@ def test_a_matrix_that_no_longer_validates_is_never_rendered(tmp_path: Path, inv
             "requires_python": None, "torch": ">=99"}}}}}}}))
     result = invoke("render", "--matrix", tmp_path / "matrix.yaml", "--output", tmp_path / "out")
     assert result.exit_code == 2 and "matrix.yaml" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_the_installer_comes_from_the_wheel_folder_alone_when_it_holds_uv(held: bool, tmp_path) -> None:
+    """The uv stage asks no index when the wheel folder holds the matrix's uv (a dead index costs nothing there)."""
+    (run,) = [i.args for i in stages(RENDERED["cpu.Dockerfile"])["uv"] if i.keyword == "RUN"]
+    (loop,) = [p.strip() for p in run.split(" && ") if p.strip().startswith("for f in /run/wheelhouse/uv-")]
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    (folder / f"uv-{TEST_MATRIX.uv}-py3-none-manylinux_2_17_x86_64.whl").write_bytes(b"") if held else None
+    (folder / "uv-0.0.1-py3-none-any.whl").write_bytes(b"")  # another version is not the matrix's uv
+    said = subprocess.run(["sh", "-c", loop.replace("/run/wheelhouse", str(folder)) + '; echo "[$PIP_NO_INDEX]"'],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert said.returncode == 0 and said.stdout.strip() == ("[1]" if held else "[]"), said

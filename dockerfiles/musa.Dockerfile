@@ -85,7 +85,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-musa,sharing=locked
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && if [ -s /run/layer/pylock.toml ]; then /run/uv/uv pip install --python python3 --break-system-packages --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
+    && if [ -s /run/layer/pylock.toml ]; then /run/uv/uv pip install --python python3 --break-system-packages --preview-features pylock --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
         && envbuild_compile python3; fi
 
 # Then torch must still import: the build fails, not the user, when a dependency broke it (without the device
@@ -127,7 +127,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-musa,sharing=locked
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && UV_CONSTRAINT='' /run/uv/uv pip install --python python3 --break-system-packages --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
+    && UV_CONSTRAINT='' /run/uv/uv pip install --python python3 --break-system-packages --preview-features pylock --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
     && /run/uv/uv pip list --python python3 --format json > /opt/envbuild/installed.json \
     && mkdir -p /opt/envbuild/bin \
     && printf '#!/bin/sh\nexec %s /opt/envbuild/probe.py "$@"\n' python3 > /opt/envbuild/bin/envbuild-probe \

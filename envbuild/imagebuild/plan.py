@@ -197,6 +197,9 @@ class BuildPlan:
         return Path(self.context)
 
 
+# Docker's predefined proxy arguments: how the build reaches the network, never what it builds (BuildKit keeps them
+# out of its cache keys too), so no part of the content key.
+PROXY_ARGS = ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
 CONTENT_LABEL = "dev.envbuild.content"  # the image's content key (content_key): the same on any machine
 
 
@@ -217,7 +220,8 @@ def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] 
         # names the base image, its digest for the platform, and every file by its name and sha256: not where the
         # files come from (an index, a mirror, a wheel folder), which the hash makes the same
         "lock": digest(plan.lock),
-        "build_args": sorted([a.partition("=")[0], a.partition("=")[2] if "=" in a else env.get(a)] for a in opts.build_args),
+        "build_args": sorted([a.partition("=")[0], a.partition("=")[2] if "=" in a else env.get(a)] for a in opts.build_args
+                             if a.partition("=")[0].upper() not in PROXY_ARGS),
         "platform": target(opts.platform),  # labels are not content: a revision label differs on every commit
     }
     return digest(json.dumps(doc, sort_keys=True).encode())

@@ -72,7 +72,8 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         uv=matrix.uv,
         torch_stage="torch" if torch_layers else "base",
         indexes=index_args,
-        locked="--no-index --require-hashes --no-deps",
+        # uv 0.13 installs a pylock.toml as a preview feature (it warns otherwise); the URLs and hashes are the lock's
+        locked="--preview-features pylock --no-index --require-hashes --no-deps",
         keep_base=backend.torch.source == "base" or bool(backend.plugin and backend.plugin.source == "base"),
         extras=matrix.packages_for(backend),
         constraints=CONSTRAINTS,

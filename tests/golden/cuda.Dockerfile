@@ -78,7 +78,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && UV_LINK_MODE=hardlink /run/uv/uv pip install --python /opt/venv/bin/python --no-index --require-hashes --no-deps --no-cache -r /run/layer/pylock.toml \
+    && UV_LINK_MODE=hardlink /run/uv/uv pip install --python /opt/venv/bin/python --preview-features pylock --no-index --require-hashes --no-deps --no-cache -r /run/layer/pylock.toml \
     && envbuild_compile /opt/venv/bin/python
 
 # The lock: what installing torch, transformers, accelerate adds to this base, resolved
@@ -116,7 +116,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && if [ -s /run/layer/pylock.toml ]; then /run/uv/uv pip install --python /opt/venv/bin/python --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
+    && if [ -s /run/layer/pylock.toml ]; then /run/uv/uv pip install --python /opt/venv/bin/python --preview-features pylock --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
         && envbuild_compile /opt/venv/bin/python; fi
 
 # Then torch must still import: the build fails, not the user, when a dependency broke it (without the device
@@ -158,7 +158,7 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && UV_CONSTRAINT='' /run/uv/uv pip install --python /opt/venv/bin/python --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
+    && UV_CONSTRAINT='' /run/uv/uv pip install --python /opt/venv/bin/python --preview-features pylock --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
     && /run/uv/uv pip check --python /opt/venv/bin/python \
     && /run/uv/uv pip list --python /opt/venv/bin/python --format json > /opt/envbuild/installed.json \
     && mkdir -p /opt/envbuild/bin \

@@ -353,6 +353,11 @@ def test_where_files_come_from_is_no_part_of_the_content_key_or_the_lock(tmp_pat
         keys.add(plan.content_key(p, opts, {}))
         inputs.append(locks.inputs(MATRIX, CPU, p.wheels, AMD64, None))
     assert len(keys) == 1 and inputs[0] == inputs[1] == inputs[2]
+    # nor how the build reaches the network (a proxy), unlike a build argument that may change what is built
+    p = plan.make_plan(MATRIX, CPU, plan.BuildOptions(context_dir=tmp_path / "ctx"), None, lock=lock)
+    for args, same in ((("HTTPS_PROXY=http://127.0.0.1:9", "https_proxy=http://127.0.0.1:9", "NO_PROXY"), True),
+                       (("PIP_EXTRA=1",), False)):
+        assert (plan.content_key(p, plan.BuildOptions(build_args=args), {"NO_PROXY": "x"}) in keys) is same
     changed = plan.make_plan(MATRIX, CPU, plan.BuildOptions(context_dir=tmp_path / "ctx"), None,
                              lock=lock.replace(b"numpy==2.4.6", b"numpy==2.4.7"))
     assert plan.content_key(changed, plan.BuildOptions(), {}) not in keys

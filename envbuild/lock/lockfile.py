@@ -116,7 +116,10 @@ def source(package: Locked, wheelhouse: Mapping[str, str], mirrors: Iterable[str
     refused here, naming it."""
     if wheelhouse.get(package.filename) in package.sha256:
         return f"file://{WHEELHOUSE_MOUNT}/{package.filename}"
-    if package.url.startswith(WHEELHOUSE) or not package.url:
+    if not package.url:
+        raise LockError(f"{package.name}=={package.version}: the lock names no URL for its file (a lock older than "
+                        "format 3): run `envbuild lock` to resolve it again")
+    if package.url.startswith(WHEELHOUSE):
         have = wheelhouse.get(package.filename)
         why = (f"the wheel folder's {package.filename} has another sha256 ({have})" if have else
                "no wheel folder holds it" if not wheelhouse else f"the wheel folder lacks {package.filename}")

@@ -336,6 +336,8 @@ def test_a_file_locked_from_a_wheel_folder_needs_that_file():
     with pytest.raises(LockError, match=r"the wheel folder's torch-2.15.0\+cpu-py3-none-any.whl has another sha256"):
         lockfile.source(torch, {torch.filename: "f" * 64})
     assert lockfile.source(torch, {torch.filename: torch.sha256[0]}).startswith("file:///run/wheelhouse/")
+    with pytest.raises(LockError, match=r"the lock names no URL for its file .*run `envbuild lock`"):
+        lockfile.source(lockfile.Locked("numpy", "2.4.6", ("a" * 64,), "deps"), {})  # a format 2 lock's entry
 
 
 def test_where_files_come_from_is_no_part_of_the_content_key_or_the_lock(tmp_path, monkeypatch):

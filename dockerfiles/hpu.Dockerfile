@@ -16,6 +16,7 @@ ENV PATH=/opt/envbuild/bin:$PATH \
 
 # The installer: uv, fetched with the system's own pip into a stage of its own, so that install steps bind-mount it and no layer of the
 # image carries it. The stage starts from the system, not from the environment below: it runs while that is set up.
+# A wheel folder holding uv 0.13.8 serves it alone: no index is asked, so a dead one costs nothing.
 FROM system AS uv
 ARG ENVBUILD_CACHE_ID
 RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
@@ -26,6 +27,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export PIP_BREAK_SYSTEM_PACKAGES=1 \
     && export PIP_CACHE_DIR="/root/.cache/pip/${ENVBUILD_CACHE_ID:-envbuild}" \
+    && for f in /run/wheelhouse/uv-0.13.8-*.whl; do if [ -f "$f" ]; then export PIP_NO_INDEX=1; fi; break; done \
     && python3 -m pip install --find-links /run/wheelhouse --target /opt/uv "uv==0.13.8"
 
 FROM system AS base
@@ -80,12 +82,12 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-hpu,sharing=locked 
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
     --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
-    --mount=type=bind,source=lock/deps.txt,target=/run/layer.txt \
+    --mount=type=bind,source=lock/pylock.deps.toml,target=/run/layer/pylock.toml \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python python3 --break-system-packages --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --find-links /run/wheelhouse -r /run/layer.txt \
+    && if [ -s /run/layer/pylock.toml ]; then /run/uv/uv pip install --python python3 --break-system-packages --preview-features pylock --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
         && envbuild_compile python3; fi
 
 # Then torch must still import: the build fails, not the user, when a dependency broke it (without the device
@@ -122,12 +124,12 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-hpu,sharing=locked 
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
     --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
-    --mount=type=bind,source=lock/top.txt,target=/run/layer.txt \
+    --mount=type=bind,source=lock/pylock.top.toml,target=/run/layer/pylock.toml \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && /run/uv/uv pip install --python python3 --break-system-packages --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --find-links /run/wheelhouse -r /run/layer.txt \
+    && UV_CONSTRAINT='' /run/uv/uv pip install --python python3 --break-system-packages --preview-features pylock --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
     && /run/uv/uv pip list --python python3 --format json > /opt/envbuild/installed.json \
     && mkdir -p /opt/envbuild/bin \
     && printf '#!/bin/sh\nexec %s /opt/envbuild/probe.py "$@"\n' python3 > /opt/envbuild/bin/envbuild-probe \

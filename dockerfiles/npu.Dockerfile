@@ -16,6 +16,7 @@ ENV VIRTUAL_ENV=/opt/venv \
 # The installer: uv, fetched with the system's own pip (or the pip wheel Debian's python3-venv brings, or
 # else a throwaway venv's) into a stage of its own, so that install steps bind-mount it and no layer of the
 # image carries it. The stage starts from the system, not from the environment below: it runs while that is set up.
+# A wheel folder holding uv 0.13.8 serves it alone: no index is asked, so a dead one costs nothing.
 FROM system AS uv
 ARG ENVBUILD_CACHE_ID
 RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
@@ -25,6 +26,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,id=envbuild-pip,sharing=locked \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle SSL_CERT_FILE=/run/secrets/ca_bundle; fi \
     && if [ -s /run/secrets/netrc ]; then export NETRC=/run/secrets/netrc; fi \
     && export PIP_CACHE_DIR="/root/.cache/pip/${ENVBUILD_CACHE_ID:-envbuild}" \
+    && for f in /run/wheelhouse/uv-0.13.8-*.whl; do if [ -f "$f" ]; then export PIP_NO_INDEX=1; fi; break; done \
     && if python3 -m pip --version >/dev/null 2>&1; then set -- python3 -m pip; \
         elif set -- /usr/share/python-wheels/pip-*.whl; [ -f "$1" ]; then set -- python3 "$1/pip"; \
         else python3 -m venv /tmp/pip && set -- /tmp/pip/bin/pip; fi \
@@ -51,7 +53,9 @@ RUN python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v 
     && chmod -R g=u /home/envbuild /cache /workspace
 
 # torch, torch-npu and what they need, exactly as locked (locks/npu.txt, layer torch): the largest
-# layer and the one that changes least. Bytecode is compiled here, once, rather than in every container
+# layer and the one that changes least. Every install step takes exactly the files its layer's pylock.toml names,
+# by URL (or the wheel folder's file of the same name and hash), checked by hash: it asks no index about any name.
+# Bytecode is compiled here, once, rather than in every container
 # (envbuild_compile in uv-step.sh: what the layer installed, not the test suites that wheels carry).
 # Not through the uv cache: unpacking a gigabyte into the cache mount and copying it out again cost a cold build
 # seconds (the cache is another filesystem), and this layer's own cache is BuildKit's layer cache; unpacked
@@ -62,12 +66,12 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu,sharing=locked 
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
     --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
-    --mount=type=bind,source=lock/torch.txt,target=/run/layer.txt \
+    --mount=type=bind,source=lock/pylock.torch.toml,target=/run/layer/pylock.toml \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && UV_LINK_MODE=hardlink /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse --no-cache -r /run/layer.txt \
+    && UV_LINK_MODE=hardlink /run/uv/uv pip install --python /opt/venv/bin/python --preview-features pylock --no-index --require-hashes --no-deps --no-cache -r /run/layer/pylock.toml \
     && envbuild_compile /opt/venv/bin/python
 
 # The lock: what installing torch, torch-npu, transformers, accelerate adds to this base, resolved
@@ -100,12 +104,12 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu,sharing=locked 
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
     --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
-    --mount=type=bind,source=lock/deps.txt,target=/run/layer.txt \
+    --mount=type=bind,source=lock/pylock.deps.toml,target=/run/layer/pylock.toml \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && if [ -s /run/layer.txt ]; then /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse -r /run/layer.txt \
+    && if [ -s /run/layer/pylock.toml ]; then /run/uv/uv pip install --python /opt/venv/bin/python --preview-features pylock --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
         && envbuild_compile /opt/venv/bin/python; fi
 
 # Then torch must still import: the build fails, not the user, when a dependency broke it (without the device
@@ -142,12 +146,12 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-npu,sharing=locked 
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
     --mount=type=secret,id=fresh_cache,target=/run/secrets/fresh_cache \
-    --mount=type=bind,source=lock/top.txt,target=/run/layer.txt \
+    --mount=type=bind,source=lock/pylock.top.toml,target=/run/layer/pylock.toml \
     --mount=type=secret,id=ca_bundle,target=/run/secrets/ca_bundle \
     --mount=type=secret,id=netrc,target=/run/secrets/netrc \
     --mount=type=bind,source=wheelhouse,target=/run/wheelhouse \
     . /run/uv-step.sh \
-    && /run/uv/uv pip install --python /opt/venv/bin/python --require-hashes --no-deps --index-strategy unsafe-best-match --index-url "https://pypi.org/simple" --extra-index-url "https://download.pytorch.org/whl/cpu" --find-links /run/wheelhouse -r /run/layer.txt \
+    && UV_CONSTRAINT='' /run/uv/uv pip install --python /opt/venv/bin/python --preview-features pylock --no-index --require-hashes --no-deps -r /run/layer/pylock.toml \
     && /run/uv/uv pip check --python /opt/venv/bin/python \
     && /run/uv/uv pip list --python /opt/venv/bin/python --format json > /opt/envbuild/installed.json \
     && mkdir -p /opt/envbuild/bin \

@@ -330,8 +330,9 @@ def _matrix_options(f):
 class _Inputs:
     """What build and lock read besides the matrix: base mirrors, wheels, secrets, the network, the locks."""
 
-    def __init__(self, mirrors, wheelhouse, ca_bundle, no_ca_bundle, netrc, network, locks_dir):
-        self.values = dict(mirrors=mirrors, wheelhouse=wheelhouse, netrc=netrc, network=network, locks_dir=locks_dir)
+    def __init__(self, mirrors, index_mirrors, wheelhouse, ca_bundle, no_ca_bundle, netrc, network, locks_dir):
+        self.values = dict(mirrors=mirrors, index_mirrors=index_mirrors, wheelhouse=wheelhouse, netrc=netrc,
+                           network=network, locks_dir=locks_dir)
         self.ca_bundle, self.no_ca_bundle = ca_bundle, no_ca_bundle
 
     def options(self, **more: Any):
@@ -343,7 +344,8 @@ class _Inputs:
 def _input_options(f):
     options = [
         click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable)."),
-        click.option("--wheelhouse", type=_PathArg(file_okay=False, exists=True), help="A folder of wheels pip may use besides the indexes."),
+        click.option("--index-mirror", "index_mirrors", multiple=True, metavar="FROM=TO", help="Fetch locked files under URL prefix FROM from TO, e.g. https://files.pythonhosted.org/=https://mirror.corp/f/ (repeatable)."),
+        click.option("--wheelhouse", type=_PathArg(file_okay=False, exists=True), help="A folder of wheels: for the resolver, and for builds (a locked file of the same name and hash)."),
         click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
         click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle."),
         click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials, passed as a BuildKit secret."),
@@ -353,7 +355,7 @@ def _input_options(f):
 
     @functools.wraps(f)  # with the options already on f
     def wrapper(**kw):
-        names = ("mirrors", "wheelhouse", "ca_bundle", "no_ca_bundle", "netrc", "network", "locks_dir")
+        names = ("mirrors", "index_mirrors", "wheelhouse", "ca_bundle", "no_ca_bundle", "netrc", "network", "locks_dir")
         kw["inputs"] = _Inputs(*(kw.pop(n) for n in names))
         return f(**kw)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -130,6 +132,7 @@ def _ask_builder(candidates: list[str]) -> Builder:
 _STEP = re.compile(r"^#(\d+) \[(?:([\w.-]+) )?(\d+/\d+)\] (.*)$")
 _DONE = re.compile(r"^#(\d+) (DONE [\d.]+s|CACHED|ERROR.*)$")
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # a step's own output: "#11 0.157 error: ..."
+_WARNS = re.compile(r"\b(?:WARNING|Retrying|retry|timed out|unreachable)\b", re.IGNORECASE)
 _SAYS_WHY = re.compile(r"^\s*(?:error|ERROR|cause|Caused by|×|╰─▶)\b|\berror:", re.IGNORECASE)
 _MOUNT = re.compile(r"--mount=\S+\s*")
 _OPTION = re.compile(r"\s(?:--(?:python|find-links|index-url|extra-index-url|constraint|link-mode|target))[ =]\S+"
@@ -150,34 +153,57 @@ def summarize(instruction: str) -> str:
     return "RUN " + " ".join(_OPTION.sub("", text).split())
 
 
+QUIET = 5.0  # seconds a running step may go without a line on the screen before its latest output is shown
+
+
 class Progress:
-    """Turns BuildKit's plain output into one line per step; -v passes everything through.
+    """Turns BuildKit's plain output into one line per step; -v passes everything through. A step that has shown
+    nothing for QUIET seconds (a resolver fetching, retrying a dead index) gets a line with its time so far and
+    the latest line it printed, and any warning since: no step waits in silence (tick(), called by run()).
 
     `status` (optional) hears the step running now, for a live status line.
     """
 
     def __init__(self, backend: str, echo: Callable[[str], None], verbose: bool = False,
-                 status: Callable[[str], None] | None = None):
+                 status: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 quiet: float = QUIET):
         self.backend = backend
         self.echo = echo
         self.verbose = verbose
         self.status = status
+        self.clock = clock
+        self.quiet = quiet
         self.names: dict[str, str] = {}
+        self.started: dict[str, float] = {}
         self.output: dict[str, list[str]] = {}  # each step's last lines
+        self.warning: dict[str, str] = {}  # each step's latest warning or retry not yet shown
         self.failed: str | None = None  # the number of the step that failed
         self.failed_name = "a step"
+        self.said = clock()  # when a line was last shown
+        self.lock = threading.Lock()  # feed() and tick() come from two threads
+
+    def _say(self, text: str) -> None:
+        self.said = self.clock()
+        self.echo(text)
 
     def feed(self, line: str) -> None:
+        with self.lock:
+            self._feed(line)
+
+    def _feed(self, line: str) -> None:
         if self.verbose:
-            self.echo(f"[{self.backend}] {line}")
+            self._say(f"[{self.backend}] {line}")
         out = _OUTPUT.match(line)
         if out:
             self.output[out.group(1)] = (self.output.get(out.group(1), []) + [out.group(2)])[-40:]
+            if _WARNS.search(out.group(2)):
+                self.warning[out.group(1)] = out.group(2)
         m = _STEP.match(line)
         if m and m.group(1) not in self.names:
             stage = m.group(2) or ""
             stage = "" if re.fullmatch(r"stage-\d+", stage) else stage  # the unnamed final stage
             self.names[m.group(1)] = f"{stage + ' ' if stage else ''}{m.group(3)} {summarize(m.group(4))[:90]}"
+            self.started[m.group(1)] = self.clock()
             if self.status:
                 self.status(self.names[m.group(1)])
             return
@@ -186,12 +212,27 @@ class Progress:
             if m.group(2).startswith("ERROR"):
                 self.failed = m.group(1)
             text = f"{self.names.pop(m.group(1))} ... {m.group(2).split(':')[0]}"
+            self.warning.pop(m.group(1), None)
             if not self.verbose:
-                self.echo(f"[{self.backend}] {text}")
+                self._say(f"[{self.backend}] {text}")
             if self.status and self.names:
                 self.status(next(reversed(self.names.values())))
             if self.failed == m.group(1):
                 self.failed_name = text.rsplit(" ... ", 1)[0]
+
+    def tick(self) -> None:
+        """Show the running step that printed last, when nothing was shown for `quiet` seconds."""
+        with self.lock:
+            now = self.clock()
+            if not self.names or now - self.said < self.quiet:
+                return
+            talking = [n for n in self.names if self.output.get(n)]
+            step = talking[-1] if talking else next(reversed(self.names))
+            latest = (self.output.get(step) or [""])[-1].strip()
+            warning = self.warning.pop(step, "").strip()
+            said = " | ".join(dict.fromkeys(x[:160] for x in (warning, latest) if x))
+            self._say(f"[{self.backend}] {self.names[step]} ... {now - self.started.get(step, now):.0f}s"
+                      f"{': ' + said if said else ' (no output yet)'}")
 
     def why(self) -> str | None:
         """What the failed step itself said went wrong (an installer's error and its cause), if it said."""
@@ -277,6 +318,11 @@ def masked(argv: list[str]) -> list[str]:
     return out
 
 
+def _heartbeat(done: threading.Event, tick: Callable[[], None]) -> None:
+    while not done.wait(1.0):
+        tick()
+
+
 def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, secrets: tuple[str, ...] = (),
         alive: Callable[[], bool] | None = None, start: Callable[[list[str], dict[str, str]], Any] | None = None
         ) -> str | None:
@@ -285,13 +331,18 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
     values), masked wherever they appear."""
     scrub = Scrubber(extra=secrets)  # the build-arg values, the environment's secrets, every token's shape
 
-    with open(log, "w", encoding="utf-8") as fh:
+    with open(log, "w", encoding="utf-8", buffering=1) as fh:  # by line: `tail -f` on the log follows the build
         fh.write("$ " + scrub(" ".join(masked(argv))) + "\n")
         try:
             proc = (start or engine.start_client)(argv, env)
         except OSError as exc:
             raise BuildError(f"cannot run {argv[0]}: {exc.strerror}") from None
         tail: list[str] = []
+        done = threading.Event()
+        tick = getattr(progress, "tick", None)
+        beat = threading.Thread(target=_heartbeat, args=(done, tick), daemon=True) if tick else None
+        if beat:
+            beat.start()
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -305,6 +356,10 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
             proc.kill()
             proc.wait()
             raise
+        finally:
+            done.set()
+            if beat:
+                beat.join()
     if rc == 0:
         return None
     said = next((ln for ln in tail if engine.unreachable(ln)), None)

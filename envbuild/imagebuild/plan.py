@@ -69,6 +69,7 @@ class BuildOptions:
     build_args: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
     mirrors: tuple[str, ...] = ()
+    index_mirrors: tuple[str, ...] = ()  # FROM=TO: a locked file's URL under FROM is fetched from TO instead
     no_cache: bool = False
     platform: str | None = None
     builder: str | None = None
@@ -108,6 +109,8 @@ class BuildOptions:
                                        f"e.g. {option} {example}")
         for rule in self.mirrors:  # FROM=TO, both registry[/path]: the result lands in a FROM line
             parse_mirror(rule)
+        for rule in self.index_mirrors:  # FROM=TO, both URL prefixes: the result lands in a pylock.toml
+            check_index_mirror(rule)
         for tag in self.tags:
             try:
                 ref = Reference.parse(tag, "--image")
@@ -121,6 +124,17 @@ class BuildOptions:
             Platform.parse(self.platform)
         if self.network and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.network):
             raise InvalidInput(f"--network {self.network!r} is not a network name such as host, none or default")
+
+
+def check_index_mirror(rule: str) -> tuple[str, str]:
+    """An --index-mirror FROM=TO: two http(s) URL prefixes (FROM as the lock names its files, e.g.
+    https://download.pytorch.org/whl/, TO where a mirror serves the same paths)."""
+    prefix, sep, to = rule.partition("=")
+    url = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%+/:@-]*)?")
+    if not sep or not url.fullmatch(prefix) or not url.fullmatch(to):
+        raise InvalidInput(f"--index-mirror {rule!r}: expected FROM=TO, two URL prefixes, e.g. "
+                           "--index-mirror https://files.pythonhosted.org/=https://pypi-mirror.example.com/files/")
+    return prefix, to
 
 
 def options(*, ca_bundle: Path | None = None, no_ca_bundle: bool = False, netrc: Path | None = None,
@@ -161,6 +175,7 @@ class BuildPlan:
     uv_step: bytes  # the install steps' cache logic, read by their shell (render/scripts/uv-step.sh)
     wheels: tuple[Wheel, ...]
     lock: bytes  # the lock the image installs (locks/<backend>.txt); empty while the lock is being resolved
+    index_mirrors: tuple[str, ...]  # --index-mirror: where the layers' files are fetched (not content: the hash is)
     context: str  # the build context folder (stable per backend: the client's file sync keys by it)
     argv: tuple[str, ...]  # the builder's command line, without --iidfile (new every build)
     environment: tuple[tuple[str, str | None], ...]  # STEERING, the builder's own, pass-through build-arg values
@@ -182,14 +197,18 @@ class BuildPlan:
         return Path(self.context)
 
 
+# Docker's predefined proxy arguments: how the build reaches the network, never what it builds (BuildKit keeps them
+# out of its cache keys too), so no part of the content key.
+PROXY_ARGS = ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
 CONTENT_LABEL = "dev.envbuild.content"  # the image's content key (content_key): the same on any machine
 
 
 def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] | None = None) -> str:
-    """What decides the image's content, as any machine computes it from the same checkout: the Dockerfile, every
-    file of the build context by its bytes (probe, uv step script, the lock, the wheelhouse's wheels), the lock's
-    record of the base image's registry digest for the platform, the build arguments' values and the platform.
-    Not labels (a revision), the engine, its ids, a path, the time or who builds: a registry holding an image
+    """What decides the image's content, as any machine computes it from the same checkout: the Dockerfile, the
+    probe, the uv step script, the lock (its record of the base image's registry digest for the platform, and every
+    file by its name and sha256), the build arguments' values and the platform. Not where the files come from (an
+    index, a mirror, the wheel folder: the hash is what is trusted), labels (a revision), the engine, its ids, a
+    path, the time or who builds: a registry holding an image
     under this key (REPO:BACKEND-in-KEY) holds this very image, and publishing it again uploads nothing."""
     from envbuild.core.platform import target
 
@@ -198,9 +217,11 @@ def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] 
     doc = {
         "format": 1,
         "dockerfile": digest(plan.dockerfile), "probe": digest(plan.probe), "uv_step": digest(plan.uv_step),
-        "lock": digest(plan.lock),  # names the base image, its digest for the platform, the indexes, the wheels
-        "wheels": sorted([w.name, w.sha256] for w in plan.wheels),
-        "build_args": sorted([a.partition("=")[0], a.partition("=")[2] if "=" in a else env.get(a)] for a in opts.build_args),
+        # names the base image, its digest for the platform, and every file by its name and sha256: not where the
+        # files come from (an index, a mirror, a wheel folder), which the hash makes the same
+        "lock": digest(plan.lock),
+        "build_args": sorted([a.partition("=")[0], a.partition("=")[2] if "=" in a else env.get(a)] for a in opts.build_args
+                             if a.partition("=")[0].upper() not in PROXY_ARGS),
         "platform": target(opts.platform),  # labels are not content: a revision label differs on every commit
     }
     return digest(json.dumps(doc, sort_keys=True).encode())
@@ -270,6 +291,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         uv_step=UV_STEP.read_bytes(),
         wheels=wheels(opts.wheelhouse, context / DIGESTS, write=write_cache),
         lock=lock,
+        index_mirrors=tuple(opts.index_mirrors),
         context=str(context),
         argv=tuple(command(builder, context, opts, tags)),
         environment=tuple(environment),
@@ -413,11 +435,13 @@ def write_context(plan: BuildPlan) -> None:
     write_atomic(into / "Dockerfile", plan.dockerfile)
     write_atomic(into / "probe.py", plan.probe, 0o755)
     write_atomic(into / UV_STEP.name, plan.uv_step)
-    # The lock, and each of its layers as a requirements file: a layer's step is cached by its file's content.
+    # The lock, and each of its layers as a pylock.toml naming each file's source (the locked URL, a mirror's, or
+    # the wheel folder's file of the same name and hash): a layer's step is cached by its file's content.
     lock = parse(plan.lock.decode("utf-8"), "the plan's lock") if plan.lock else None
     write_atomic(into / "lock" / "lock.txt", plan.lock)
+    held = {w.name: w.sha256 for w in plan.wheels}
     for layer in LAYERS:
-        write_atomic(into / "lock" / f"{layer}.txt", lock.requirements(layer) if lock else "")
+        write_atomic(into / "lock" / f"pylock.{layer}.toml", lock.pylock(layer, held, plan.index_mirrors) if lock else "")
     folder = into / "wheelhouse"
     folder.mkdir(exist_ok=True)
     wanted = {w.name: w for w in plan.wheels}

@@ -101,7 +101,9 @@ def requirements(matrix: Matrix, backend: Backend) -> list[str]:
 
 def inputs(matrix: Matrix, backend: Backend, wheels: Iterable[Wheel], platform: str, digest: str | None) -> dict[str, Any]:
     """Everything a lock is resolved from: a different value is a stale lock. `digest`: the base's registry digest
-    for `platform` (None: not asked, e.g. by `lock --check`, which reads files only)."""
+    for `platform` (None: not asked, e.g. by `lock --check`, which reads files only). Not the wheel folder: the
+    lock names each file by its URL and hash, and a wheel folder (or a mirror) only serves those files, so a lock
+    made where the indexes answer stays current where only a wheel folder does. `wheels` is kept for callers."""
     indexes = [matrix.index.url, *matrix.index.extra_urls, backend.torch.index_url,
                backend.plugin.index_url if backend.plugin else None]
     return {
@@ -114,7 +116,8 @@ def inputs(matrix: Matrix, backend: Backend, wheels: Iterable[Wheel], platform: 
         "base_digest": digest,
         "python": backend.python.executable if backend.torch.source == "base" else f"{backend.python.executable} (venv)",
         "indexes": list(dict.fromkeys(u for u in indexes if u)),
-        "wheelhouse": [[w.name, w.sha256] for w in wheels],
+        # the matrix's explicit acceptance of any torch build (torch.any_build), recorded: it changes what is refused
+        "torch_build": "any (torch.any_build)" if backend.torch.any_build else "the backend's",
         "uv": matrix.uv,
     }
 
@@ -143,7 +146,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-# --- a GPU image never quietly lacks its GPU ----------------------------------------------------------------------
+# --- a lock holds the backend's own build of torch ----------------------------------------------------------------
 
 # What marks a GPU build of torch in a lock: a local version label, or the runtime wheels it pulls in.
 _GPU_TORCH = {
@@ -151,24 +154,32 @@ _GPU_TORCH = {
     "rocm": ("ROCm", ("+rocm",), ("pytorch-triton-rocm",)),
     "xpu": ("XPU", ("+xpu",), ("intel-", "pytorch-triton-xpu")),
 }
+# What a CUDA build of torch brings into a lock (PyPI's default torch for linux x86_64 is one): its CUDA runtime
+# wheels and the Triton it compiles kernels with.
+_CUDA_WHEELS = ("nvidia-", "cuda-", "triton")
+_CPU_INDEX = "download.pytorch.org/whl/cpu"
 
 
 def torch_problem(backend: Backend, lockfile: LockFile) -> str | None:
-    """Why a GPU backend's lock holds a CPU-only torch (None: it does not, or torch is not locked here). PyPI's
-    aarch64 torch has been a CPU build for some releases: pip takes it silently, and the image would run on CPU."""
-    if backend.torch.source != "pip":
+    """Why the lock's torch is not the build the backend declares (None: it is, torch is not locked here, or the
+    matrix accepts any build: torch.any_build). Both ways happen silently: PyPI's aarch64 torch has been a CPU build
+    for some releases, so a GPU backend would run on CPU; PyPI's default x86_64 torch is a CUDA build, so a cpu
+    backend whose CPU index did not answer would carry gigabytes of CUDA."""
+    if backend.torch.source != "pip" or backend.torch.any_build:
+        return None
+    torch = next((p for p in lockfile.packages if p.name == "torch"), None)
+    if torch is None:
         return None
     index = backend.torch.index_url or ""
+    platform = lockfile.inputs.get("platform") or lockfile.resolved.get("platform") or "?"
+    if backend.device == "cpu":
+        return _cpu_problem(backend, lockfile, torch, index, platform)
     kind = "rocm" if "rocm" in index else backend.device
     if kind not in _GPU_TORCH:
         return None
     name, labels, companions = _GPU_TORCH[kind]
-    torch = next((p for p in lockfile.packages if p.name == "torch"), None)
-    if torch is None:
-        return None
     if any(label in torch.version for label in labels) or any(p.name.startswith(companions) for p in lockfile.packages):
         return None
-    platform = lockfile.inputs.get("platform") or lockfile.resolved.get("platform") or "?"
     said = (f"{backend.name} ({name}) on {platform}: the locked torch=={torch.version} is a CPU-only build (no "
             f"{name} version label, none of {', '.join(c.rstrip('-') + '*' for c in companions)})")
     if "download.pytorch.org/whl/" in index:
@@ -177,3 +188,22 @@ def torch_problem(backend: Backend, lockfile: LockFile) -> str | None:
     return (f"{said}; PyTorch's {name} index (https://download.pytorch.org/whl/<{name.lower()} version>, e.g. "
             f"https://download.pytorch.org/whl/cu132) has the {name} build for {platform}: set "
             f"backends.{backend.name}.torch.index_url to it and lock again")
+
+
+def _cpu_problem(backend: Backend, lockfile: LockFile, torch: Any, index: str, platform: str) -> str | None:
+    """A cpu lock holding a CUDA build of torch: its CUDA wheels, or (where PyTorch's CPU index is declared, on
+    x86_64, where that index's builds carry `+cpu`) a torch without the label."""
+    cuda = [p.name for p in lockfile.packages if p.name.startswith(_CUDA_WHEELS)]
+    unlabelled = _CPU_INDEX in index and platform.endswith("/amd64") and "+cpu" not in torch.version
+    if not cuda and not unlabelled:
+        return None
+    what = (f"CUDA wheels ({', '.join(cuda[:6])}{', ...' if len(cuda) > 6 else ''}: {len(cuda)} of them)" if cuda
+            else "no `+cpu` version label")
+    source = f"the CPU index {index}" if index else "PyTorch's CPU index (https://download.pytorch.org/whl/cpu)"
+    return (f"{backend.name} (CPU) on {platform}: the locked torch=={torch.version} is not the CPU build: the lock holds "
+            f"{what}. That is PyPI's default torch, taken when {source} did not serve torch (unreachable?). "
+            f"Ways out: lock again with that index reachable, or an index mirror of it "
+            f"(--set backends.{backend.name}.torch.index_url=MIRROR_URL); or a wheel folder holding the CPU wheel "
+            f"(--wheelhouse DIR, e.g. filled by `pip download --no-deps torch=={torch.version.split('+')[0]}+cpu "
+            f"--index-url https://download.pytorch.org/whl/cpu -d DIR`); or, to really take PyPI's default build, "
+            f"set backends.{backend.name}.torch.any_build: true in the matrix (recorded in the lock)")

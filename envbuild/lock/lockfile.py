@@ -1,5 +1,11 @@
-"""locks/<backend>.txt: every Python distribution an image adds on top of its base, pinned and hashed, in the
-requirements format that pip and uv install with hash checking.
+"""locks/<backend>/<os>-<arch>.txt: every Python distribution an image adds on top of its base, pinned and hashed,
+each with the URL of the one file it was resolved to: a hashed requirements file that pip reads as it is, with the
+URL on a comment line below each hash.
+
+The build installs exactly those files and asks no index about any name: each layer is handed to uv as a PEP 751
+`pylock.toml` (`pylock()`) whose URLs are the lock's, or, where a wheel folder holds a file of the same name and
+sha256, or an index mirror serves the URL's prefix, theirs (`source()`, the one place that substitutes). The hash is
+what is trusted, so where a file comes from is no part of the image's content key.
 
 A header records what the lock was resolved from (its inputs, one line of JSON), so staleness is decided by
 comparing inputs, never by resolving again. The body is split into layers, in install order:
@@ -9,10 +15,12 @@ torch (torch, the plugin and what they need), deps (the rest), extras (the matri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
+from urllib.parse import unquote, urlsplit
 
 from packaging.markers import InvalidMarker
 from packaging.requirements import InvalidRequirement, Requirement
@@ -20,11 +28,14 @@ from packaging.utils import canonicalize_name
 
 from envbuild.core.errors import LockError
 
-FORMAT = 2  # 2: one lock per platform, the base named by its registry digest
+FORMAT = 3  # 2: one lock per platform, the base named by its registry digest; 3: each file's URL beside its hash
 LAYERS = ("torch", "deps", "extras", "top")
 TOP = ("transformers", "accelerate")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)\Z")
 _HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\Z")
+_URL = re.compile(r"^url: (\S+)\Z")
+WHEELHOUSE = "wheelhouse:"  # the URL of a file the resolver took from the wheel folder: any wheel folder serves it
+WHEELHOUSE_MOUNT = "/run/wheelhouse"  # where the install steps see the build's wheel folder
 
 
 @dataclass(frozen=True)
@@ -33,10 +44,19 @@ class Locked:
     version: str
     sha256: tuple[str, ...]
     layer: str
+    url: str = ""  # where the file was found when locked (`wheelhouse:NAME`: in the wheel folder)
 
     def lines(self) -> list[str]:
         hashes = [f"    --hash=sha256:{h}" for h in self.sha256]
-        return [f"{self.name}=={self.version} \\", *(h + " \\" for h in hashes[:-1]), *hashes[-1:]]
+        url = [f"    # url: {self.url}"] if self.url else []
+        return [f"{self.name}=={self.version} \\", *(h + " \\" for h in hashes[:-1]), *hashes[-1:], *url]
+
+    @property
+    def filename(self) -> str:
+        """The file's name (a wheel's name says its version and platform), from its URL."""
+        if self.url.startswith(WHEELHOUSE):
+            return self.url[len(WHEELHOUSE):]
+        return unquote(urlsplit(self.url).path.rpartition("/")[2])
 
 
 @dataclass(frozen=True)
@@ -69,6 +89,48 @@ class LockFile:
     def pins(self) -> dict[str, str]:
         return {p.name: p.version for p in self.packages}
 
+    def pylock(self, layer: str, wheelhouse: Mapping[str, str], mirrors: Iterable[str] = ()) -> str:
+        """One layer as a PEP 751 lock that `uv pip install -r pylock.toml` installs as it is: each file from the
+        source() of its URL, checked by its hash, no index asked. `wheelhouse`: the wheel folder's files by name ->
+        sha256; `mirrors`: FROM=TO prefix rewrites of URLs."""
+        if not self.layer(layer):
+            return ""  # an empty layer's step installs nothing
+        lines = ['lock-version = "1.0"', 'created-by = "envbuild"']
+        for p in self.layer(layer):
+            url = source(p, wheelhouse, mirrors)
+            kind = "wheels" if p.filename.endswith(".whl") else "sdist"
+            entry = (f'{{ name = {_toml(p.filename)}, url = {_toml(url)}, hashes = {{ sha256 = "{p.sha256[0]}" }} }}')
+            lines += ["", "[[packages]]", f"name = {_toml(p.name)}", f"version = {_toml(p.version)}",
+                      f"{kind} = [{entry}]" if kind == "wheels" else f"{kind} = {entry}"]
+        return "\n".join(lines) + "\n"
+
+
+def _toml(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a TOML basic string for the characters URLs and names hold
+
+
+def source(package: Locked, wheelhouse: Mapping[str, str], mirrors: Iterable[str] = ()) -> str:
+    """Where the build takes a locked file from: the wheel folder when it holds a file of that name and sha256,
+    else the locked URL with the first matching mirror prefix (FROM=TO) rewritten, else the locked URL. The hash
+    is what is trusted, so any of them serves; a file locked from a wheel folder that this build's lacks is
+    refused here, naming it."""
+    if wheelhouse.get(package.filename) in package.sha256:
+        return f"file://{WHEELHOUSE_MOUNT}/{package.filename}"
+    if not package.url:
+        raise LockError(f"{package.name}=={package.version}: the lock names no URL for its file (a lock older than "
+                        "format 3): run `envbuild lock` to resolve it again")
+    if package.url.startswith(WHEELHOUSE):
+        have = wheelhouse.get(package.filename)
+        why = (f"the wheel folder's {package.filename} has another sha256 ({have})" if have else
+               "no wheel folder holds it" if not wheelhouse else f"the wheel folder lacks {package.filename}")
+        raise LockError(f"{package.name}=={package.version} is locked from a wheel folder (sha256 {package.sha256[0]}), "
+                        f"and {why}: pass --wheelhouse with that very file, or lock again where an index serves it")
+    for rule in mirrors:
+        prefix, _, to = rule.partition("=")
+        if package.url.startswith(prefix):
+            return to + package.url[len(prefix):]
+    return package.url
+
 
 def parse(text: str, source: str) -> LockFile:
     """A lock file, or a LockError naming the file and line of what is wrong with it."""
@@ -94,7 +156,12 @@ def parse(text: str, source: str) -> LockFile:
         if line.startswith("#"):
             close()
             body = line[1:].strip()
-            if body.startswith("envbuild lock of backend "):
+            url = _URL.match(body)
+            if url:
+                if not packages or packages[-1].url:
+                    raise LockError(f"{source}:{n}: a url line without the requirement it belongs to")
+                packages[-1] = dataclasses.replace(packages[-1], url=url.group(1))
+            elif body.startswith("envbuild lock of backend "):
                 backend = body[len("envbuild lock of backend "):].split(":", 1)[0]
             elif body.startswith(("inputs:", "resolved:")):
                 key, _, value = body.partition(":")
@@ -163,7 +230,7 @@ def from_report(backend: str, report: dict[str, Any], inputs: dict[str, Any], to
     if not isinstance(items, list):
         raise LockError("the resolver's report lists nothing to install (not a pip installation report)")
     requires: dict[str, list[str]] = {}
-    found: dict[str, tuple[str, str]] = {}
+    found: dict[str, tuple[str, str, str]] = {}
     for item in items:
         meta = item.get("metadata") or {}
         name = str(canonicalize_name(meta.get("name", "")))
@@ -176,7 +243,7 @@ def from_report(backend: str, report: dict[str, Any], inputs: dict[str, Any], to
             raise LockError(f"{name} {meta['version']} comes from {url}, which has no sha256: a lock can only pin "
                             "archives from an index or a wheelhouse")
         requires[name] = list(meta.get("requires_dist") or [])
-        found[name] = (meta["version"], digest)
+        found[name] = (meta["version"], digest, _recorded((item.get("download_info") or {}).get("url") or ""))
     environment = report.get("environment") or {}
     in_torch = _closure([Requirement(r) for r in torch_roots], requires, environment)
     extra_names = {str(canonicalize_name(Requirement(r).name)) for r in extras}
@@ -188,6 +255,14 @@ def from_report(backend: str, report: dict[str, Any], inputs: dict[str, Any], to
             return "top"
         return "extras" if name in extra_names else "deps"
 
-    packages = sorted((Locked(name, version, (digest,), layer(name)) for name, (version, digest) in found.items()),
+    packages = sorted((Locked(name, version, (digest,), layer(name), url) for name, (version, digest, url) in found.items()),
                       key=lambda p: (LAYERS.index(p.layer), p.name))
     return LockFile(backend, inputs, resolved, tuple(packages))
+
+
+def _recorded(url: str) -> str:
+    """A resolved file's URL as the lock records it: without a fragment, and a file of the build's wheel folder by
+    its name alone (`wheelhouse:NAME`), for that path exists only inside a build."""
+    url = url.partition("#")[0]
+    local = f"file://{WHEELHOUSE_MOUNT}/"
+    return WHEELHOUSE + unquote(url[len(local):]) if url.startswith(local) else url

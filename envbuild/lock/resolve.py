@@ -6,7 +6,8 @@ base already carries (a vendor's torch, its plugin) and its Python decide the an
 one of them is a constraint, so nothing of a vendor's environment is ever replaced. pip answers (`install --dry-run --report`). The versions
 of the lock being refreshed are kept where they still fit (`--previous`), except those named to upgrade.
 
-Standard library and pip only. Writes into --out: report.json (pip's report) and status.json, or error.txt
+pip's own output (what it collects, from which index, its retries and warnings) passes through as it comes: the
+builder shows it as progress and the lock's log keeps it. Standard library and pip only. Writes into --out: report.json (pip's report) and status.json, or error.txt
 with pip's own words when no resolution exists. Exit status 0 either way: the caller reads what was written.
 """
 from __future__ import annotations
@@ -50,6 +51,20 @@ def write(path: str, lines: list[str]) -> None:
         fh.write("".join(line + "\n" for line in lines))
 
 
+def streamed(argv: list[str]) -> tuple[int, list[str]]:
+    """Run pip with its output passed on line by line as it comes (stdout and stderr as one stream): the builder
+    shows it as progress and keeps it in the lock's log. Its exit status and every line it said."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    said = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        said.append(line.rstrip("\n"))
+    return proc.wait(), said
+
+
 def main() -> int:
     p = argparse.ArgumentParser(prog="resolve.py")
     p.add_argument("--requirements", required=True)
@@ -75,18 +90,22 @@ def main() -> int:
     version = subprocess.run([*pip, "--version"], capture_output=True, text=True).stdout.split()[1:2]
     extra = [a for a in a.pip_args if a != "--"]
     attempts = [["-c", "/tmp/previous.txt"], []] if kept else [[]]
-    proc = None
+    said: list[str] = []
     for constraints in attempts:
-        proc = subprocess.run([*pip, "install", "--dry-run", "--disable-pip-version-check", "--no-input",
-                               "--report", os.path.join(a.out, "report.json"), "-r", a.requirements,
-                               "-c", "/tmp/base.txt", *constraints, *extra], capture_output=True, text=True)
-        if proc.returncode == 0:
+        if constraints:
+            print("resolve.py: resolving with the previous lock's versions kept where they fit", flush=True)
+        else:
+            print("resolve.py: resolving" + (" afresh (the previous versions do not fit)" if kept else ""), flush=True)
+        rc, said = streamed([*pip, "install", "--dry-run", "--disable-pip-version-check", "--no-input",
+                             "--progress-bar", "off", "--report", os.path.join(a.out, "report.json"),
+                             "-r", a.requirements, "-c", "/tmp/base.txt", *constraints, *extra])
+        if rc == 0:
             with open(os.path.join(a.out, "status.json"), "w", encoding="utf-8") as fh:
                 json.dump({"resolver": f"pip {version[0] if version else '?'}", "kept_previous": bool(constraints),
                            "base": base}, fh, sort_keys=True)
             return 0
     # pip's explanation of a conflict ("The conflict is caused by: ...") goes to stdout, its verdict to stderr
-    said = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    said = [ln for ln in said if ln.strip()]
     start = next((i for i, ln in enumerate(said) if ln.startswith(("ERROR", "The conflict is caused by"))), max(len(said) - 40, 0))
     write(os.path.join(a.out, "error.txt"), said[start:][:60])
     return 0

@@ -15,6 +15,9 @@ class Torch:
     source: str  # "pip": installed from index_url; "base": the base image carries it
     version: str
     index_url: str | None
+    # The matrix accepts any build of torch the indexes serve (e.g. PyPI's default, CUDA, for cpu); else a lock
+    # holding another build than the backend's is refused (envbuild.lock.torch_problem).
+    any_build: bool = False
 
 
 @dataclass(frozen=True)

@@ -294,6 +294,9 @@ BACKEND = {
             "source": _leaf("word", default="pip", choices=("pip", "base")),
             "version": Field(check=_check_version, required=True),
             "index_url": _leaf("url"),
+            # true: take whatever build of torch the indexes serve, even PyPI's default (CUDA on linux x86_64) for
+            # a cpu backend; recorded in the lock. false: a lock whose torch is not the backend's build is refused.
+            "any_build": Field(check=_check_bool, default=False),
         },
     ),
     "plugin": Field(

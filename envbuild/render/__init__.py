@@ -52,8 +52,8 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
     # externally managed (PEP 668), and installing into it is the point.
     python_flag = f"--python {python}"
     torch_layers = backend.torch.source == "pip" or bool(backend.plugin and backend.plugin.source == "pip")
-    # Every index the lock may take a package from, torch's first; locked installs take exactly the hashed
-    # files, so the best match among them is safe.
+    # Every index the resolver may take a package from, torch's first. Locked installs ask none of them: each
+    # layer's pylock.toml names its files by URL and hash.
     indexes = list(dict.fromkeys(u for u in (matrix.index.url, *matrix.index.extra_urls, backend.torch.index_url,
                                              backend.plugin.index_url if backend.plugin else None) if u))
     index_args = " ".join([f'--index-url "{indexes[0]}"', *(f'--extra-index-url "{u}"' for u in indexes[1:])])
@@ -72,7 +72,8 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         uv=matrix.uv,
         torch_stage="torch" if torch_layers else "base",
         indexes=index_args,
-        locked=f"--require-hashes --no-deps --index-strategy unsafe-best-match {index_args} --find-links /run/wheelhouse",
+        # uv 0.13 installs a pylock.toml as a preview feature (it warns otherwise); the URLs and hashes are the lock's
+        locked="--preview-features pylock --no-index --require-hashes --no-deps",
         keep_base=backend.torch.source == "base" or bool(backend.plugin and backend.plugin.source == "base"),
         extras=matrix.packages_for(backend),
         constraints=CONSTRAINTS,

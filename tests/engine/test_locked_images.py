@@ -174,3 +174,56 @@ def test_the_sbom_lists_every_distribution_in_the_image(locked, tmp_path, docker
     again = tmp_path / "again.json"
     envbuild("sbom", "--backend", "cpu", "--image", f"{TAG}:a", "-o", again, "--matrix", MATRIX, cwd=tmp_path)
     assert again.read_bytes() == out.read_bytes()  # the same image, the same document
+
+
+def _wheel_folder(lock: lockfile.LockFile, torch_wheels: Path, into: Path, uv: str) -> Path:
+    """A wheel folder holding every file of `lock`, fetched from the URLs it records (the torch wheel from the
+    session's wheelhouse, where the lock took it), and the matrix's uv: what an offline site would carry."""
+    import hashlib
+    import ssl
+    import sys
+    import urllib.request
+
+    into.mkdir()
+    for wheel in torch_wheels.iterdir():
+        shutil.copy2(wheel, into / wheel.name)
+    context = ssl.create_default_context(cafile=str(testbed.host_ca_bundle()))
+    for p in lock.packages:
+        if p.url.startswith(lockfile.WHEELHOUSE):
+            continue
+        with urllib.request.urlopen(p.url, context=context, timeout=120) as response:
+            data = response.read()
+        assert hashlib.sha256(data).hexdigest() == p.sha256[0], p.url
+        (into / p.filename).write_bytes(data)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"uv=={uv}", "-d", str(into)], check=True)
+    return into
+
+
+def test_a_lock_made_online_installs_with_every_index_unreachable_given_a_wheel_folder(cpu_image, ca_bundle,
+                                                                                        wheelhouse, docker_client, tmp_path):
+    """The session's lock was resolved with PyPI reachable. Built again with every HTTPS index dead inside the build
+    (a proxy that refuses), from a wheel folder holding the lock's files: it installs, asking no index, and the
+    image carries the same content key as the one whose files came from PyPI."""
+    from envbuild.imagebuild.plan import CONTENT_LABEL
+    from envbuild.matrix import load
+
+    cpu_image.copy_locks(tmp_path)
+    lock = lockfile.parse((tmp_path / "locks" / "cpu" / "linux-amd64.txt").read_text(), "cpu.txt")
+    assert [p.name for p in lock.packages if not p.url.startswith(("https://", lockfile.WHEELHOUSE))] == []
+    folder = _wheel_folder(lock, wheelhouse, tmp_path / "wheels", load(MATRIX).uv)
+    tag = f"{TAG}:offline"
+    try:
+        proc = envbuild("build", "--backend", "cpu", "--locked", "--matrix", MATRIX, *cpu_image.overrides,
+                        "--wheelhouse", folder, "--ca-bundle", ca_bundle, "--image", tag,
+                        "--build-arg", "HTTPS_PROXY=http://127.0.0.1:9", "--build-arg", "https_proxy=http://127.0.0.1:9",
+                        cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "resolving" not in proc.stderr
+        assert installed(docker_client, tag, "transformers") == lock.pins()["transformers"]
+        offline, online = docker_client.images.get(tag), docker_client.images.get(cpu_image.image_id)
+        assert offline.labels[CONTENT_LABEL] == online.labels[CONTENT_LABEL]
+    finally:
+        try:
+            docker_client.images.remove(tag)
+        except Exception:  # not made by a failing build: only tidiness
+            pass

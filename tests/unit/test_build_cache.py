@@ -97,7 +97,7 @@ exit 0
 
 def torch_step() -> str:
     """The cpu Dockerfile's torch step as the shell runs it: mounts dropped."""
-    (step,) = [r for r in runs(RENDERED["cpu.Dockerfile"]) if "lock/torch.txt" in r]
+    (step,) = [r for r in runs(RENDERED["cpu.Dockerfile"]) if "lock/pylock.torch.toml" in r]
     return re.sub(r"--mount=\S+\s*", "", step)
 
 
@@ -216,10 +216,10 @@ def test_the_layer_s_bytecode_is_compiled_but_not_its_test_suites(tmp_path):
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
         (info / "RECORD").write_text("".join(f"{n},,\n" for n in [*names, f"{info.name}/METADATA", f"{info.name}/RECORD"]))
-    layer = tmp_path / "layer.txt"
-    layer.write_text("pkg==1.0 \\\n    --hash=sha256:00\n")
+    layer = tmp_path / "pylock.toml"  # the layer as the step sees it: lockfile.LockFile.pylock()'s shape
+    layer.write_text('lock-version = "1.0"\n\n[[packages]]\nname = "pkg"\nversion = "1.0"\n')
     script = tmp_path / "uv-step.sh"
-    script.write_text(SCRIPT.read_text().replace("/run/layer.txt", str(layer)).replace("\nenvbuild_uv_step\n", "\n"))
+    script.write_text(SCRIPT.read_text().replace("/run/layer/pylock.toml", str(layer)).replace("\nenvbuild_uv_step\n", "\n"))
     proc = subprocess.run(["sh", "-c", f". {script} && envbuild_compile {sys.executable}"], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)})
     assert proc.returncode == 0, proc.stderr

@@ -106,6 +106,64 @@ def test_verbose_progress_passes_every_line_through():
     assert lines == ["[cpu] #5 [2/7] RUN apt-get update", "[cpu] #5 0.3 Get:1 http://deb.debian.org", "[cpu] #5 DONE 7.3s"]
 
 
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_quiet_step_shows_its_latest_line_every_few_seconds():
+    """A resolver fetching from a dead index for minutes: every `quiet` seconds without a shown line, the running
+    step's time so far, its latest line and any warning since; nothing while lines are being shown."""
+    lines: list[str] = []
+    clock = _Clock()
+    p = builder.Progress("cpu", lines.append, clock=clock, quiet=5)
+    p.tick()
+    assert lines == []  # nothing runs
+    p.feed("#9 [lock-resolve 1/1] RUN python3 /run/lock/resolve.py --out /out")
+    clock.now += 4
+    p.tick()
+    assert lines == []  # not quiet long enough
+    clock.now += 2
+    p.tick()
+    assert lines == ["[cpu] lock-resolve 1/1 RUN python3 /run/lock/resolve.py --out /out ... 6s (no output yet)"]
+    for raw in ["#9 0.4 Looking in indexes: https://pypi.org/simple, https://download.pytorch.org/whl/cpu",
+                "#9 1.2 WARNING: Retrying (Retry(total=4, connect=None, read=None)) after connection broken by "
+                "'ConnectTimeoutError': /whl/cpu/torch/",
+                "#9 3.0 Collecting torch==2.15.0"]:
+        p.feed(raw)
+    clock.now += 3
+    p.tick()
+    assert len(lines) == 1  # 3 s since the last shown line
+    clock.now += 3
+    p.tick()
+    assert lines[-1] == ("[cpu] lock-resolve 1/1 RUN python3 /run/lock/resolve.py --out /out ... 12s: WARNING: Retrying "
+                         "(Retry(total=4, connect=None, read=None)) after connection broken by 'ConnectTimeoutError': "
+                         "/whl/cpu/torch/ | Collecting torch==2.15.0")
+    clock.now += 5
+    p.tick()
+    assert lines[-1].endswith("... 17s: Collecting torch==2.15.0")  # the warning was shown once
+    p.feed("#9 DONE 18.0s")
+    clock.now += 30
+    p.tick()
+    assert lines[-1] == "[cpu] lock-resolve 1/1 RUN python3 /run/lock/resolve.py --out /out ... DONE 18.0s"
+
+
+def test_run_shows_a_quiet_builder_s_latest_line(tmp_path, monkeypatch):
+    """The heartbeat runs beside the builder's output: a client quiet for longer than `quiet` gets its line shown."""
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\necho '#3 [lock-resolve 1/1] RUN python3 /run/lock/resolve.py'\n"
+                    "echo '#3 0.1 Collecting transformers==5.23.0'\nsleep 3\necho '#3 DONE 3.1s'\n")
+    fake.chmod(0o755)
+    lines: list[str] = []
+    p = builder.Progress("cpu", lines.append, quiet=1)
+    assert builder.run_build([str(fake), "build", "."], (), tmp_path / "lock.log", p) is None
+    assert any(ln.endswith(": Collecting transformers==5.23.0") and "lock-resolve 1/1" in ln for ln in lines), lines
+    assert "Collecting transformers==5.23.0" in (tmp_path / "lock.log").read_text()
+
+
 class _Tty(io.StringIO):
     def isatty(self):
         return True

@@ -4,6 +4,7 @@ lock files, extras in the matrix, and --locked. tests/engine/test_lock.py resolv
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 
 import pytest
@@ -265,3 +266,190 @@ def test_an_unreachable_registry_builds_from_a_lock_current_in_every_other_input
     got = locking.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=said.append)
     assert got.inputs["base_digest"] == "sha256:" + "c" * 64
     assert said and "note: " in said[0] and f"building from {file}" in said[0]
+
+
+# --- each file by its URL and hash (format 3) ---------------------------------------------------------------
+
+
+def test_each_file_is_locked_with_its_url_and_reads_back():
+    report = copy.deepcopy(REPORT)
+    torch = report["install"][0]
+    torch["download_info"]["url"] = "file:///run/wheelhouse/torch-2.15.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    report["install"][1]["download_info"]["url"] += "#sha256=" + "0" * 64  # a fragment is not part of the URL
+    lock = made(report)
+    text = lock.text()
+    body = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    # a hashed requirements file still (pip reads `    # url:` as a comment), each file's URL below its hash
+    assert body[:3] == ["filelock==4.3.1 \\", f"    --hash=sha256:{lock.packages[0].sha256[0]}",
+                        "    # url: https://files.example/filelock-4.3.1-py3-none-any.whl"]
+    byname = {p.name: p for p in lockfile.parse(text, "locks/cpu.txt").packages}
+    assert byname["torch"].url == "wheelhouse:torch-2.15.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert byname["torch"].filename == "torch-2.15.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert byname["numpy"].url == "https://files.example/numpy-2.4.6-py3-none-any.whl"
+    assert lockfile.parse(text, "locks/cpu.txt") == lock and all(p.url for p in lock.packages)
+    with pytest.raises(LockError, match=r"locks/cpu.txt:6: a url line without the requirement"):
+        lockfile.parse(text.replace("# layer: torch\n", "# layer: torch\n    # url: https://x/y.whl\n"), "locks/cpu.txt")
+
+
+def _layer(lock: lockfile.LockFile, layer: str, wheelhouse=None, mirrors=()) -> dict:
+    import tomllib
+
+    return {p["name"]: p for p in tomllib.loads(lock.pylock(layer, wheelhouse or {}, mirrors))["packages"]}
+
+
+def test_a_layer_installs_from_the_locked_urls_as_a_pylock_toml():
+    lock = made()
+    layer = _layer(lock, "torch")
+    assert sorted(layer) == [p.name for p in lock.layer("torch")]  # the layer alone, in the lock's order
+    (wheel,) = layer["torch"]["wheels"]
+    torch = next(p for p in lock.packages if p.name == "torch")
+    assert wheel == {"name": torch.filename, "url": torch.url, "hashes": {"sha256": torch.sha256[0]}}
+    assert layer["torch"]["version"] == "2.15.0+cpu"
+    assert lock.pylock("extras", {}) == ""  # an empty layer's step installs nothing
+
+
+def test_a_wheel_folder_or_a_mirror_serves_a_file_by_name_and_hash():
+    report = copy.deepcopy(REPORT)
+    report["install"][0]["download_info"]["url"] = "https://download.pytorch.org/whl/cpu/torch-2.15.0%2Bcpu-cp311-none-any.whl"
+    lock = made(report)
+    torch, numpy = (next(p for p in lock.packages if p.name == n) for n in ("torch", "numpy"))
+    mirrors = ["https://download.pytorch.org/whl/=https://mirror.corp/pt/", "https://files.example/=https://pypi.corp/f/"]
+    # the same name and sha256 in the wheel folder: taken from there, whatever the mirrors
+    assert lockfile.source(torch, {torch.filename: torch.sha256[0]}, mirrors) == f"file:///run/wheelhouse/{torch.filename}"
+    # the same name with another hash is not the locked file: the URL (through its mirror) is
+    assert lockfile.source(torch, {torch.filename: "f" * 64}, mirrors) == \
+        "https://mirror.corp/pt/cpu/torch-2.15.0%2Bcpu-cp311-none-any.whl"
+    assert lockfile.source(numpy, {}, mirrors) == "https://pypi.corp/f/numpy-2.4.6-py3-none-any.whl"
+    assert lockfile.source(numpy, {}, ["https://elsewhere/=https://x/"]) == numpy.url  # no prefix: as locked
+    # the rewritten URL is what the layer installs, the hash stays the lock's
+    (wheel,) = _layer(lock, "torch", {}, mirrors)["torch"]["wheels"]
+    assert wheel["url"].startswith("https://mirror.corp/pt/") and wheel["hashes"]["sha256"] == torch.sha256[0]
+
+
+def test_a_file_locked_from_a_wheel_folder_needs_that_file():
+    report = copy.deepcopy(REPORT)
+    report["install"][0]["download_info"]["url"] = "file:///run/wheelhouse/torch-2.15.0+cpu-py3-none-any.whl"
+    torch = next(p for p in made(report).packages if p.name == "torch")
+    with pytest.raises(LockError, match=r"torch==2.15.0\+cpu is locked from a wheel folder .* no wheel folder holds it: "
+                                        r"pass --wheelhouse with that very file"):
+        lockfile.source(torch, {})
+    with pytest.raises(LockError, match=r"the wheel folder's torch-2.15.0\+cpu-py3-none-any.whl has another sha256"):
+        lockfile.source(torch, {torch.filename: "f" * 64})
+    assert lockfile.source(torch, {torch.filename: torch.sha256[0]}).startswith("file:///run/wheelhouse/")
+    with pytest.raises(LockError, match=r"the lock names no URL for its file .*run `envbuild lock`"):
+        lockfile.source(lockfile.Locked("numpy", "2.4.6", ("a" * 64,), "deps"), {})  # a format 2 lock's entry
+
+
+def test_where_files_come_from_is_no_part_of_the_content_key_or_the_lock(tmp_path, monkeypatch):
+    """A wheel folder or an index mirror changes where files come from, never the image's content key (the lock's
+    names and hashes decide it) and never the lock's inputs: a lock made online stays current offline."""
+    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.15.0+cpu-py3-none-any.whl").write_bytes(b"a wheel")
+    lock = made().text().encode()
+    keys, inputs = set(), []
+    for extra in ({}, {"wheelhouse": wheels}, {"index_mirrors": ("https://files.example/=https://m.corp/",)}):
+        opts = plan.BuildOptions(context_dir=tmp_path / "ctx", **extra)
+        p = plan.make_plan(MATRIX, CPU, opts, None, lock=lock)
+        keys.add(plan.content_key(p, opts, {}))
+        inputs.append(locks.inputs(MATRIX, CPU, p.wheels, AMD64, None))
+    assert len(keys) == 1 and inputs[0] == inputs[1] == inputs[2]
+    # nor how the build reaches the network (a proxy), unlike a build argument that may change what is built
+    p = plan.make_plan(MATRIX, CPU, plan.BuildOptions(context_dir=tmp_path / "ctx"), None, lock=lock)
+    for args, same in ((("HTTPS_PROXY=http://127.0.0.1:9", "https_proxy=http://127.0.0.1:9", "NO_PROXY"), True),
+                       (("PIP_EXTRA=1",), False)):
+        assert (plan.content_key(p, plan.BuildOptions(build_args=args), {"NO_PROXY": "x"}) in keys) is same
+    changed = plan.make_plan(MATRIX, CPU, plan.BuildOptions(context_dir=tmp_path / "ctx"), None,
+                             lock=lock.replace(b"numpy==2.4.6", b"numpy==2.4.7"))
+    assert plan.content_key(changed, plan.BuildOptions(), {}) not in keys
+
+
+def test_the_build_context_holds_each_layer_with_its_sources(tmp_path, monkeypatch):
+    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+    import tomllib
+
+    report = copy.deepcopy(REPORT)
+    report["install"][0]["download_info"] = {"url": "file:///run/wheelhouse/torch-2.15.0+cpu-py3-none-any.whl",
+                                             "archive_info": {"hashes": {"sha256": hashlib.sha256(b"w").hexdigest()}}}
+    lock = made(report)
+    torch = next(p for p in lock.packages if p.name == "torch")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / torch.filename).write_bytes(b"w")
+    opts = plan.BuildOptions(context_dir=tmp_path / "ctx", wheelhouse=wheels)
+    p = plan.make_plan(MATRIX, CPU, opts, None, lock=lock.text().encode())
+    plan.write_context(p)
+    folder = tmp_path / "ctx" / "cpu" / "lock"
+    assert (folder / "lock.txt").read_text() == lock.text()
+    torch_layer = tomllib.loads((folder / "pylock.torch.toml").read_text())
+    assert {w["url"] for pkg in torch_layer["packages"] for w in pkg["wheels"]} >= {f"file:///run/wheelhouse/{torch.filename}"}
+    assert "numpy" in (folder / "pylock.deps.toml").read_text() and (folder / "pylock.extras.toml").read_text() == ""
+
+
+# --- the lock's torch is the backend's build ---------------------------------------------------------------------
+
+
+def _cuda_report(version="2.15.0") -> dict:
+    """PyPI's default torch for linux x86_64: a CUDA build, with its runtime wheels and triton."""
+    report = copy.deepcopy(REPORT)
+    torch = report["install"][0]
+    torch["metadata"]["version"] = version
+    torch["metadata"]["requires_dist"] += ["nvidia-cublas==13.1.0.3; platform_system == 'Linux'",
+                                           "cuda-bindings==13.0.3; platform_system == 'Linux'", "triton==3.6.0"]
+    report["install"] += [_fake_item("nvidia-cublas", "13.1.0.3"), _fake_item("cuda-bindings", "13.0.3"),
+                          _fake_item("triton", "3.6.0")]
+    return report
+
+
+def _fake_item(name, version):
+    from support.fakes import _item
+
+    return _item(name, version)
+
+
+def test_a_cpu_lock_holding_cuda_torch_is_refused_naming_the_ways_out():
+    cuda_lock = made(_cuda_report(), inputs={**INPUTS, "platform": AMD64})
+    why = locks.torch_problem(CPU, cuda_lock)
+    assert why and "cpu (CPU) on linux/amd64: the locked torch==2.15.0 is not the CPU build" in why
+    assert "CUDA wheels (cuda-bindings, nvidia-cublas, triton: 3 of them)" in why
+    assert "https://download.pytorch.org/whl/cpu" in why and "--wheelhouse" in why
+    assert "backends.cpu.torch.index_url=" in why and "backends.cpu.torch.any_build: true" in why
+    # where the CPU index is declared, an x86_64 torch without +cpu is PyPI's, even without its CUDA wheels
+    plain = made(inputs={**INPUTS, "platform": AMD64}, report=_relabel(REPORT, "2.15.0"))
+    assert "no `+cpu` version label" in locks.torch_problem(CPU, plain)
+    # aarch64: PyTorch's CPU index serves torch without the label there; that is the CPU build
+    assert locks.torch_problem(CPU, made(inputs={**INPUTS, "platform": "linux/arm64"}, report=_relabel(REPORT, "2.15.0"))) is None
+    assert locks.torch_problem(CPU, made(inputs={**INPUTS, "platform": AMD64})) is None  # 2.15.0+cpu
+
+
+def _relabel(report, version):
+    report = copy.deepcopy(report)
+    report["install"][0]["metadata"]["version"] = version
+    return report
+
+
+def test_any_torch_build_is_taken_only_when_the_matrix_says_so_and_the_lock_records_it(tmp_path):
+    m = load(MATRIX_PATH, [f"backends.cpu.base_image={PINNED}", "backends.cpu.torch.any_build=true"])
+    cpu = m.backend("cpu")
+    assert cpu.torch.any_build and not CPU.torch.any_build
+    wanted = locks.inputs(m, cpu, (), AMD64, None)
+    assert wanted["torch_build"] == "any (torch.any_build)"
+    assert locks.inputs(MATRIX, CPU, (), AMD64, None)["torch_build"] == "the backend's"
+    accepted = made(_cuda_report(), inputs=wanted)
+    assert locks.torch_problem(cpu, accepted) is None
+    assert '"torch_build": "any (torch.any_build)"' in accepted.text()  # recorded in the header
+    # the choice is an input: taking it back makes the lock stale (and then refused once resolved again)
+    assert locks.stale(accepted, locks.inputs(MATRIX, CPU, (), AMD64, None)) == [
+        "torch_build: any (torch.any_build) -> the backend's"]
+
+
+def test_lock_check_refuses_a_cpu_lock_with_cuda_torch(invoke, tmp_path, closed_socket, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    wrong = made(_cuda_report(), inputs=locks.inputs(MATRIX, CPU, (), AMD64, "sha256:" + "a" * 64))
+    file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
+    file.parent.mkdir(parents=True)
+    file.write_text(wrong.text())
+    checked = invoke("lock", "--check", "--backend", "cpu", "--platform", AMD64, "--matrix", MATRIX_PATH,
+                     "--locks", tmp_path / "locks", "--no-ca-bundle", "--set", f"backends.cpu.base_image={PINNED}")
+    assert checked.exit_code == 1 and "wrong torch" in checked.stdout and "is not the CPU build" in checked.stdout

@@ -230,7 +230,7 @@ def test_dockerfile_shape(name: str) -> None:
     chain = image_chain(text)
     (joined,) = [i for i in chain if i.keyword == "COPY" and "--from" in i.args]
     assert joined.args == f"--from=torch-check {ARCH_FILE} {ARCH_FILE}"
-    assert chain.index(joined) > max(n for n, i in enumerate(chain) if i.keyword == "RUN" and "/run/layer.txt" in i.args)
+    assert chain.index(joined) > max(n for n, i in enumerate(chain) if i.keyword == "RUN" and "/run/layer/pylock.toml" in i.args)
     assert stages(text)["torch-check"][0].args == "deps AS torch-check"
     (export,) = [i for i in items if i.keyword == "COPY" and "--from" in i.args and i.args != joined.args]
     assert export.args == "--from=lock-resolve /out/ /" and stages(text)["lock"][0].args == "scratch AS lock"
@@ -251,7 +251,7 @@ def test_torch_layer_comes_before_transformers_layer(name: str) -> None:
     b = TEST_MATRIX.backend(name)
     text = RENDERED[f"{name}.Dockerfile"]
     items = image_chain(text)
-    layer = lambda part: index_of(items, rf"--mount=type=bind,source=lock/{part}\.txt,target=/run/layer\.txt")  # noqa: E731
+    layer = lambda part: index_of(items, rf"--mount=type=bind,source=lock/pylock\.{part}\.toml,target=/run/layer/pylock\.toml")  # noqa: E731
     if b.torch.source == "pip" or (b.plugin and b.plugin.source == "pip"):
         torch_at = layer("torch")
     else:
@@ -260,8 +260,9 @@ def test_torch_layer_comes_before_transformers_layer(name: str) -> None:
     assert torch_at < deps_at < top_at
     for at in (deps_at, top_at) if b.torch.source == "base" else (torch_at, deps_at, top_at):
         run = items[at].args
-        # exactly the lock: every file hash-checked, nothing resolved at build time
-        assert "--require-hashes" in run and "--no-deps" in run and "-r /run/layer.txt" in run, run
+        # exactly the lock: every file by its URL, hash-checked, nothing resolved, no index asked at build time
+        assert "--require-hashes" in run and "--no-deps" in run and "-r /run/layer/pylock.toml" in run, run
+        assert "--no-index" in run and "index-url" not in run and "--find-links" not in run, run
     # No version is written into an install step: they are in the lock.
     assert not [i for i in items if i.keyword == "RUN" and re.search(r'"(torch|transformers|accelerate)==', i.args)]
     # The lock is resolved in a stage of its own, which the image does not build on.
@@ -291,7 +292,7 @@ def test_the_lock_stage_resolves_in_the_base_and_exports_only_the_result() -> No
 def test_every_image_installs_pinned_transformers_and_accelerate(name: str) -> None:
     text = RENDERED[f"{name}.Dockerfile"]
     in_image = [i.args for i in image_chain(text) if i.keyword == "RUN"]
-    (top,) = [run for run in in_image if "source=lock/top.txt" in run]
+    (top,) = [run for run in in_image if "source=lock/pylock.top.toml" in run]
     # The build fails when a pin did not land (the probe reads the image's lock and ENVBUILD_EXPECT);
     # where envbuild owns the environment, also on any conflict.
     assert "envbuild-probe --pins-only" in top
@@ -371,11 +372,15 @@ def test_vendor_torch_is_never_reinstalled(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in VENDOR_TORCH])
-def test_pip_torch_is_installed_once_from_its_index(name: str) -> None:
+def test_pip_torch_is_installed_once_from_its_lock_and_resolved_from_its_index(name: str) -> None:
     b = TEST_MATRIX.backend(name)
-    torch_runs = [run for run in pip_installs(RENDERED[f"{name}.Dockerfile"]) if "source=lock/torch.txt" in run]
+    text = RENDERED[f"{name}.Dockerfile"]
+    torch_runs = [run for run in pip_installs(text) if "source=lock/pylock.torch.toml" in run]
     assert len(torch_runs) == 1
-    assert f'-index-url "{b.torch.index_url}"' in torch_runs[0]
+    # the install takes the lock's files (their URLs came from the index); only the resolver asks the index
+    assert "--no-index" in torch_runs[0] and b.torch.index_url not in torch_runs[0]
+    (resolve,) = [i.args for i in stages(text)["lock-resolve"] if i.keyword == "RUN"]
+    assert f'-index-url "{b.torch.index_url}"' in resolve
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -677,3 +682,17 @@ def test_a_matrix_that_no_longer_validates_is_never_rendered(tmp_path: Path, inv
             "requires_python": None, "torch": ">=99"}}}}}}}))
     result = invoke("render", "--matrix", tmp_path / "matrix.yaml", "--output", tmp_path / "out")
     assert result.exit_code == 2 and "matrix.yaml" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_the_installer_comes_from_the_wheel_folder_alone_when_it_holds_uv(held: bool, tmp_path) -> None:
+    """The uv stage asks no index when the wheel folder holds the matrix's uv (a dead index costs nothing there)."""
+    (run,) = [i.args for i in stages(RENDERED["cpu.Dockerfile"])["uv"] if i.keyword == "RUN"]
+    (loop,) = [p.strip() for p in run.split(" && ") if p.strip().startswith("for f in /run/wheelhouse/uv-")]
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    (folder / f"uv-{TEST_MATRIX.uv}-py3-none-manylinux_2_17_x86_64.whl").write_bytes(b"") if held else None
+    (folder / "uv-0.0.1-py3-none-any.whl").write_bytes(b"")  # another version is not the matrix's uv
+    said = subprocess.run(["sh", "-c", loop.replace("/run/wheelhouse", str(folder)) + '; echo "[$PIP_NO_INDEX]"'],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert said.returncode == 0 and said.stdout.strip() == ("[1]" if held else "[]"), said

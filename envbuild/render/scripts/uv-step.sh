@@ -49,19 +49,19 @@ envbuild_uv_done() {
     exit "$envbuild_status"
 }
 
-# Bytecode for what the step installed (the packages /run/layer.txt names, by their RECORD), compiled once here rather
+# Bytecode for what the step installed (the packages /run/layer/pylock.toml names, by their RECORD), compiled once here rather
 # than in every container, as `uv pip install --compile-bytecode` would, but without the test suites wheels carry
 # (folders named tests or test): no application imports them, and they are a quarter of the source of sympy,
 # networkx and numpy. One pool of workers for all files; a file that does not compile is left as it is, as pip and
 # uv leave it. Usage: envbuild_compile PYTHON
 envbuild_compile() {
-    "$1" - /run/layer.txt <<'PY'
+    "$1" - /run/layer/pylock.toml <<'PY'
 import compileall, functools, re, sys
 from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 
 with open(sys.argv[1]) as layer:
-    names = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", layer.read(), re.M)
+    names = re.findall(r'^name = "([A-Za-z0-9][A-Za-z0-9._-]*)"$', layer.read(), re.M)
 files = []
 for name in names:
     dist = metadata.distribution(name)

@@ -201,6 +201,14 @@ class Group(click.Group):
             extra.setdefault("color", False)
         return super().make_context(info_name, args, parent, **extra)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # `envbuild` alone: the help, as --help prints it. click >= 8.2 raises it as a usage error instead, whose
+        # message main() would escape onto one line (literal \n).
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit()
+        return super().parse_args(ctx, args)
+
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
         if _completing(kwargs):  # click writes the shell's script and candidates itself, as bytes: let them through

@@ -104,7 +104,7 @@ MAX_WIDTH = 100  # of help text
 # The top-level help, by what people do; a command not named here is listed under "Other commands".
 SECTIONS = (
     ("Use an image", ("list", "show", "detect", "doctor", "pick", "pull", "run", "env", "verify")),
-    ("Build and test", ("init", "validate", "render", "lock", "build", "smoke", "clean")),
+    ("Build and test", ("init", "validate", "render", "lock", "build", "smoke", "clean", "base")),
     ("Publish and maintain", ("publish", "attest", "keygen", "sbom", "outdated", "bump", "metadata", "matrix",
                               "summary", "site", "docs")),
 )
@@ -127,6 +127,7 @@ SHORT = {
     "build": "Build a backend's image on the local Docker engine.",
     "smoke": "Prove a model loads and runs on the backend's device.",
     "clean": "Remove the containers and untagged images envbuild left.",
+    "base": "Make a Debian or Ubuntu base image from the distribution's archive.",
     "publish": "Push images and record their digests in the manifest.",
     "attest": "Add a signed smoke result to an image in its registry.",
     "keygen": "Make a cosign signing key pair.",
@@ -714,6 +715,53 @@ def build(backends, variant, matrix_path, overrides, inputs, locked, build_args,
     else:
         built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
     _report_builds(built, json_path, as_json)
+
+
+@cli.command("base")
+@click.option("--backend", "-b", "backend", required=True, metavar="NAME", help="The backend whose base image to make (its base_image: Debian's or Ubuntu's).")
+@click.option("--suite", metavar="NAME", help="The archive's suite (codename) to make it from [default: the image's, e.g. bookworm for debian:bookworm-slim].")
+@click.option("--archive", "archive", metavar="URL", help="The distribution's archive, or a site's mirror of it (http, https or file://) [default: deb.debian.org, archive.ubuntu.com].")
+@click.option("--output", "-o", type=_PathArg(dir_okay=False), metavar="FILE", help="Only write the root filesystem tarball to FILE (`docker import FILE IMAGE` loads it); load nothing.")
+@click.option("--dry-run", is_flag=True, help="Say what would be made, from where, with which command; make nothing.")
+@click.option("--no-cache", is_flag=True, help="Make it afresh even when a tarball from the same archive state and SOURCE_DATE_EPOCH is cached.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_matrix_options
+def base_(backend, suite, archive, output, dry_run, no_cache, as_json, matrix_path, overrides) -> None:
+    """Make a backend's Debian or Ubuntu base image from the distribution's archive, for a site no registry serves.
+
+    mmdebstrap makes the minimal root filesystem (minbase) from the archive or your mirror of it, and the image is
+    loaded into the Docker engine under the backend's base_image name (cpu: debian:bookworm-slim), so the next
+    build finds it there. The same inputs give the same layer, bit for bit: SOURCE_DATE_EPOCH (default: the
+    archive's Release date) fixes every time stamp. Vendor bases (CUDA, ROCm, Ascend, ...) and python:* images
+    carry what no archive holds: refused, saying what to do instead. Needs mmdebstrap (apt-get install mmdebstrap).
+
+    \b
+    Examples:
+      envbuild base --backend cpu --dry-run
+      envbuild base --backend cpu --archive http://debian.mirror.example.com/debian
+      envbuild base --backend cpu --output bookworm-slim.tar
+    """
+    from envbuild.tools import base as bases
+
+    m = _load(matrix_path, overrides)
+    chosen = m.select([backend])[0]
+    p = bases.plan(chosen, suite=suite, mirror=archive)
+    if dry_run:
+        if as_json:
+            _emit_json({"backend": p.backend, "image": p.image, "suite": p.codename, "archive": p.mirror, "arch": p.arch,
+                        "source_date_epoch": p.epoch, "command": p.argv("BASE.tar", p.epoch or "EPOCH")})
+            return
+        for line in p.describe():
+            click.echo(line)
+        return
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    made = bases.make(p, None if output else _engine(), output=output, echo=echo, cache=not no_cache)
+    if as_json:
+        _emit_json(made.to_json())
+    else:
+        where = str(output) if output else made.plan.image
+        click.echo(f"{made.plan.backend}: {where} made from {p.mirror} {p.codename} (SOURCE_DATE_EPOCH={made.epoch}), "
+                   f"layer {made.layer}{' (cached)' if made.cached else ''}")
 
 
 @cli.command("lock")

@@ -326,7 +326,7 @@ def diagnose(
     checks.append(check_disk(backend, engine))
     checks.append(check_platforms(backend, str(rootp)))
     if backend.base_image:
-        from envbuild.core.imageref import base_ways_out
+        from envbuild.core.distbase import base_ways_out
 
         checks.append(check_registry("base registry", backend.base_image, base_ways_out(backend.base_image, backend.name)))
     if registry:

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from envbuild.core.errors import EnvbuildError, InvalidInput, NoVariantFitsError
+from envbuild.core.errors import BuildError, EnvbuildError, InvalidInput, LockError, NoVariantFitsError
 from envbuild.core.files import read_host, write_atomic
 from envbuild.core.imageref import Reference, check_repository
 from envbuild.core.output import OutputFault, capped, guarded, safe, scrub
@@ -412,7 +412,7 @@ def _emit_json(data: Any) -> None:
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH})
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error (for bug reports).")
-@click.option("--yes", "-y", is_flag=True, help="Answer yes to envbuild's questions: where no Docker engine answers (Debian, Ubuntu), install docker.io and start it without asking.")
+@click.option("--yes", "-y", is_flag=True, help="Answer yes to envbuild's questions: where no Docker engine answers (Debian, Ubuntu), install docker.io and start it without asking; where a build's Debian or Ubuntu base cannot be pulled, make it from the archive (`envbuild base`).")
 @click.version_option(package_name="envbuild")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, yes: bool) -> None:
@@ -713,8 +713,38 @@ def build(backends, variant, matrix_path, overrides, inputs, locked, build_args,
         with StatusBoard([x.name for x in chosen], stream=click.get_text_stream("stderr"), live=live) as board:
             built = b.build_many(m, chosen, opts, engine, jobs=jobs, echo=echo, verbose=verbose, locked=locked, board=board)
     else:
-        built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
+        try:
+            built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
+        except (BuildError, LockError) as exc:
+            if not _offer_base(chosen[0], str(exc), engine, opts, echo):
+                raise
+            built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
     _report_builds(built, json_path, as_json)
+
+
+def _offer_base(backend, error: str, engine, opts, echo) -> bool:
+    """Where the base image cannot be had and envbuild can make it from the distribution's archive (`envbuild
+    base`), offer that on a terminal, as the Docker engine install is (--yes: without asking); True once made."""
+    from envbuild.core.distbase import MADE_LABEL, makeable
+    from envbuild.core.imageref import mirror
+
+    name = mirror(backend.base_image, opts.mirrors) if backend.base_image else ""
+    if "base image" not in error or name != backend.base_image or not makeable(name):
+        return False
+    have = engine.image(name)
+    if have is not None and MADE_LABEL in have.labels:
+        return False  # made already: the failure is another one
+    ctx = click.get_current_context()
+    question = (f"{name} cannot be pulled. Make it from the distribution's archive with mmdebstrap now "
+                f"(`envbuild base --backend {backend.name}`, 1 to 3 minutes)?")
+    if not (ctx.obj and ctx.obj.get("yes")) and not (sys.stdin.isatty() and click.confirm(question, err=True)):
+        return False
+    from envbuild.tools import base as bases
+
+    for line in _error_lines(_scrub(error))[:1]:
+        echo(f"{backend.name}: {shown(line)[:300]}")
+    bases.make(bases.plan(backend), engine, echo=echo)
+    return True
 
 
 @cli.command("base")

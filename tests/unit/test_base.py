@@ -216,3 +216,31 @@ def test_a_made_base_stands_for_the_registry_digest_in_a_lock_only_when_envbuild
     assert made_base_digest(engine, "debian:bookworm-slim") is None  # pulled, not made: the registry decides
     made = base.make(base.plan(_backend(), mirror=f"file://{archive}", environ={}), engine, echo=lambda line: None)
     assert made_base_digest(engine, "debian:bookworm-slim") == made.layer
+
+
+def test_a_build_whose_base_cannot_be_pulled_makes_it_when_told_yes_then_builds(invoke, monkeypatch) -> None:
+    """The offer's wiring: the build's base failure (as lock and build say it), `--yes`, the base made under the
+    backend's name, the build run again. Refused without --yes off a terminal: the error stands, naming the way."""
+    from support.fakes import FakeEngine
+
+    import envbuild.cli as cli
+    from envbuild import imagebuild
+    from envbuild.core.errors import LockError
+
+    engine, calls, made = FakeEngine(), [], []
+    monkeypatch.setattr(cli, "_engine", lambda: engine)
+
+    def build_many(m, chosen, opts, eng, **kw):
+        calls.append(chosen[0].name)
+        if not made:
+            raise LockError(f"cpu: cannot resolve the base image debian:bookworm-slim for linux/amd64 in its registry "
+                            f"(no answer). {base_ways_out('debian:bookworm-slim', 'cpu')}")
+        return []
+
+    monkeypatch.setattr(imagebuild, "build_many", build_many)
+    monkeypatch.setattr(base, "make", lambda p, eng, **kw: made.append((p.image, eng)))
+    refused = invoke("build", "--backend", "cpu")
+    assert refused.exit_code == 1 and "envbuild base --backend cpu" in refused.stderr and not made
+    told = invoke("--yes", "build", "--backend", "cpu")
+    assert told.exit_code == 0, told.output
+    assert made == [("debian:bookworm-slim", engine)] and calls == ["cpu", "cpu", "cpu"]

@@ -461,7 +461,8 @@ def init_(directory: Path, force: bool) -> None:
         if source.exists():
             write_atomic(target, source.read_bytes())
             click.echo(f"wrote {target}")
-    click.echo(f"next: cd {directory} && envbuild validate && envbuild render")
+    click.echo(f"next: cd {directory}, edit matrix.yaml, then `envbuild validate` and `envbuild build --backend cpu` "
+               "(build writes the Dockerfile it needs); commit matrix.yaml and locks/")
 
 
 @cli.command()

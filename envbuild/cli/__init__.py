@@ -720,6 +720,9 @@ def build(backends, variant, matrix_path, overrides, inputs, locked, build_args,
             if not _offer_base(chosen[0], str(exc), engine, opts, echo):
                 raise
             built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
+        else:  # a failed build comes back as a result, with the base's ways out in its error
+            if len(built) == 1 and not built[0].ok and _offer_base(chosen[0], built[0].error or "", engine, opts, echo):
+                built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
     _report_builds(built, json_path, as_json)
 
 

@@ -244,3 +244,25 @@ def test_a_build_whose_base_cannot_be_pulled_makes_it_when_told_yes_then_builds(
     told = invoke("--yes", "build", "--backend", "cpu")
     assert told.exit_code == 0, told.output
     assert made == [("debian:bookworm-slim", engine)] and calls == ["cpu", "cpu", "cpu"]
+
+
+def test_a_failed_build_result_naming_the_base_is_offered_the_make_too(invoke, monkeypatch) -> None:
+    """build() returns a lock's or BuildKit's base failure as a failed result (not raised): the same offer."""
+    from support.fakes import FakeEngine
+
+    import envbuild.cli as cli
+    from envbuild import imagebuild
+    from envbuild.imagebuild import BuildResult
+    from envbuild.imagebuild.builder import base_failure
+
+    engine, made = FakeEngine(), []
+    monkeypatch.setattr(cli, "_engine", lambda: engine)
+    said = base_failure("failed to resolve source metadata for docker.io/library/debian:bookworm-slim: i/o timeout",
+                        "debian:bookworm-slim", "cpu")
+    monkeypatch.setattr(imagebuild, "build_many", lambda *a, **kw: [
+        BuildResult("cpu", bool(made), ["x:cpu"], "sha256:" + "1" * 64 if made else None, 1.0, error=None if made else said)])
+    monkeypatch.setattr(base, "make", lambda p, eng, **kw: made.append(p.image))
+    assert invoke("build", "--backend", "cpu").exit_code == 1 and not made  # off a terminal, without --yes: asked nothing
+    told = invoke("--yes", "build", "--backend", "cpu")
+    assert told.exit_code == 0, told.output
+    assert made == ["debian:bookworm-slim"]

@@ -1102,34 +1102,43 @@ def smoke(backends, variant, image, model, timeout, as_json, json_path, junit_pa
 @cli.command()
 @click.option("--containers-only", is_flag=True, help="Keep the images: remove only stopped envbuild containers.")
 @click.option("--build-cache", is_flag=True,
-              help="Also remove envbuild's BuildKit cache mounts (its uv and pip caches), nobody else's.")
+              help="Also remove envbuild's BuildKit cache mounts (its uv and pip caches), nobody else's; every checkout on this engine shares them.")
+@click.option("--all", "every", is_flag=True, help="Every envbuild-made container and untagged image on this engine, whichever checkout made it [default: only this folder's].")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
+def clean(containers_only: bool, build_cache: bool, every: bool, dry_run: bool, as_json: bool) -> None:
     """Remove what envbuild left on the engine: its stopped containers (a daemon killed during a smoke test
-    leaves them) and its untagged images (build results a newer build replaced). Running containers, tagged
-    images and anything envbuild did not make are never touched; an image a container still uses stays.
-    With --build-cache, the cache mounts of envbuild's install steps go too (the next build downloads again):
-    the way out when a build fails in a way a broken cache can cause.
+    leaves them) and its untagged images (build results a newer build replaced). By default only this checkout's
+    (the project folder you run it in: its containers by their label, its images by the list its builds keep in
+    .envbuild/), so an engine other checkouts share loses none of theirs; --all takes every envbuild-made one.
+    Running containers, tagged images and anything envbuild did not make are never touched; an image a container
+    still uses stays. With --build-cache, the cache mounts of envbuild's install steps go too (the next build
+    downloads again): the way out when a build fails in a way a broken cache can cause.
 
     \b
     Examples:
+      envbuild clean --dry-run
       envbuild clean
-      envbuild clean --containers-only
+      envbuild clean --all --containers-only
     """
-    done = cleaning.clean(_engine(), images=not containers_only, build_cache=build_cache)
+    done = cleaning.clean(_engine(), images=not containers_only, build_cache=build_cache, every=every, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps(done.to_json(), indent=2))
         return
+    verb = "would remove" if dry_run else "removed"
     for name in done.containers:
-        click.echo(f"removed container {name}")
+        click.echo(f"{verb} container {name}")
     for image in done.images:
-        click.echo(f"removed image {image[:19]}")
+        click.echo(f"{verb} image {image[:19]}")
     for record in done.build_caches:
-        click.echo(f"removed build cache {record}")
+        click.echo(f"{verb} build cache {record}")
     for kept in done.kept:
         click.echo(f"kept {kept}" if kept.startswith("build cache") else f"kept image {kept}")
+    where = "on this engine" if every else "from this checkout (--all: every checkout's on this engine)"
     if not (done.containers or done.images or done.build_caches):
-        click.echo("nothing to clean")
+        click.echo(f"nothing to clean {where}")
+    elif dry_run:
+        click.echo(f"nothing removed (--dry-run); the above is what `envbuild clean{' --all' if every else ''}` removes {where}")
 
 
 # --- signing and verifying (envbuild/ship/trust) ---------------------------------------------------------------

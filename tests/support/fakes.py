@@ -162,11 +162,12 @@ class FakeEngine(EngineAPI):
         return [c if isinstance(c, Container) else Container(c, "exited", {OWNED_LABEL: "1"}) for c in self.leftovers]
 
     def dangling_images(self, label: str) -> list[str]:
-        return []
+        return list(getattr(self, "dangling", []))  # set `dangling` (image ids) to have some
 
     def remove_image(self, ref: str) -> str | None:
         img = self._find(ref)
         self.removed.append(ref)
+        self.dangling = [i for i in getattr(self, "dangling", []) if i != ref]
         self.refs = {r: i for r, i in self.refs.items() if i is not img and r != ref}
         return None
 

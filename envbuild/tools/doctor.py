@@ -222,7 +222,8 @@ def check_leftovers(engine: Engine | None) -> Check | None:
     if not names:
         return Check("leftover containers", True, "no smoke container left behind")
     return Check("leftover containers", False, f"{len(names)} smoke container(s) left: {', '.join(names[:5])}",
-                 "their runs are gone: `envbuild clean`, or `docker rm -f " + " ".join(names[:5]) + "`",
+                 "their runs are gone: `envbuild clean` (this checkout's; `--all` for every checkout's), or `docker rm -f "
+                 + " ".join(names[:5]) + "`",
                  blocking=False)
 
 

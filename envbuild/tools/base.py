@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Callable
 from envbuild.core import paths
 from envbuild.core.distbase import MADE_LABEL, Suite, suite_for
 from envbuild.core.errors import DockerError, EnvbuildError, InvalidInput
-from envbuild.core.files import stage, commit
 from envbuild.core.platform import arch as host_arch
 
 if TYPE_CHECKING:
@@ -84,7 +83,7 @@ class Made:
 
     def to_json(self) -> dict:
         return {"backend": self.plan.backend, "image": self.plan.image, "suite": self.plan.codename,
-                "mirror": self.plan.mirror, "arch": self.plan.arch, "source_date_epoch": self.epoch, "tar": str(self.tar),
+                "archive": self.plan.mirror, "arch": self.plan.arch, "source_date_epoch": self.epoch, "tar": str(self.tar),
                 "layer": self.layer, "cached": self.cached, "image_id": self.image.id if self.image else None}
 
 
@@ -106,7 +105,7 @@ def plan(backend: Backend, *, suite: str | None = None, mirror: str | None = Non
     if epoch is not None and not epoch.isdigit():
         raise InvalidInput(f"SOURCE_DATE_EPOCH={epoch!r} is not a number of seconds since 1970")
     if mirror is not None and not mirror.startswith(("http://", "https://", "file://")):
-        raise InvalidInput(f"--mirror {mirror!r}: give the archive's URL, e.g. {found.mirror(machine)} (http, https or file)")
+        raise InvalidInput(f"--archive {mirror!r}: give the archive's URL, e.g. {found.mirror(machine)} (http, https or file)")
     return BasePlan(backend.name, backend.base_image, found, suite or found.suite, (mirror or found.mirror(machine)).rstrip("/"),
                     machine, "slim" in backend.base_image.rpartition(":")[2], epoch)
 
@@ -122,7 +121,7 @@ def release(p: BasePlan) -> bytes:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             errors.append(f"{url}: {getattr(exc, 'reason', None) or exc}")
     raise BaseError(f"cannot read the {p.suite.distribution} archive's {p.codename} suite ({'; '.join(errors)}). Ways out: "
-                    f"a mirror of the archive that answers (`envbuild base --backend {p.backend} --mirror URL`, http or "
+                    f"a mirror of the archive that answers (`envbuild base --backend {p.backend} --archive URL`, http or "
                     "file://); or another suite (`--suite NAME`)")
 
 
@@ -206,8 +205,12 @@ def make(p: BasePlan, engine: Engine | None, *, output: Path | None = None, echo
     base_image, and check that the engine's layer is the tarball."""
     made = make_tar(p, echo=echo, cache=cache, cache_dir=cache_dir)
     if output is not None:
-        with open(made.tar, "rb") as fh:
-            commit(stage({output: fh.read()}))
+        part = output.with_name(f".{output.name}.{os.getpid()}.part")
+        try:
+            shutil.copyfile(made.tar, part)
+            part.replace(output)  # whole or not at all
+        finally:
+            part.unlink(missing_ok=True)
         echo(f"[{p.backend}] wrote {output} (layer {made.layer}); `docker import` it as {p.image} where it is needed")
         return made
     assert engine is not None

@@ -125,7 +125,7 @@ def test_a_dead_archive_fails_in_seconds_naming_the_way_out(tmp_path: Path) -> N
     p = base.plan(_backend(), mirror=f"file://{tmp_path}/none", environ={})
     with pytest.raises(base.BaseError) as exc:
         base.release(p)
-    assert "--mirror URL" in str(exc.value) and f"{tmp_path}/none/dists/bookworm/InRelease" in str(exc.value)
+    assert "--archive URL" in str(exc.value) and f"{tmp_path}/none/dists/bookworm/InRelease" in str(exc.value)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from envbuild.core.errors import EnvbuildError, InvalidInput, NoVariantFitsError
+from envbuild.core.errors import BuildError, EnvbuildError, InvalidInput, LockError, NoVariantFitsError
 from envbuild.core.files import read_host, write_atomic
 from envbuild.core.imageref import Reference, check_repository
 from envbuild.core.output import OutputFault, capped, guarded, safe, scrub
@@ -104,7 +104,7 @@ MAX_WIDTH = 100  # of help text
 # The top-level help, by what people do; a command not named here is listed under "Other commands".
 SECTIONS = (
     ("Use an image", ("list", "show", "detect", "doctor", "pick", "pull", "run", "env", "verify")),
-    ("Build and test", ("init", "validate", "render", "lock", "build", "smoke", "clean")),
+    ("Build and test", ("init", "validate", "render", "lock", "build", "smoke", "clean", "base")),
     ("Publish and maintain", ("publish", "attest", "keygen", "sbom", "outdated", "bump", "metadata", "matrix",
                               "summary", "site", "docs")),
 )
@@ -127,6 +127,7 @@ SHORT = {
     "build": "Build a backend's image on the local Docker engine.",
     "smoke": "Prove a model loads and runs on the backend's device.",
     "clean": "Remove the containers and untagged images envbuild left.",
+    "base": "Make a Debian or Ubuntu base image from the distribution's archive.",
     "publish": "Push images and record their digests in the manifest.",
     "attest": "Add a signed smoke result to an image in its registry.",
     "keygen": "Make a cosign signing key pair.",
@@ -200,6 +201,14 @@ class Group(click.Group):
         if no_color():  # click then strips its styles, as it does off a terminal
             extra.setdefault("color", False)
         return super().make_context(info_name, args, parent, **extra)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # `envbuild` alone: the help, as --help prints it. click >= 8.2 raises it as a usage error instead, whose
+        # message main() would escape onto one line (literal \n).
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit()
+        return super().parse_args(ctx, args)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _sigterm_as_interrupt()
@@ -405,7 +414,7 @@ def _emit_json(data: Any) -> None:
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH})
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error (for bug reports).")
-@click.option("--yes", "-y", is_flag=True, help="Answer yes to envbuild's questions: where no Docker engine answers (Debian, Ubuntu), install docker.io and start it without asking.")
+@click.option("--yes", "-y", is_flag=True, help="Answer yes to envbuild's questions: where no Docker engine answers (Debian, Ubuntu), install docker.io and start it without asking; where a build's Debian or Ubuntu base cannot be pulled, make it from the archive (`envbuild base`).")
 @click.version_option(package_name="envbuild")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, yes: bool) -> None:
@@ -454,7 +463,8 @@ def init_(directory: Path, force: bool) -> None:
         if source.exists():
             write_atomic(target, source.read_bytes())
             click.echo(f"wrote {target}")
-    click.echo(f"next: cd {directory} && envbuild validate && envbuild render")
+    click.echo(f"next: cd {directory}, edit matrix.yaml, then `envbuild validate` and `envbuild build --backend cpu` "
+               "(build writes the Dockerfile it needs); commit matrix.yaml and locks/")
 
 
 @cli.command()
@@ -706,8 +716,88 @@ def build(backends, variant, matrix_path, overrides, inputs, locked, build_args,
         with StatusBoard([x.name for x in chosen], stream=click.get_text_stream("stderr"), live=live) as board:
             built = b.build_many(m, chosen, opts, engine, jobs=jobs, echo=echo, verbose=verbose, locked=locked, board=board)
     else:
-        built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
+        try:
+            built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
+        except (BuildError, LockError) as exc:
+            if not _offer_base(chosen[0], str(exc), engine, opts, echo):
+                raise
+            built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
+        else:  # a failed build comes back as a result, with the base's ways out in its error
+            if len(built) == 1 and not built[0].ok and _offer_base(chosen[0], built[0].error or "", engine, opts, echo):
+                built = b.build_many(m, chosen, opts, engine, echo=echo, verbose=verbose, locked=locked)
     _report_builds(built, json_path, as_json)
+
+
+def _offer_base(backend, error: str, engine, opts, echo) -> bool:
+    """Where the base image cannot be had and envbuild can make it from the distribution's archive (`envbuild
+    base`), offer that on a terminal, as the Docker engine install is (--yes: without asking); True once made."""
+    from envbuild.core.distbase import MADE_LABEL, makeable
+    from envbuild.core.imageref import mirror
+
+    name = mirror(backend.base_image, opts.mirrors) if backend.base_image else ""
+    if "base image" not in error or name != backend.base_image or not makeable(name):
+        return False
+    have = engine.image(name)
+    if have is not None and MADE_LABEL in have.labels:
+        return False  # made already: the failure is another one
+    ctx = click.get_current_context()
+    question = (f"{name} cannot be pulled. Make it from the distribution's archive with mmdebstrap now "
+                f"(`envbuild base --backend {backend.name}`, 1 to 3 minutes)?")
+    if not (ctx.obj and ctx.obj.get("yes")) and not (sys.stdin.isatty() and click.confirm(question, err=True)):
+        return False
+    from envbuild.tools import base as bases
+
+    for line in _error_lines(_scrub(error))[:1]:
+        echo(f"{backend.name}: {shown(line)[:300]}")
+    bases.make(bases.plan(backend), engine, echo=echo)
+    return True
+
+
+@cli.command("base")
+@click.option("--backend", "-b", "backend", required=True, metavar="NAME", help="The backend whose base image to make (its base_image: Debian's or Ubuntu's).")
+@click.option("--suite", metavar="NAME", help="The archive's suite (codename) to make it from [default: the image's, e.g. bookworm for debian:bookworm-slim].")
+@click.option("--archive", "archive", metavar="URL", help="The distribution's archive, or a site's mirror of it (http, https or file://) [default: deb.debian.org, archive.ubuntu.com].")
+@click.option("--output", "-o", type=_PathArg(dir_okay=False), metavar="FILE", help="Only write the root filesystem tarball to FILE (`docker import FILE IMAGE` loads it); load nothing.")
+@click.option("--dry-run", is_flag=True, help="Say what would be made, from where, with which command; make nothing.")
+@click.option("--no-cache", is_flag=True, help="Make it afresh even when a tarball from the same archive state and SOURCE_DATE_EPOCH is cached.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_matrix_options
+def base_(backend, suite, archive, output, dry_run, no_cache, as_json, matrix_path, overrides) -> None:
+    """Make a backend's Debian or Ubuntu base image from the distribution's archive, for a site no registry serves.
+
+    mmdebstrap makes the minimal root filesystem (minbase) from the archive or your mirror of it, and the image is
+    loaded into the Docker engine under the backend's base_image name (cpu: debian:bookworm-slim), so the next
+    build finds it there. The same inputs give the same layer, bit for bit: SOURCE_DATE_EPOCH (default: the
+    archive's Release date) fixes every time stamp. Vendor bases (CUDA, ROCm, Ascend, ...) and python:* images
+    carry what no archive holds: refused, saying what to do instead. Needs mmdebstrap (apt-get install mmdebstrap).
+
+    \b
+    Examples:
+      envbuild base --backend cpu --dry-run
+      envbuild base --backend cpu --archive http://debian.mirror.example.com/debian
+      envbuild base --backend cpu --output bookworm-slim.tar
+    """
+    from envbuild.tools import base as bases
+
+    m = _load(matrix_path, overrides)
+    chosen = m.select([backend])[0]
+    p = bases.plan(chosen, suite=suite, mirror=archive)
+    if dry_run:
+        if as_json:
+            _emit_json({"backend": p.backend, "image": p.image, "suite": p.codename, "archive": p.mirror, "arch": p.arch,
+                        "source_date_epoch": p.epoch, "command": p.argv("BASE.tar", p.epoch or "EPOCH")})
+            return
+        for line in p.describe():
+            click.echo(line)
+        return
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    made = bases.make(p, None if output else _engine(), output=output, echo=echo, cache=not no_cache)
+    if as_json:
+        _emit_json(made.to_json())
+    else:
+        where = str(output) if output else made.plan.image
+        click.echo(f"{made.plan.backend}: {where} made from {p.mirror} {p.codename} (SOURCE_DATE_EPOCH={made.epoch}), "
+                   f"layer {made.layer}{' (cached)' if made.cached else ''}")
 
 
 @cli.command("lock")
@@ -1014,34 +1104,43 @@ def smoke(backends, variant, image, model, timeout, as_json, json_path, junit_pa
 @cli.command()
 @click.option("--containers-only", is_flag=True, help="Keep the images: remove only stopped envbuild containers.")
 @click.option("--build-cache", is_flag=True,
-              help="Also remove envbuild's BuildKit cache mounts (its uv and pip caches), nobody else's.")
+              help="Also remove envbuild's BuildKit cache mounts (its uv and pip caches), nobody else's; every checkout on this engine shares them.")
+@click.option("--all", "every", is_flag=True, help="Every envbuild-made container and untagged image on this engine, whichever checkout made it [default: only this folder's].")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def clean(containers_only: bool, build_cache: bool, as_json: bool) -> None:
+def clean(containers_only: bool, build_cache: bool, every: bool, dry_run: bool, as_json: bool) -> None:
     """Remove what envbuild left on the engine: its stopped containers (a daemon killed during a smoke test
-    leaves them) and its untagged images (build results a newer build replaced). Running containers, tagged
-    images and anything envbuild did not make are never touched; an image a container still uses stays.
-    With --build-cache, the cache mounts of envbuild's install steps go too (the next build downloads again):
-    the way out when a build fails in a way a broken cache can cause.
+    leaves them) and its untagged images (build results a newer build replaced). By default only this checkout's
+    (the project folder you run it in: its containers by their label, its images by the list its builds keep in
+    .envbuild/), so an engine other checkouts share loses none of theirs; --all takes every envbuild-made one.
+    Running containers, tagged images and anything envbuild did not make are never touched; an image a container
+    still uses stays. With --build-cache, the cache mounts of envbuild's install steps go too (the next build
+    downloads again): the way out when a build fails in a way a broken cache can cause.
 
     \b
     Examples:
+      envbuild clean --dry-run
       envbuild clean
-      envbuild clean --containers-only
+      envbuild clean --all --containers-only
     """
-    done = cleaning.clean(_engine(), images=not containers_only, build_cache=build_cache)
+    done = cleaning.clean(_engine(), images=not containers_only, build_cache=build_cache, every=every, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps(done.to_json(), indent=2))
         return
+    verb = "would remove" if dry_run else "removed"
     for name in done.containers:
-        click.echo(f"removed container {name}")
+        click.echo(f"{verb} container {name}")
     for image in done.images:
-        click.echo(f"removed image {image[:19]}")
+        click.echo(f"{verb} image {image[:19]}")
     for record in done.build_caches:
-        click.echo(f"removed build cache {record}")
+        click.echo(f"{verb} build cache {record}")
     for kept in done.kept:
         click.echo(f"kept {kept}" if kept.startswith("build cache") else f"kept image {kept}")
+    where = "on this engine" if every else "from this checkout (--all: every checkout's on this engine)"
     if not (done.containers or done.images or done.build_caches):
-        click.echo("nothing to clean")
+        click.echo(f"nothing to clean {where}")
+    elif dry_run:
+        click.echo(f"nothing removed (--dry-run); the above is what `envbuild clean{' --all' if every else ''}` removes {where}")
 
 
 # --- signing and verifying (envbuild/ship/trust) ---------------------------------------------------------------

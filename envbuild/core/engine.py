@@ -196,6 +196,7 @@ class Image:
     repo_digests: tuple[str, ...]
     size: int
     created: datetime | None = None
+    layers: tuple[str, ...] = ()  # the root filesystem's diff ids, bottom first
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,7 @@ class EngineAPI(Protocol):
     def image_id(self, ref: str) -> str | None: ...
     def tag(self, image: str, refs: list[str]) -> None: ...
     def untag(self, ref: str) -> None: ...
+    def import_image(self, tar: str, ref: str, changes: list[str], labels: dict[str, str]) -> Image: ...
 
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
@@ -418,7 +420,7 @@ class Engine(EngineAPI):
         config = attrs.get("Config") or {}
         return Image(attrs["Id"], dict(config.get("Labels") or {}), attrs.get("Os") or "linux",
                      attrs.get("Architecture") or "unknown", tuple(attrs.get("RepoDigests") or ()), int(attrs.get("Size") or 0),
-                     _timestamp(attrs.get("Created")))
+                     _timestamp(attrs.get("Created")), tuple((attrs.get("RootFS") or {}).get("Layers") or ()))
 
     def image_id(self, ref: str) -> str | None:
         image = self.image(ref)
@@ -436,6 +438,18 @@ class Engine(EngineAPI):
     def untag(self, ref: str) -> None:
         """Remove one reference by name (the image stays while other tags hold it); an absent one is fine."""
         self._call(f"cannot remove {ref}", lambda: self.client.api.remove_image(ref, noprune=False), missing_ok=True)
+
+    def import_image(self, tar: str, ref: str, changes: list[str], labels: dict[str, str]) -> Image:
+        """A root filesystem tarball as a one-layer image named `ref` (docker import): its layer's diff id is the
+        tarball's sha256. `changes`: Dockerfile instructions for its config (ENV, CMD)."""
+        r = Reference.parse(ref).tagged()
+        changes = [*changes, *(f"LABEL {k}={json.dumps(v)}" for k, v in sorted(labels.items()))]
+        self._call(f"cannot import {tar} as {ref}", lambda: self.client.api.import_image_from_file(
+            tar, repository=r.familiar_name, tag=r.tag, changes=changes))
+        image = self.image(ref)
+        if image is None:
+            raise EngineError(f"cannot import {tar} as {ref}", "the engine has no such image afterwards")
+        return image
 
     # -- containers ---------------------------------------------------------------------------------------
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,

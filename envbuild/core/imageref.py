@@ -233,16 +233,3 @@ def with_tags(repository: str, refs: "list[str] | tuple[str, ...]") -> list[str]
     repo = Reference.repository(repository, "repository")
     return [str(repo.with_tag(Reference.parse(r).tagged().tag)) for r in refs]
 
-
-def base_ways_out(base: str, backend: str) -> str:
-    """Every way past a base image that cannot be had, the same wherever it fails (lock, build, doctor): a
-    mirror, an image of your own, a local registry, a digest pin."""
-    try:
-        host = Reference.parse(base).registry
-    except InvalidReference:
-        host = "REGISTRY"
-    field = f"backends.{backend}.base_image"
-    return (f"Ways out: a mirror you can reach (`--mirror {host}=MIRROR`); an image you have (`--set {field}=IMAGE`); "
-            f"a local registry (`docker run -d -p 5000:5000 registry:2`, or Debian's docker-registry package: push the "
-            f"base there, then `--set {field}=localhost:5000/NAME:TAG`); or a digest pin (`--set {field}=REF@sha256:...`: "
-            f"a lock then asks no registry).")

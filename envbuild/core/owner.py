@@ -8,10 +8,12 @@ never removed by another run, and a container started from another machine on a 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
@@ -19,6 +21,9 @@ if TYPE_CHECKING:
 
 OWNED_LABEL = "dev.envbuild.owned"  # on every container and volume envbuild starts: what leftovers are
 OWNER_LABEL = "dev.envbuild.owner"  # "HOST BOOT PID START" of the process that started it
+CHECKOUT_LABEL = "dev.envbuild.checkout"  # the project folder it was started from (checkout()): clean's scope
+IMAGES_MADE = Path(".envbuild") / "images-built.txt"  # the ids of the images builds in this folder made
+IMAGES_KEPT = 1000  # the newest ids the list keeps
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,37 @@ def me() -> Owner:
     return Owner(host, _read("/proc/sys/kernel/random/boot_id") or "-", os.getpid(), _start_time(os.getpid()) or "")
 
 
+def checkout(folder: str | os.PathLike[str] | None = None) -> str:
+    """The project folder envbuild works in (its matrix, locks and .envbuild/: a checkout), on this machine, as a
+    short id: what `envbuild clean` takes as "here" on an engine several checkouts share."""
+    where = os.path.realpath(folder or os.getcwd())
+    return hashlib.sha256(f"{me().host}\0{where}".encode()).hexdigest()[:16]
+
+
 def labels() -> dict[str, str]:
     """The labels for a container or volume this process starts."""
-    return {OWNED_LABEL: "1", OWNER_LABEL: str(me())}
+    return {OWNED_LABEL: "1", OWNER_LABEL: str(me()), CHECKOUT_LABEL: checkout()}
+
+
+def note_image(image_id: str, ledger: Path = IMAGES_MADE) -> None:
+    """Remember an image a build in this folder made (an image carries no label of the folder: it would differ
+    between the checkouts that build the same image, and travel with it when published)."""
+    made = images_made(ledger)
+    if image_id in made:
+        return
+    kept = [*made, image_id][-IMAGES_KEPT:]
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ledger.with_name(f"{ledger.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(f"{i}\n" for i in kept), encoding="ascii")
+    tmp.replace(ledger)
+
+
+def images_made(ledger: Path = IMAGES_MADE) -> list[str]:
+    try:
+        text = ledger.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("sha256:")]
 
 
 def gone(labels: Mapping[str, str]) -> bool | None:
@@ -100,15 +133,17 @@ class Container:
     labels: Mapping[str, str]
 
 
-def left_behind(engine: Engine) -> list[str]:
+def left_behind(engine: Engine, scope: str | None = None) -> list[str]:
     """envbuild's containers that no longer run and whose run is gone: what a crash (a killed daemon or process)
-    left. A live run's container is not among them, whatever its state."""
+    left. A live run's container is not among them, whatever its state. With `scope` (a checkout()), only the
+    ones started from that folder."""
     return [c.name for c in engine.container_list(OWNED_LABEL)
-            if c.state in ("created", "exited", "dead") and gone(c.labels) is True]
+            if c.state in ("created", "exited", "dead") and gone(c.labels) is True
+            and (scope is None or c.labels.get(CHECKOUT_LABEL) == scope)]
 
 
-def remove_left_behind(engine: Engine) -> list[str]:
-    names = left_behind(engine)
-    for name in names:
+def remove_left_behind(engine: Engine, scope: str | None = None, dry_run: bool = False) -> list[str]:
+    names = left_behind(engine, scope)
+    for name in names if not dry_run else ():
         engine.remove_container(name)
     return names

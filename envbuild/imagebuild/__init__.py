@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from envbuild.core import owner
 from envbuild.core.errors import BuildError, InvalidInput, LockError, StaleLock
 from envbuild.core.platform import Platform, require_runnable
 from envbuild.imagebuild import builder, locking, records
@@ -97,6 +98,7 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
                             or error)
             return result
         records.remember(plan, image_id)
+        owner.note_image(image_id, opts.context_dir.parent / owner.IMAGES_MADE.name)  # `clean`'s scope: made here
     result.ok, result.image_id = True, image_id
     return result
 

@@ -24,7 +24,7 @@ from envbuild.core import engine
 from envbuild.core.credential_env import CREDENTIAL_ENV
 from envbuild.core.errors import BuildError, DockerError
 from envbuild.core.files import write_atomic
-from envbuild.core.imageref import base_ways_out
+from envbuild.core.distbase import base_ways_out
 from envbuild.core.output import Scrubber
 from envbuild.core.paths import cache_dir
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from envbuild.core.distbase import MADE_LABEL
 from envbuild.core.errors import InvalidInput, LockError, StaleLock
 from envbuild.core.files import write_all, write_atomic
 from envbuild.core.imageref import mirror
@@ -128,6 +129,15 @@ def _platform_opts(opts: BuildOptions, platform: str) -> BuildOptions:
     return opts if platform == target(opts.platform) else dataclasses.replace(opts, platform=platform)
 
 
+def made_base_digest(engine: Engine | None, base_image: str) -> str | None:
+    """Where no registry serves the base, a base `envbuild base` made and loaded here stands for it: its one
+    layer's digest (the same wherever it is made from the same archive state) is what the lock records."""
+    image = engine.image(base_image) if engine is not None else None
+    if image is None or MADE_LABEL not in image.labels or len(image.layers) != 1:
+        return None
+    return image.layers[0]
+
+
 def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, engine: Engine, *, locked: bool,
            echo: Callable[[str], None], verbose: bool = False) -> LockFile:
     """The lock to build from (the platform's: --platform, else this host's): the current one, or (unless
@@ -140,9 +150,12 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
     except LockError as exc:
         # Offline, with a lock current in everything else: build from it (BuildKit may have the base), said so.
         if current is None or stale(current, inputs(matrix, backend, plan.wheels, platform, None)):
-            raise
-        echo(f"[{backend.name}] note: {exc}; building from {file}, current in every other input")
-        digest = None
+            digest = made_base_digest(engine, plan.base_image)
+            if digest is None:
+                raise
+        else:
+            echo(f"[{backend.name}] note: {exc}; building from {file}, current in every other input")
+            digest = None
     why = stale(current, inputs(matrix, backend, plan.wheels, platform, digest))
     if not why:
         problem = torch_problem(backend, current)
@@ -173,7 +186,12 @@ def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts:
             with records.locked(opts.context_dir, backend.name):
                 plan = make_plan(matrix, backend, popts, engine)
                 current = read(file)
-                digest = base_digest(backend, plan.base_image, platform, opts)
+                try:
+                    digest = base_digest(backend, plan.base_image, platform, opts)
+                except LockError:
+                    digest = made_base_digest(engine, plan.base_image)
+                    if digest is None:
+                        raise
                 why = stale(current, inputs(matrix, backend, plan.wheels, platform, digest))
                 asked = lock_opts.upgrade or bool(lock_opts.upgrade_packages)
                 if not why and not asked:

@@ -70,7 +70,7 @@ def base_digest(backend: Backend, base_image: str, platform: str, opts: Settings
     try:
         digest, _ = regclient.Registry(base_image, environ, opts.ca_bundle, publish=False).platform_digest(base_image, platform)
     except PublishError as exc:
-        from envbuild.core.imageref import base_ways_out
+        from envbuild.core.distbase import base_ways_out
 
         raise LockError(f"{backend.name}: cannot resolve the base image {base_image} for {platform} in its registry "
                         f"({exc}): a lock names its base by the registry's digest. "

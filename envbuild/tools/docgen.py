@@ -127,6 +127,15 @@ def cli_reference(root: click.Group, prog: str = "envbuild") -> str:
     out = [GENERATED, "", "# CLI reference", "",
            "Every command and option of `envbuild`, generated from the commands themselves (`envbuild COMMAND "
            "--help` says the same). Exit codes: [exit codes](exit-codes.md); JSON outputs: [JSON](json.md).", ""]
+    out += ["## Shell completion", "",
+            "Commands, options, backend names and platforms complete on Tab in bash, zsh and fish. Add the line for "
+            "your shell to its start-up file (it asks envbuild each time, so it follows upgrades and your matrix):", "",
+            "```sh", f"eval \"$(_{prog.upper()}_COMPLETE=bash_source {prog})\"   # ~/.bashrc",
+            f"eval \"$(_{prog.upper()}_COMPLETE=zsh_source {prog})\"    # ~/.zshrc",
+            f"_{prog.upper()}_COMPLETE=fish_source {prog} | source   # ~/.config/fish/completions/{prog}.fish", "```", "",
+            "The script can be written once instead (faster start of a shell; write it again after an upgrade): "
+            f"`_{prog.upper()}_COMPLETE=bash_source {prog} > ~/.{prog}-complete.bash`, then `. ~/.{prog}-complete.bash` "
+            "in `~/.bashrc`.", ""]
     out += ["## Options of every command", "", "Given before the command, e.g. `envbuild --yes build --backend cpu`.", "",
             "```text", _usage(root, ctx), "```", ""]
     out += [_option_line(p, ctx) for p in root.params if isinstance(p, click.Option) and not p.hidden]

@@ -222,7 +222,8 @@ def check_leftovers(engine: Engine | None) -> Check | None:
     if not names:
         return Check("leftover containers", True, "no smoke container left behind")
     return Check("leftover containers", False, f"{len(names)} smoke container(s) left: {', '.join(names[:5])}",
-                 "their runs are gone: `envbuild clean`, or `docker rm -f " + " ".join(names[:5]) + "`",
+                 "their runs are gone: `envbuild clean` (this checkout's; `--all` for every checkout's), or `docker rm -f "
+                 + " ".join(names[:5]) + "`",
                  blocking=False)
 
 
@@ -326,7 +327,7 @@ def diagnose(
     checks.append(check_disk(backend, engine))
     checks.append(check_platforms(backend, str(rootp)))
     if backend.base_image:
-        from envbuild.core.imageref import base_ways_out
+        from envbuild.core.distbase import base_ways_out
 
         checks.append(check_registry("base registry", backend.base_image, base_ways_out(backend.base_image, backend.name)))
     if registry:

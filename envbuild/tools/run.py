@@ -99,13 +99,18 @@ SHELL = ("sh", "-c", "command -v bash >/dev/null && exec bash || exec sh")  # no
 
 
 def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactive: bool,
-               uid: int | None = None) -> Invocation:
-    """The `docker run` arguments for `opts` (pure: the tests read them, --dry-run prints them)."""
+               uid: int | None = None, books: bool = True) -> Invocation:
+    """The `docker run` arguments for `opts` (pure: the tests read them, --dry-run prints them). With `books`
+    (a run envbuild starts), the container's one-off name and the labels envbuild keeps its books by (whose run
+    it is: this machine, its boot, the process); without (--dry-run, the status page: a line to use without
+    envbuild), neither."""
     image = opts.image or matrix.tags(backend)[0]
-    args = ["run", "--rm", "--init", "--name", f"envbuild-run-{backend.name}-{uuid.uuid4().hex[:8]}",
-            "--label", f"{RUN_LABEL}=1", "--label", f"dev.envbuild.backend={backend.name}"]
-    for key, value in owner.labels().items():  # whose: a clean never takes a live run's container
-        args += ["--label", f"{key}={value}"]
+    args = ["run", "--rm", "--init"]
+    if books:
+        args += ["--name", f"envbuild-run-{backend.name}-{uuid.uuid4().hex[:8]}",
+                 "--label", f"{RUN_LABEL}=1", "--label", f"dev.envbuild.backend={backend.name}"]
+        for key, value in owner.labels().items():  # whose: a clean never takes a live run's container
+            args += ["--label", f"{key}={value}"]
     if opts.tty if opts.tty is not None else interactive:
         args.append("-it")
     elif interactive or not opts.command:
@@ -151,7 +156,7 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
         out=None, ignore_host: bool = False, key=None) -> int:
     """Run `docker run ...` on this terminal and return the command's exit status (the terminal and the signals
     are the command's); with dry_run, print that line instead. A flag the host refuses is explained."""
-    call = invocation(matrix, backend, opts, interactive=sys.stdin.isatty() and sys.stdout.isatty())
+    call = invocation(matrix, backend, opts, interactive=sys.stdin.isatty() and sys.stdout.isatty(), books=not dry_run)
     if dry_run:
         print(call.display(), file=out or sys.stdout)
         return 0

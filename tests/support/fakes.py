@@ -61,6 +61,7 @@ class FakeImage:
     labels: dict[str, str] = field(default_factory=dict)
     repo_digests: list[str] = field(default_factory=list)
     files: dict[str, bytes] = field(default_factory=dict)
+    layers: tuple[str, ...] = ()
 
 
 class FakeEngine(EngineAPI):
@@ -123,7 +124,15 @@ class FakeEngine(EngineAPI):
         img = self._find(ref)
         if img is None:
             return None
-        return Image(img.id, img.labels, "linux", "amd64", tuple(img.repo_digests), 0)
+        return Image(img.id, img.labels, "linux", "amd64", tuple(img.repo_digests), 0, None, img.layers)
+
+    def import_image(self, tar: str, ref: str, changes: list[str], labels: dict[str, str]) -> Image:
+        import hashlib
+
+        digest = "sha256:" + hashlib.sha256(open(tar, "rb").read()).hexdigest()
+        self.imported = [*getattr(self, "imported", []), (tar, ref, list(changes), dict(labels))]
+        self.add_image("sha256:" + hashlib.sha256(digest.encode()).hexdigest(), [ref], labels).layers = (digest,)
+        return self.image(ref)
 
     def image_id(self, ref: str) -> str | None:
         img = self._find(ref)
@@ -153,11 +162,12 @@ class FakeEngine(EngineAPI):
         return [c if isinstance(c, Container) else Container(c, "exited", {OWNED_LABEL: "1"}) for c in self.leftovers]
 
     def dangling_images(self, label: str) -> list[str]:
-        return []
+        return list(getattr(self, "dangling", []))  # set `dangling` (image ids) to have some
 
     def remove_image(self, ref: str) -> str | None:
         img = self._find(ref)
         self.removed.append(ref)
+        self.dangling = [i for i in getattr(self, "dangling", []) if i != ref]
         self.refs = {r: i for r, i in self.refs.items() if i is not img and r != ref}
         return None
 

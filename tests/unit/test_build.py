@@ -19,6 +19,7 @@ from support.fakes import FakeEngine
 from envbuild import imagebuild as build
 from envbuild.imagebuild import builder, plan, records
 from envbuild.imagebuild.status import StatusBoard
+from envbuild.core import owner
 from envbuild.core.errors import BuildError, EnvbuildError
 from envbuild.matrix import load
 from envbuild.render import UV_STEP
@@ -430,6 +431,8 @@ def builds(calls: list[list[str]]) -> list[list[str]]:
 def test_an_unchanged_plan_is_answered_without_the_builder(tmp_path, engine, fake_builder, monkeypatch):
     first = build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)
     assert first.ok and not first.up_to_date and len(builds(engine.builds)) == 1
+    # the image this folder's build made: `envbuild clean` takes it (untagged later) as this checkout's
+    assert owner.images_made(opts(tmp_path).context_dir.parent / owner.IMAGES_MADE.name) == [first.image_id]
     engine.add_image(first.image_id, first.tags)  # BuildKit tagged it
     again = build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)
     assert again.ok and again.up_to_date and again.image_id == first.image_id and len(builds(engine.builds)) == 1

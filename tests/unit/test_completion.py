@@ -62,3 +62,12 @@ def test_zsh_candidates_say_what_each_backend_is(shell_env: dict[str, str]) -> N
     done = subprocess.run(["envbuild"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "rocm\nAMD GPU (ROCm)" in done.stdout
+
+
+def test_the_cli_reference_documents_the_lines_that_work() -> None:
+    """The lines a user copies: the same environment variable and values the tests above run."""
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    for shell in ("bash", "zsh"):
+        assert f'eval "$(_ENVBUILD_COMPLETE={shell}_source envbuild)"' in page
+    assert "_ENVBUILD_COMPLETE=fish_source envbuild | source" in page
+    assert "cli.md#shell-completion" in (ROOT / "README.md").read_text(encoding="utf-8")

@@ -156,6 +156,12 @@ def test_the_readme_routes() -> None:
     # the two set-up commands, and CI still runs the README's test command
     assert "pip install . && envbuild build --backend cpu && envbuild smoke --backend cpu" in text
     assert "\nscripts/test\n" in text and "scripts/test" in (REPO / ".ci" / "run").read_text()
+    # first contact: a venv (PEP 668 refuses a bare pip install on Debian 12), what the test command does to the
+    # machine and the quick check, how to change an image without a render step (build renders what it needs)
+    assert "python3 -m venv .venv && . .venv/bin/activate && pip install ." in text
+    assert "kills and restarts the Docker daemon" in text and "`scripts/test tests/unit`" in text
+    assert "envbuild init" in text and "matrix.yaml" in text and "envbuild render" not in text
+    assert "`render`" not in text and "locks/" in text
 
 
 def _nav_pages(node) -> list[str]:
@@ -203,3 +209,11 @@ def test_mkdocs_builds_strictly(tmp_path) -> None:
         f.write("\n[gone](how-to/no-such-page.md)\n")
     done = build(copy)
     assert done.returncode != 0 and "no-such-page.md" in done.stderr
+
+
+def test_what_to_commit_is_said_and_what_not_is_ignored() -> None:
+    ignored = (REPO / ".gitignore").read_text(encoding="utf-8").split()
+    assert "/site/" in ignored and "/.envbuild/" in ignored  # mkdocs' output, this machine's logs and records
+    page = (DOCS / "get-started" / "cpu.md").read_text(encoding="utf-8")
+    section = page.split("## What to commit", 1)[1].split("\n## ", 1)[0]
+    assert "| `locks/` | yes |" in section and "| `.envbuild/` | no |" in section

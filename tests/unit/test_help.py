@@ -26,6 +26,15 @@ def test_the_top_level_help_groups_the_commands(invoke, columns) -> None:
         assert line.rstrip().endswith("."), line
 
 
+def test_envbuild_alone_prints_the_help_as_help_does(invoke, columns) -> None:
+    """click >= 8.2 raises the no-argument help as a usage error, whose message the error path escaped onto one
+    line with literal \\n (2,757 bytes); the help is the same lines as --help's, on stdout, exit 0."""
+    alone, helped = invoke(), invoke("--help")
+    assert alone.exit_code == 0, alone.output
+    assert alone.stdout == helped.stdout
+    assert "\\n" not in alone.stdout and alone.stdout.count("\n") > 20
+
+
 @pytest.mark.parametrize("name", COMMANDS)
 def test_each_command_help_fits_a_screen(name: str, invoke, columns) -> None:
     result = invoke(name, "--help")

@@ -154,6 +154,7 @@ PROCESSES = {
     "envbuild.tools.engine_setup": "installing and starting a daemon: apt-get, systemctl, dockerd",
     "envbuild.core.hostfacts": "the vendors' tools (nvidia-smi, ...) where no file says the driver version",
     "envbuild.tools.venv": "python -m venv and pip for `envbuild env`",
+    "envbuild.tools.base": "mmdebstrap, making a base image from a distribution's archive",
     "envbuild.ship.manifest": "git, for the revision the manifest records",
     "envbuild.lock.resolve": "pip inside the image being locked (runs there, not here)",
 }

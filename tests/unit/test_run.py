@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
 
-from envbuild.core import engine as engines
+from envbuild.core import engine as engines, owner
 from envbuild.tools import run as runner
 from envbuild.imagebuild import builder
 from envbuild.core.errors import DockerError, InvalidInput
@@ -85,6 +85,11 @@ def test_dry_run_through_the_cli_prints_and_writes_nothing(invoke, tmp_path, mon
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("docker run --rm ") and "sh -c 'exit 7'" in result.stdout
     assert "hf_s3cr3t" not in result.output and not (tmp_path / "c").exists()
+    # a line to use without envbuild: no one-off container name, no labels naming this machine, boot and process
+    assert "--name" not in result.stdout and "--label" not in result.stdout and "dev.envbuild" not in result.stdout
+    assert owner.me().host not in result.stdout and owner.me().boot not in result.stdout
+    started = line()  # the run envbuild starts keeps them: `clean` tells a live run's container by them
+    assert "--name" in started and f"{owner.OWNER_LABEL}={owner.me()}" in started
     assert invoke("run", "--dry-run", "--backend", "mps", "--matrix", MATRIX_PATH).exit_code == 2
 
 

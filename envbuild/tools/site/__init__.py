@@ -390,7 +390,7 @@ def _lines(m: Matrix, b: Backend | None) -> dict[str, Any]:
         return {"docker_run": None, "envbuild_run": None, "envbuild_run_docker": None, "run_flags": None, "tags": []}
 
     command = ("python", "train.py")
-    inv = invocation(m, b, RunOptions(mount_workdir=False, command=command), interactive=False)
+    inv = invocation(m, b, RunOptions(mount_workdir=False, command=command), interactive=False, books=False)
     flags = b.run.docker_args()
     return {
         "docker_run": report.run_command(m, b),

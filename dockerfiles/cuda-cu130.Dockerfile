@@ -124,13 +124,19 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda-cu130,sharing=
 # host's; a list the matrix declares (the image's label) must be exactly it. A stage of its own, so that it runs
 # beside the steps below; its record joins the image at the end.
 FROM deps AS torch-check
-RUN TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
+# linux/arm64's torch carries another list (host.arch_arm64).
+ARG TARGETARCH
+RUN TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import os, sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; arm = os.environ.get('TARGETARCH') == 'arm64'; want = sorted(('sm_80 sm_90 sm_100 sm_110 sm_120 compute_120' if arm else 'sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 compute_120').split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.' + ('arch_arm64 ' if arm else 'arch ') + ' '.join(want))" > /opt/envbuild/torch-arch.txt
 
 FROM deps
 ARG ENVBUILD_CACHE_ID
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
+# The nvidia/cuda base says NVIDIA_REQUIRE_CUDA=cuda>=13.0, and the NVIDIA Container Toolkit refuses an older
+# driver at start; under minor version compatibility every driver of the 13.x floor runs this build
+# (envbuild/matrix/stacks.py): the image declares that floor instead.
+ENV NVIDIA_REQUIRE_CUDA="cuda>=13.0"
 ENV ENVBUILD_BACKEND="cuda-cu130" \
     ENVBUILD_DEVICE="cuda" \
     ENVBUILD_PLUGIN_IMPORT="" \
@@ -194,4 +200,4 @@ LABEL org.opencontainers.image.title="envbuild-cuda-cu130" \
       dev.envbuild.accelerate="1.15.0" \
       dev.envbuild.requires.driver="nvidia>=580.65.06" \
       dev.envbuild.requires.stack="cuda 13.0" \
-      dev.envbuild.requires.arch="unknown"
+      dev.envbuild.requires.arch="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,compute_120"

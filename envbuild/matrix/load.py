@@ -526,7 +526,8 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
         user=b.get("user") or "envbuild",
         compile=Compile(**(b.get("compile") or {})),
         apt=tuple(b.get("apt") or ()),
-        host=HostNeeds(**{**b["host"], "arch": tuple(b["host"]["arch"] or ())}) if b.get("host") else None,
+        host=HostNeeds(**{**b["host"], "arch": tuple(b["host"]["arch"] or ()),
+                                   "arch_arm64": tuple(b["host"].get("arch_arm64") or ())}) if b.get("host") else None,
         variant_of=b.get("variant_of"),
         own=tuple((d, Pin(b[d]["version"], b[d].get("torch"), tuple(b[d].get("avoid") or ())))
                   for d in ("transformers", "accelerate") if b.get(d)),

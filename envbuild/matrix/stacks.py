@@ -146,6 +146,19 @@ def require_floor(stack: Stack, version: str) -> str | None:
     return f"cuda>={version.split('.')[0]}.0"
 
 
+def arch_beyond(stack: Stack, version: str, arch: str) -> str | None:
+    """Why a torch built with this release cannot carry `arch` (None: it can, as far as the table knows): older than
+    the release's floor (CUDA 13: sm_75), or newer than the release (sm_120 needs CUDA 12.8)."""
+    have = parse_version(release(version))
+    cc, floor = _cc(arch), arch_floor(stack, version)
+    if cc and floor and (fc := _cc(floor)) and cc < fc:
+        return f"{stack.title} {release(version)} builds for {floor} and newer only"
+    first = arch_first(stack, arch)
+    if first and have is not None and have < parse_version(first):
+        return f"{stack.title} {first} is the first release that builds for it"
+    return None
+
+
 def arch_first(stack: Stack, arch: str) -> str | None:
     """The first release of the stack that builds for this architecture (None: any release this table knows)."""
     base = re.sub(r"^(?:sm|compute)_(\d+)[af]?$", r"sm_\1", arch)

@@ -227,3 +227,20 @@ def test_a_device_a_tool_has_no_words_for_is_refused_by_name(invoke):
 def test_the_product_table_maps_to_known_architectures():
     for product, arch in stacks.GPU_PRODUCTS.items():
         assert stacks.gpu_arch(product) == arch and stacks.arch_title(arch) != arch, product
+
+
+def test_the_declared_architectures_keep_to_each_cuda_releases_limits():
+    """CUDA 13 carries nothing older than Turing; a build before CUDA 12.8 no Blackwell: the matrix's own lists, and
+    validation refuses a list that claims otherwise."""
+    from envbuild.core.errors import MatrixError
+
+    for b in M.family(M.backend("cuda")):
+        major_minor = tuple(int(x) for x in b.host.version.split("."))
+        for arch in (*b.host.arch, *b.host.arch_arm64):
+            cc = int(arch.split("_")[1])
+            assert not (major_minor >= (13, 0) and cc < 75), (b.name, arch)
+            assert not (major_minor < (12, 8) and cc >= 100), (b.name, arch)
+    for override, says in [("backends.cuda.host.arch=[sm_70, sm_80]", "sm_70: CUDA 13.2 builds for sm_75 and newer only"),
+                           ("backends.cuda-cu126.host.arch=[sm_90, sm_120]", "sm_120: CUDA 12.8 is the first release")]:
+        with pytest.raises(MatrixError, match=says):
+            load(MATRIX, [override])

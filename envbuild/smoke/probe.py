@@ -162,6 +162,8 @@ def check_device(torch: Any, backend: str, device: str, availability: str, run_f
     per-backend availability call is asked only of an older torch."""
     device_type = device.split(":")[0]
     hip, cuda = torch.version.hip, getattr(torch.version, "cuda", None)
+    if backend.split("-")[0] in ("cuda", "rocm"):  # a variant (cuda-cu126, rocm-10-0) is its family's build
+        backend = backend.split("-")[0]
     if backend == "cpu":
         if device_type != "cpu":
             raise CheckFailed(f"backend cpu must use device 'cpu', not {device!r}")
@@ -196,7 +198,36 @@ def check_device(torch: Any, backend: str, device: str, availability: str, run_f
             raise no_device(device_type, f"{api}() = {available}, device_count() = {count}", run_flags)
     module = getattr(torch, device_type, None)
     name = str(module.get_device_name(0)) if hasattr(module, "get_device_name") else None
-    return f"{count} x {name or device} (asked {api})", {"name": name, "count": count, "api": api}
+    info: dict[str, Any] = {"name": name, "count": count, "api": api}
+    said = ""
+    if backend == "cuda" and cuda:
+        driver = _driver_cuda(torch)
+        mode, said = cuda_compat(cuda, driver)
+        info.update(driver_cuda=driver, cuda_compat=mode)
+    return f"{count} x {name or device} (asked {api}){said}", info
+
+
+def _driver_cuda(torch: Any) -> str | None:
+    """The CUDA version the host's driver supports ('12.2'), from torch's own binding to cuDriverGetVersion."""
+    get = getattr(torch._C, "_cuda_getDriverVersion", None)
+    try:
+        version = int(get()) if get else 0
+    except Exception:  # an older torch, or no driver: not known
+        return None
+    return f"{version // 1000}.{version % 1000 // 10}" if version > 0 else None
+
+
+def cuda_compat(build: str, driver: str | None) -> tuple[str | None, str]:
+    """How this CUDA build runs on the driver: 'native', or 'minor-version' when the driver supports an older CUDA
+    of the same major (NVIDIA's minor version compatibility: no JIT of PTX newer than the driver); None, unknown."""
+    if not driver:
+        return None, ""
+    have, want = _release(driver)[:2], _release(build)[:2]
+    if have >= want:
+        return "native", f"; driver supports CUDA {driver}, the build is {build}: native"
+    return "minor-version", (f"; driver supports CUDA {driver}, older than the build's {build}: running under CUDA minor "
+                             "version compatibility (no JIT of PTX newer than the driver; only kernels compiled for "
+                             "this GPU run)")
 
 
 def _locked(lock: str) -> list[tuple[str, str]]:

@@ -175,6 +175,24 @@ def test_invisible_device_names_docker_flags(monkeypatch: pytest.MonkeyPatch) ->
     assert_skipped_after(doc, "device")
 
 
+@pytest.mark.parametrize("driver, mode", [(12020, "minor-version"), (12060, "native"), (13000, "native"), (0, None)])
+def test_the_probe_says_when_it_runs_under_minor_version_compatibility(monkeypatch: pytest.MonkeyPatch, driver: int,
+                                                                        mode: str | None) -> None:
+    """A CUDA 12.6 build on a driver that supports CUDA 12.2 (R535): it runs, under minor version compatibility."""
+    import torch
+    monkeypatch.setattr(torch.version, "cuda", "12.6")
+    monkeypatch.setattr(torch._C, "_cuda_getDriverVersion", lambda: driver, raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA A100")
+    _accelerator(monkeypatch, "cuda", 1)
+    doc = probe.run(["--backend", "cuda-cu126", "--device", "cuda"])
+    device = checks(doc)["device"]
+    assert device["ok"] is True, device
+    assert doc["device_info"]["cuda_compat"] == mode
+    assert ("running under CUDA minor version compatibility" in device["message"]) is (mode == "minor-version")
+    if mode == "minor-version":
+        assert "driver supports CUDA 12.2, older than the build's 12.6" in device["message"]
+
+
 def test_the_device_is_asked_through_torch_accelerator_not_the_plugin_s_own_call(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 TEMPLATES = Path(__file__).parent / "templates"
 # The uv cache logic of every install step: the build context carries it, and each step reads it (`. /run/uv-step.sh`).
 UV_STEP = Path(__file__).parent / "scripts" / "uv-step.sh"
+# The image's entrypoint: moves the caches when /cache cannot be written (a read-only image, any uid:gid); the build
+# context carries it, the final stage copies it to /opt/envbuild/bin/envbuild-entrypoint.
+ENTRYPOINT = Path(__file__).parent / "scripts" / "entrypoint.sh"
 VENV = "/opt/venv"
 CONSTRAINTS = "/opt/envbuild/constraints.txt"
 

@@ -488,12 +488,48 @@ def _writable(folder: str) -> bool:
     return os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)
 
 
+CACHE_ROOT = "/cache"
+
+
+def relocate_caches(root: str | None = None) -> str | None:
+    """Where the cache root cannot be written (a read-only image, a uid:gid not in group 0, as Apptainer runs it),
+    point the caches under it at a folder this user can write ($HOME/.cache, else $TMPDIR's or /tmp's), as the
+    image's entrypoint does: for runs that pass it by (apptainer exec, a pod's command). What was done, or None."""
+    root = root or os.environ.get("ENVBUILD_CACHE_ROOT") or CACHE_ROOT
+    under = [n for n in CACHE_VARIABLES if (os.environ.get(n) or "").rstrip("/") == root
+             or (os.environ.get(n) or "").startswith(root + "/")]
+    if not under or _writable_dir(root):
+        return None
+    base = next((c.rstrip("/") for c in (os.environ.get("HOME"), os.environ.get("TMPDIR"), "/tmp")
+                 if c and _writable_dir(c)), None)
+    if base is None:
+        return None
+    moved = base + "/.cache"
+    for name in under:
+        os.environ[name] = moved + os.environ[name].rstrip("/")[len(root):]
+    return (f"{root} cannot be written by uid {os.getuid()}:{os.getgid()} here (read-only, or not group 0): caches "
+            f"moved to {moved} for this run; mount a writable volume at {root} to keep them")
+
+
+def _writable_dir(folder: str) -> bool:
+    return os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)
+
+
 def check_arbitrary_uid() -> str:
-    """Run as a uid the image does not know, with group 0 (OpenShift's rule): the home, the cache root and the
-    work folder must be this user's to write, or the other checks' caches and downloads fail for it."""
+    """Run as a uid the image does not know. With group 0 (OpenShift's rule): the home, the cache root and the work
+    folder must be this user's to write. With another group (Apptainer, `docker run --user UID:GID`, often read-only):
+    every cache must be writable where it points, moved off /cache when that cannot be written."""
     uid, gid = os.getuid(), os.getgid()
-    if uid == 0 or gid != 0:
-        raise CheckFailed(f"the probe runs as uid {uid}, gid {gid}: this check needs a uid other than 0, with group 0")
+    if uid == 0:
+        raise CheckFailed(f"the probe runs as uid {uid}, gid {gid}: this check needs a uid other than 0")
+    if gid != 0:
+        caches = {name: os.environ[name] for name in CACHE_VARIABLES if os.environ.get(name)}
+        bad = [f"{name} {path}" for name, path in caches.items() if not _writable(path)]
+        if bad:
+            raise CheckFailed(f"uid {uid}:{gid} cannot write: {', '.join(bad)}; the image's entrypoint (or the probe) "
+                              "moves the caches off /cache when it cannot be written")
+        return (f"every check ran as uid {uid}, gid {gid} (not group 0); caches writable: "
+                + ", ".join(f"{k} {v}" for k, v in caches.items()))
     folders = {"HOME": os.environ.get("HOME", ""), "work folder": os.getcwd()}
     folders.update((name, os.environ[name]) for name in CACHE_VARIABLES if os.environ.get(name))
     bad = [f"{name} {path or '(unset)'}" for name, path in folders.items() if not (path and _writable(path))]
@@ -679,9 +715,14 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     # What the checks leave in the caches (the model, compiled kernels) stays usable by any uid of group 0,
     # as the image's folders are.
     os.umask(0o002)
+    moved = relocate_caches()
+    if moved:
+        print(f"[probe] {moved}", file=sys.stderr, flush=True)
     # Libraries sometimes print to stdout; stdout belongs to the JSON report alone.
     with contextlib.redirect_stdout(sys.stderr):
         doc = run_checks(args)
+    if moved:
+        doc["caches_moved"] = moved
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:

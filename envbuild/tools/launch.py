@@ -79,7 +79,8 @@ def enroot(b: Backend, ref: str) -> str:
 def kubernetes(b: Backend, ref: str) -> str:
     resource = _device(b, runspec.KUBERNETES_RESOURCES, "Kubernetes")
     root = b.user == "root"  # a vendor stack that needs root: no non-root context to claim
-    container: dict[str, Any] = {"name": f"envbuild-{b.name}", "image": ref, "command": PROBE}
+    # `args`, not `command`: the image's entrypoint still runs (it moves the caches off a /cache it cannot write)
+    container: dict[str, Any] = {"name": f"envbuild-{b.name}", "image": ref, "args": PROBE}
     if not root:
         container["securityContext"] = {"runAsUser": UID, "runAsNonRoot": True, "allowPrivilegeEscalation": False}
     if resource:

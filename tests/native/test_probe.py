@@ -448,6 +448,36 @@ def test_the_arbitrary_uid_check(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert probe.parse_args([]).arbitrary_uid is False
 
 
+def test_caches_move_off_a_cache_root_that_cannot_be_written(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A read-only image run as 4242:4242: /cache cannot be written, so the caches under it go under a writable HOME
+    (else TMPDIR); one elsewhere stays; a writable root (a volume) keeps them all."""
+    root, home = tmp_path / "cache", tmp_path / "home"
+    root.mkdir()
+    home.mkdir()
+    for name in probe.CACHE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(root))
+    monkeypatch.setenv("HF_HOME", f"{root}/huggingface")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert probe.relocate_caches(str(root)) is None  # writable: nothing moves
+    writable = {str(home), str(tmp_path / "elsewhere")}
+    monkeypatch.setattr(probe, "_writable_dir", lambda folder: folder in writable)
+    said = probe.relocate_caches(str(root))
+    assert said and f"{root} cannot be written" in said and f"caches moved to {home}/.cache" in said
+    assert os.environ["XDG_CACHE_HOME"] == f"{home}/.cache" and os.environ["HF_HOME"] == f"{home}/.cache/huggingface"
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "elsewhere")
+    assert probe.relocate_caches(str(root)) is None  # once: nothing under the root is left to move
+    monkeypatch.setattr(probe.os, "getuid", lambda: 4242)
+    monkeypatch.setattr(probe.os, "getgid", lambda: 4242)
+    monkeypatch.setenv("HF_HOME", f"{root}/huggingface")
+    monkeypatch.setattr(probe, "_writable", lambda path: not path.startswith(str(root)))
+    with pytest.raises(probe.CheckFailed, match=r"uid 4242:4242 cannot write: HF_HOME .*moves the caches off /cache"):
+        probe.check_arbitrary_uid()
+    monkeypatch.setenv("HF_HOME", f"{home}/.cache/huggingface")
+    assert probe.check_arbitrary_uid().startswith("every check ran as uid 4242, gid 4242 (not group 0)")
+
+
 def test_cpu_match_compares_a_device_s_output_with_the_cpu_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the cpu backend there is nothing to compare; for a device, its output against a model loaded on the
     CPU (here the CPU's own output stands for the device's, then a wrong one)."""

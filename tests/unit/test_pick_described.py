@@ -201,6 +201,7 @@ def test_for_kubernetes_is_yaml_with_the_limit_and_a_non_root_context(invoke):
     pod = yaml.safe_load(run_for(invoke, "kubernetes", "--driver", "595.45.04", "--gpu", "H100"))
     c = pod["spec"]["containers"][0]
     assert pod["kind"] == "Pod" and c["image"] == f"{REPO}:cuda" and c["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert c["args"] == ["envbuild-probe"] and "command" not in c  # the image's entrypoint runs
     assert c["securityContext"]["runAsUser"] == 1000 and c["securityContext"]["runAsNonRoot"] is True
     pod = yaml.safe_load(run_for(invoke, "kubernetes", "--gpu", "gfx90a"))
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 1}

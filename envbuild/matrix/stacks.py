@@ -58,10 +58,10 @@ STACKS = {
         # CUDA 13.0 release notes: offline compilation and library support for Maxwell, Pascal and Volta
         # (sm_50 to sm_72) removed; Turing (sm_75) is the oldest. CUDA 12.x builds from sm_50.
         arch_floor=(("12.0", "sm_50"), ("13.0", "sm_75")),
-        # CUDA Compatibility guide, "Minor Version Compatibility", table 1: any 12.x application runs on a driver
-        # >= 525.60.13 and any 13.x on >= 580.65.06 (uv's --torch-backend auto uses the same numbers), without JIT
+        # CUDA Compatibility guide, "Minor Version Compatibility", table 1: any 11.x application (11.1 on) runs on a
+        # driver >= 450.80.02, any 12.x on >= 525.60.13 and any 13.x on >= 580.65.06 (uv's --torch-backend auto uses the same numbers), without JIT
         # of PTX newer than the driver: only the kernels compiled for the GPU (SASS) run.
-        compat_floor={"12": "525.60.13", "13": "580.65.06"},
+        compat_floor={"11": "450.80.02", "12": "525.60.13", "13": "580.65.06"},
         minor_gives_up="no JIT of PTX newer than the driver: only kernels compiled for the GPU itself run, and "
                        "features of the newer CUDA that need a newer driver fail",
         # CUDA 12.8 release notes: first with Blackwell (sm_100, sm_120); 12.9: sm_103, sm_121; 13.0 renamed

@@ -300,7 +300,7 @@ def test_compat_rows_follow_the_matrix_and_the_manifest():
 
 VARIANT = ('backends.cuda-cu126={variant_of: cuda, description: "NVIDIA GPU (CUDA 12.6)", '
            'base_image: "nvidia/cuda:12.6.3-base-ubuntu24.04", torch: {index_url: "https://download.pytorch.org/whl/cu126"}, '
-           'host: {version: "12.6"}}')
+           'host: {version: "12.6", arch: [sm_50, sm_60, sm_70, sm_75, sm_80, sm_86, sm_90], arch_arm64: []}}')
 
 
 def test_a_variant_shares_its_base_backend_and_overrides_what_it_sets():

@@ -630,6 +630,8 @@ def _choose(m, backends: tuple[str, ...], variant: str | None = None, *, for_hos
                 family = ", ".join(v.name for v in m.family(b))  # not `names`: that is the loop's own list
                 raise NoVariantFitsError(f"{exc} (--variant chooses one of {family} by hand)") from None
             click.echo(f"{b.name}: chose {picked.backend.name} ({picked.why}); --variant chooses another", err=True)
+            if picked.note:  # the same one line as pick's: runs under minor version compatibility, and what it gives up
+                click.echo(f"note: {picked.note}", err=True)
             b = picked.backend
         chosen.setdefault(b.name, b)
     return m.select(list(chosen))

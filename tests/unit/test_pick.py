@@ -212,3 +212,16 @@ def test_build_pull_run_and_smoke_choose_the_same_way_and_say_so(invoke, tmp_pat
     assert f"{M.image.repository}:cuda-cu126 " in result.stdout and "chose" not in result.stderr
     result = invoke("build", "--backend", "all", "--variant", "12.6", "--matrix", MATRIX)
     assert result.exit_code == 2 and "--variant chooses within one backend" in result.stderr
+
+
+def test_run_chooses_as_pick_does_and_says_the_same_note(invoke, monkeypatch):
+    """An R535 host: `run --backend cuda` takes cuda-cu126 under minor version compatibility, with pick's note line."""
+    from envbuild.core.hostfacts import HostDriver
+    from envbuild.matrix import compat
+
+    monkeypatch.setattr(compat, "host_driver", lambda *a, **k: HostDriver("nvidia", "535.104.05", ["sm_80"]))
+    result = invoke("run", "--dry-run", "--backend", "cuda", "--matrix", MATRIX, "--", "true")
+    assert result.exit_code == 0, result.output
+    assert f"{M.image.repository}:cuda-cu126 " in result.stdout
+    assert "cuda: chose cuda-cu126 (cuda-cu126 is the newest variant this host runs under minor version" in result.stderr
+    assert "note: cuda-cu126 (CUDA 12.6) runs on driver 535.104.05 (native up to CUDA 12.2) under CUDA minor" in result.stderr

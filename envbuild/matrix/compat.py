@@ -371,7 +371,7 @@ def _short(detail: str) -> str:
 
 
 WAY_OUT = ("where the driver cannot be upgraded (a shared cluster): the CPU image (`envbuild pick --backend cpu`), "
-           "or a matrix variant of your own with an older {stack} (docs/variants.md, \"A variant for an older driver\")")
+           "or a matrix variant of your own with an older {stack} (docs/get-started/nvidia.md, \"When the driver cannot be upgraded\")")
 
 
 def refusal(fits: tuple[Fit, ...], host: drivers.HostDriver | None, upgrade: Upgrade | None = None) -> str:

@@ -8,6 +8,7 @@ runner) and nothing of this machine is read. `pull`, `run`, `smoke` and `build` 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def describe(driver: str | None, gpus: tuple[str, ...], platform: str | None = N
     """--driver/--gpu read into a described host (None when neither is given), or exit 2 naming what is wrong."""
     if driver is None and not gpus:
         return None
-    if driver is not None and stacks.parse_version(driver) is None:
+    if driver is not None and not re.fullmatch(r"\d{1,4}(?:\.\d{1,4}){1,3}", driver.strip()):
         raise InvalidInput(f"--driver {driver}: not a driver version (e.g. 535.104.05, as nvidia-smi prints it)")
     archs = []
     for g in gpus:

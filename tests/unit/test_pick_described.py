@@ -131,6 +131,9 @@ def test_amd_by_gfx_or_product_name(invoke):
 @pytest.mark.parametrize("args, says", [
     (["--gpu", "A1000000"], "--gpu A1000000: not a GPU envbuild knows; give its architecture (8.0, sm_80, gfx942"),
     (["--driver", "latest"], "--driver latest: not a driver version"),
+    (["--driver", "535\x1b[31m.1"], "not a driver version"),
+    (["--driver", "535.104.05\nx"], "not a driver version"),
+    (["--driver", "9" * 30], "not a driver version"),
     (["--gpu", "A100", "--gpu", "MI300X"], "--gpu names NVIDIA and AMD GPUs together"),
     (["--gpu", "A100", "--backend", "rocm"], "--gpu names CUDA GPUs; the rocm image is for ROCm"),
     (["--gpu", "A100", "--backend", "cpu"], "the cpu image needs no driver"),

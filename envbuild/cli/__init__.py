@@ -1144,12 +1144,13 @@ def _variant_fits(m, root: Path | None) -> list[dict[str, Any]]:
 @click.option("--variant", metavar="NAME", help="Choose the variant by hand: its name (cuda-cu126), suffix (cu126) or stack release (12.6); refused when this host cannot run it.")
 @click.option("--driver", metavar="VERSION", help="Answer for a host with this GPU driver (535.104.05, as nvidia-smi prints it), e.g. the compute nodes seen from a login node: nothing of this machine is read.")
 @click.option("--gpu", "gpus", multiple=True, metavar="ARCH", help="A GPU of the host described (repeatable, one per kind): its architecture (8.0, sm_80, gfx942) or a product name (A100, H100, V100, MI300X). Nothing of this machine is read.")
+@click.option("--arch", "host_arch", type=click.Choice(["amd64", "arm64"]), help="With --driver/--gpu: the described host's CPU architecture, whose image carries its own GPU architectures (CUDA 13 on arm64 adds sm_110) [default: amd64].")
 @click.option("--for", "tool", type=click.Choice(["docker", "podman", "apptainer", "enroot", "kubernetes"]), help="Print how to fetch and run the image with this tool (enroot: Slurm with pyxis; kubernetes: a pod spec as YAML) instead of the bare reference.")
 @click.option("--root", type=_PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its proc/, sys/, dev/ and PATH folders) instead of /, as `envbuild detect --root` does.")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help="Print the image by the digest this manifest records (REPO@sha256:...), as `envbuild publish --manifest` wrote it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON: the image, native or minor-version, each GPU's verdict and every variant with why it fits or not (also when none fits).")
 @_matrix_options
-def pick(backend, variant, driver, gpus, tool, root, manifest, as_json, matrix_path, overrides) -> None:
+def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_json, matrix_path, overrides) -> None:
     """Print the image that fits this host (or the host --driver and --gpu describe), before any pull.
 
     One reference on stdout, for scripts, Kubernetes manifests and CI. A backend with variants (cuda: CUDA 13.2, 13.0
@@ -1169,7 +1170,9 @@ def pick(backend, variant, driver, gpus, tool, root, manifest, as_json, matrix_p
     from envbuild.tools import detect as d, pick as picking
 
     m = _load(matrix_path, overrides)
-    described = picking.describe(driver, gpus)
+    described = picking.describe(driver, gpus, f"linux/{host_arch}" if host_arch else None)
+    if host_arch and described is None:
+        raise click.UsageError("--arch describes a host with --driver/--gpu; without them pick reads this one")
     if described is not None and root is not None:
         raise click.UsageError("--root reads a host; --driver and --gpu describe one: give one or the other")
     said, absent = None, None

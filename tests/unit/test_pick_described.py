@@ -248,3 +248,12 @@ def test_the_declared_architectures_keep_to_each_cuda_releases_limits():
                            ("backends.cuda-cu126.host.arch=[sm_90, sm_120]", "sm_120: CUDA 12.8 is the first release")]:
         with pytest.raises(MatrixError, match=says):
             load(MATRIX, [override])
+
+
+def test_an_arm64_host_is_judged_by_the_arm64_build_s_list(invoke):
+    """Jetson Thor's sm_110 is in CUDA 13's linux/arm64 build only (PyTorch builds sm_110 there)."""
+    result = pick(invoke, "--driver", "595.45.04", "--gpu", "sm_110", "--arch", "arm64")
+    assert result.exit_code == 0 and result.stdout.strip() == f"{REPO}:cuda", result.output
+    result = pick(invoke, "--driver", "595.45.04", "--gpu", "sm_110")  # amd64's lists have no sm_110 (PTX 12.0 > 11.0)
+    assert result.exit_code == 1 and "No variant carries sm_110 (Blackwell (Thor))" in result.stderr
+    assert pick(invoke, "--arch", "arm64").exit_code == 2

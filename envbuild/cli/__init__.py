@@ -1187,7 +1187,7 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
         if described is None and b.host is not None:  # no GPU of this kind here: say so, as detect knows
             det = d.detect_host(m, root)
             if b.family not in det.detected:
-                absent = (f"this host has no {b.description or b.family} ({'; '.join(det.finding(b.family).missing) or 'not detected'}); "
+                absent = (f"this host has no {b.description or b.family} (found none of: {'; '.join(det.finding(b.family).missing) or 'its signs'}); "
                           "for the host the image is meant for, say --driver VERSION --gpu ARCH")
     try:
         picked = picking.resolve(m, b, variant_text=variant, root=root or "/", described=described)

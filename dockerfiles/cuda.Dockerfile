@@ -128,13 +128,19 @@ RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked
 # host's; a list the matrix declares (the image's label) must be exactly it. A stage of its own, so that it runs
 # beside the steps below; its record joins the image at the end.
 FROM deps AS torch-check
-RUN TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; want = sorted(''.split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.arch ' + ' '.join(want))" > /opt/envbuild/torch-arch.txt
+# linux/arm64's torch carries another list (host.arch_arm64).
+ARG TARGETARCH
+RUN TORCH_DEVICE_BACKEND_AUTOLOAD=0 /opt/venv/bin/python -c "import os, sys, torch; f = getattr(torch._C, '_cuda_getArchFlags', None) or getattr(torch._C, '_xpu_getArchFlags', None); got = sorted(set((f() or '').split())) if f else []; arm = os.environ.get('TARGETARCH') == 'arm64'; want = sorted(('sm_80 sm_90 sm_100 sm_110 sm_120 compute_120' if arm else 'sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 compute_120').split()); print(' '.join(got)); sys.exit(0 if not want or got == want else 'torch was built for ' + (' '.join(got) or 'no device architecture') + '; the matrix declares host.' + ('arch_arm64 ' if arm else 'arch ') + ' '.join(want))" > /opt/envbuild/torch-arch.txt
 
 FROM deps
 ARG ENVBUILD_CACHE_ID
 
 # The probe lets any copy of this image test itself: `docker run ... IMAGE envbuild-probe`.
 COPY probe.py /opt/envbuild/probe.py
+# The nvidia/cuda base says NVIDIA_REQUIRE_CUDA=cuda>=13.2, and the NVIDIA Container Toolkit refuses an older
+# driver at start; under minor version compatibility every driver of the 13.x floor runs this build
+# (envbuild/matrix/stacks.py): the image declares that floor instead.
+ENV NVIDIA_REQUIRE_CUDA="cuda>=13.0"
 ENV ENVBUILD_BACKEND="cuda" \
     ENVBUILD_DEVICE="cuda" \
     ENVBUILD_PLUGIN_IMPORT="" \
@@ -152,6 +158,9 @@ ENV ENVBUILD_BACKEND="cuda" \
 # for about half a second saved when a container first imports them. The build fails, not the user, when
 # a locked version did not land (e.g. a vendor torch replaced by the installer).
 COPY lock/lock.txt /opt/envbuild/lock.txt
+# Where /cache cannot be written (a read-only image run as any uid:gid, as Apptainer and clusters run it), the
+# entrypoint moves the caches to a folder this user can write and says so once (render/scripts/entrypoint.sh).
+COPY entrypoint.sh /opt/envbuild/bin/envbuild-entrypoint
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-cuda,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
@@ -182,6 +191,7 @@ ENV HOME=/home/envbuild \
 VOLUME /cache
 WORKDIR /workspace
 USER 1000:0
+ENTRYPOINT ["/opt/envbuild/bin/envbuild-entrypoint"]
 
 LABEL org.opencontainers.image.title="envbuild-cuda" \
       org.opencontainers.image.description="NVIDIA GPU: PyTorch 2.15.0 and Transformers 5.24.0" \
@@ -196,6 +206,6 @@ LABEL org.opencontainers.image.title="envbuild-cuda" \
       dev.envbuild.plugin="" \
       dev.envbuild.transformers="5.24.0" \
       dev.envbuild.accelerate="1.15.0" \
-      dev.envbuild.requires.driver="nvidia>=595.45.04" \
+      dev.envbuild.requires.driver="nvidia>=580.65.06; native>=595.45.04" \
       dev.envbuild.requires.stack="cuda 13.2" \
-      dev.envbuild.requires.arch="unknown"
+      dev.envbuild.requires.arch="sm_75,sm_80,sm_86,sm_90,sm_100,sm_120,compute_120"

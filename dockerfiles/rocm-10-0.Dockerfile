@@ -118,6 +118,9 @@ ENV ENVBUILD_BACKEND="rocm-10-0" \
 # for about half a second saved when a container first imports them. The build fails, not the user, when
 # a locked version did not land (e.g. a vendor torch replaced by the installer).
 COPY lock/lock.txt /opt/envbuild/lock.txt
+# Where /cache cannot be written (a read-only image run as any uid:gid, as Apptainer and clusters run it), the
+# entrypoint moves the caches to a folder this user can write and says so once (render/scripts/entrypoint.sh).
+COPY entrypoint.sh /opt/envbuild/bin/envbuild-entrypoint
 RUN --mount=type=cache,target=/root/.cache/uv,id=envbuild-uv-rocm-10-0,sharing=locked \
     --mount=type=bind,from=uv,source=/opt/uv/bin,target=/run/uv \
     --mount=type=bind,source=uv-step.sh,target=/run/uv-step.sh \
@@ -147,6 +150,7 @@ ENV HOME=/home/envbuild \
 VOLUME /cache
 WORKDIR /workspace
 USER 1000:0
+ENTRYPOINT ["/opt/envbuild/bin/envbuild-entrypoint"]
 
 LABEL org.opencontainers.image.title="envbuild-rocm-10-0" \
       org.opencontainers.image.description="AMD GPU (ROCm 10.0): PyTorch 2.13.0 and Transformers 5.24.0" \

@@ -642,6 +642,8 @@ def _choose(m, backends: tuple[str, ...], variant: str | None = None, *, for_hos
                 family = ", ".join(v.name for v in m.family(b))  # not `names`: that is the loop's own list
                 raise NoVariantFitsError(f"{exc} (--variant chooses one of {family} by hand)") from None
             click.echo(f"{b.name}: chose {picked.backend.name} ({picked.why}); --variant chooses another", err=True)
+            if picked.note:  # the same one line as pick's: runs under minor version compatibility, and what it gives up
+                click.echo(f"note: {picked.note}", err=True)
             b = picked.backend
         chosen.setdefault(b.name, b)
     return m.select(list(chosen))
@@ -1239,43 +1241,79 @@ def _variant_fits(m, root: Path | None) -> list[dict[str, Any]]:
 
 
 @cli.command()
-@click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="A backend (cuda: the newest of its variants this host runs), a variant by name (cuda-cu126), or 'auto' (the one detected here).")
+@click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="A backend (cuda: the newest of its variants this host runs), a variant by name (cuda-cu126), or 'auto' (the one detected here, or the kind --gpu names).")
 @click.option("--variant", metavar="NAME", help="Choose the variant by hand: its name (cuda-cu126), suffix (cu126) or stack release (12.6); refused when this host cannot run it.")
+@click.option("--driver", metavar="VERSION", help="Answer for a host with this GPU driver (535.104.05, as nvidia-smi prints it), e.g. the compute nodes seen from a login node: nothing of this machine is read.")
+@click.option("--gpu", "gpus", multiple=True, metavar="ARCH", help="A GPU of the host described (repeatable, one per kind): its architecture (8.0, sm_80, gfx942) or a product name (A100, H100, V100, MI300X). Nothing of this machine is read.")
+@click.option("--arch", "host_arch", type=click.Choice(["amd64", "arm64"]), help="With --driver/--gpu: the described host's CPU architecture, whose image carries its own GPU architectures (CUDA 13 on arm64 adds sm_110) [default: amd64].")
+@click.option("--for", "tool", type=click.Choice(["docker", "podman", "apptainer", "enroot", "kubernetes"]), help="Print how to fetch and run the image with this tool (enroot: Slurm with pyxis; kubernetes: a pod spec as YAML) instead of the bare reference.")
 @click.option("--root", type=_PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its proc/, sys/, dev/ and PATH folders) instead of /, as `envbuild detect --root` does.")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help="Print the image by the digest this manifest records (REPO@sha256:...), as `envbuild publish --manifest` wrote it.")
-@click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON: the image, why, and every variant with whether it fits.")
+@click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON: the image, native or minor-version, each GPU's verdict and every variant with why it fits or not (also when none fits).")
 @_matrix_options
-def pick(backend, variant, root, manifest, as_json, matrix_path, overrides) -> None:
-    """Print the image that fits this host, before any pull.
+def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_json, matrix_path, overrides) -> None:
+    """Print the image that fits this host (or the host --driver and --gpu describe), before any pull.
 
-    One reference on stdout, for scripts, Kubernetes manifests and CI. A backend with variants (cuda: CUDA 13.2, 13.0 and 12.6) gives the newest whose driver minimum and device
-    generation this host meets. When none does it exits 1, naming the host's driver, what the oldest variant needs
-    and the upgrade. A driver it cannot read is a warning, not a refusal: the newest is printed.
+    One reference on stdout, for scripts, Kubernetes manifests and CI. A backend with variants (cuda: CUDA 13.2, 13.0
+    and 12.6) gives the newest that the driver runs natively and every GPU of the host is built for; else the newest
+    that runs under CUDA minor version compatibility (any 12.x on driver >= 525.60.13, 13.x on >= 580.65.06), said on
+    stderr with what it gives up. When none fits it exits 1, naming the driver, the lowest upgrade that gives an image
+    and what is left without one. A driver it cannot read is a warning, not a refusal: the newest is printed.
 
     \b
     Examples:
       envbuild pick
       docker pull "$(envbuild pick --backend cuda)"
+      envbuild pick --driver 535.104.05 --gpu A100 --for enroot   # from a Slurm login node
+      envbuild pick --gpu gfx942 --for kubernetes > pod.yaml
       envbuild pick --backend cuda --manifest envbuild-manifest.json --json
     """
     from envbuild.tools import detect as d, pick as picking
 
     m = _load(matrix_path, overrides)
-    said = None
-    if backend.lower() == "auto":
+    described = picking.describe(driver, gpus, f"linux/{host_arch}" if host_arch else None)
+    if host_arch and described is None:
+        raise click.UsageError("--arch describes a host with --driver/--gpu; without them pick reads this one")
+    if described is not None and root is not None:
+        raise click.UsageError("--root reads a host; --driver and --gpu describe one: give one or the other")
+    said, absent = None, None
+    if backend.lower() == "auto" and described is not None:
+        b = picking.family_for(m, described)
+    elif backend.lower() == "auto":
         det = d.detect_host(m, root)
         name, said = d.choose(det, m, root=root or "/")
         b = m.backend(m.backend(name).family)
     else:
         b = m.select([backend])[0]
-    picked = picking.resolve(m, b, variant_text=variant, root=root or "/")
+        if described is None and b.host is not None:  # no GPU of this kind here: say so, as detect knows
+            det = d.detect_host(m, root)
+            if b.family not in det.detected:
+                absent = (f"this host has no {b.description or b.family} (found none of: {'; '.join(det.finding(b.family).missing) or 'its signs'}); "
+                          "for the host the image is meant for, say --driver VERSION --gpu ARCH")
+    try:
+        picked = picking.resolve(m, b, variant_text=variant, root=root or "/", described=described)
+    except NoVariantFitsError as exc:
+        if as_json and exc.data is not None:
+            _emit_json({**exc.data, "detected": said})
+            sys.exit(1)
+        raise
     ref = picking.image_ref(m, picked.backend, Path(manifest) if manifest else None)
+    warnings = ([absent] if absent else []) + list(picked.warnings)
     if as_json:
-        _emit_json({**picked.to_json(ref), "detected": said})
+        _emit_json({**picked.to_json(ref), "warnings": warnings, "detected": said})
         return
     why = said if said and picked.choice is None else picked.why
+    if absent:
+        click.echo(f"warning: {absent}", err=True)
     click.echo(f"{'warning: ' if picked.warnings else ''}{picked.backend.name}: {why}", err=True)
-    click.echo(ref)
+    if picked.note:
+        click.echo(f"note: {picked.note}", err=True)
+    if tool:
+        from envbuild.tools import launch
+
+        click.echo(launch.how_to_run(picked.backend, ref, tool))
+    else:
+        click.echo(ref)
 
 
 @cli.command("detect")

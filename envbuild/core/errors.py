@@ -60,7 +60,11 @@ class NotContainerizableError(InvalidInput):
 
 class NoVariantFitsError(EnvbuildError):
     """Every image of a backend's family needs more of this host (a newer driver, another device): exit 1 before any
-    pull or start, naming the driver and the upgrade."""
+    pull or start, naming the driver and the upgrade. `data`: the same as JSON, for `pick --json`."""
+
+    def __init__(self, message: str, data: dict | None = None):
+        super().__init__(message)
+        self.data = data
 
 
 # --- the stages -----------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ class RunSpec:
     security_opt: tuple[str, ...] = ()
     cap_add: tuple[str, ...] = ()
     network: str | None = None
+    cdi: str | None = None  # the device's CDI kind (nvidia.com/gpu): how runtimes other than Docker name it
     why: str | None = None  # why the backend needs these flags (prose; not a flag)
 
     def flags(self) -> tuple[RunFlag, ...]:
@@ -91,3 +92,20 @@ class RunFlag:
 
     def __str__(self) -> str:
         return " ".join(self.argv)
+
+
+# The runtimes people use besides Docker, each with its words for a device the matrix names by its CDI kind: one small
+# table per runtime. A device missing from a runtime's table has no known way there, and is refused by name.
+RUNTIMES = ("docker", "podman", "apptainer", "enroot", "kubernetes")
+# Podman with CDI specs (`nvidia-ctk cdi generate`, amd-ctk): the kind and 'all'.
+PODMAN_DEVICES = {"nvidia.com/gpu": ("--device", "nvidia.com/gpu=all"), "amd.com/gpu": ("--device", "amd.com/gpu=all")}
+# Apptainer binds the host's driver libraries and device nodes itself.
+APPTAINER_DEVICES = {"nvidia.com/gpu": ("--nv",), "amd.com/gpu": ("--rocm",)}
+# Slurm with pyxis/enroot: Slurm hands out the GPUs, enroot's NVIDIA hook mounts the driver; AMD's nodes are mounted
+# (enroot has no ROCm hook; UNCONFIRMED beyond NVIDIA).
+SRUN_DEVICES = {"nvidia.com/gpu": ("--gpus=1",), "amd.com/gpu": ("--gpus=1", "--container-mounts=/dev/kfd,/dev/dri")}
+# Kubernetes device plugins' resource names (NVIDIA's and AMD's device plugins).
+KUBERNETES_RESOURCES = {"nvidia.com/gpu": "nvidia.com/gpu", "amd.com/gpu": "amd.com/gpu"}
+# The `docker run` flag kinds Podman takes as they are (its --gpus and --runtime are Docker's own).
+PODMAN_SAME = ("device", "volume", "group_add", "env", "cap_add", "security_opt", "ipc", "network", "shm_size",
+               "privileged")

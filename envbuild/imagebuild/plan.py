@@ -29,7 +29,7 @@ from envbuild.core.text import unsafe_char, unsafe_message
 from envbuild.imagebuild.builder import Builder, find_builder
 from envbuild.imagebuild.records import RECORD
 from envbuild.lock.lockfile import LAYERS, parse
-from envbuild.render import UV_STEP, render_backend
+from envbuild.render import ENTRYPOINT, UV_STEP, render_backend
 
 if TYPE_CHECKING:
     from envbuild.core.engine import Engine
@@ -183,6 +183,7 @@ class BuildPlan:
     # Whether the record of the last good build may answer for this plan: only a plain build by the engine's
     # own BuildKit, which builds from the local base without asking the registry.
     answerable: bool = field(default=False)
+    entrypoint: bytes = b""  # the image's entrypoint script (render/scripts/entrypoint.sh)
 
     def key(self) -> str:
         """One digest of every field: a field added later is in the key without anyone remembering it."""
@@ -217,6 +218,7 @@ def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] 
     doc = {
         "format": 1,
         "dockerfile": digest(plan.dockerfile), "probe": digest(plan.probe), "uv_step": digest(plan.uv_step),
+        "entrypoint": digest(plan.entrypoint),
         # names the base image, its digest for the platform, and every file by its name and sha256: not where the
         # files come from (an index, a mirror, a wheel folder), which the hash makes the same
         "lock": digest(plan.lock),
@@ -289,6 +291,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         dockerfile=render_backend(matrix, backend).encode("utf-8"),
         probe=PROBE.read_bytes(),
         uv_step=UV_STEP.read_bytes(),
+        entrypoint=ENTRYPOINT.read_bytes(),
         wheels=wheels(opts.wheelhouse, context / DIGESTS, write=write_cache),
         lock=lock,
         index_mirrors=tuple(opts.index_mirrors),
@@ -435,6 +438,7 @@ def write_context(plan: BuildPlan) -> None:
     write_atomic(into / "Dockerfile", plan.dockerfile)
     write_atomic(into / "probe.py", plan.probe, 0o755)
     write_atomic(into / UV_STEP.name, plan.uv_step)
+    write_atomic(into / ENTRYPOINT.name, plan.entrypoint, 0o755)
     # The lock, and each of its layers as a pylock.toml naming each file's source (the locked URL, a mirror's, or
     # the wheel folder's file of the same name and hash): a layer's step is cached by its file's content.
     lock = parse(plan.lock.decode("utf-8"), "the plan's lock") if plan.lock else None

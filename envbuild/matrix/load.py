@@ -367,6 +367,13 @@ def _check_stack(b: dict[str, Any], path: Path_, loc: _Located) -> None:
         at = path + ("torch", "index_url")
         loc.at(at, f"{_dotted(at)}: {torch['index_url']} is not the torch index for {stack.title} {h['version']} "
                    f"(host.version): {want}", related=(where, path + ("host", "stack"), path + ("torch", "source")))
+    for key in ("arch", "arch_arm64"):  # a declared architecture the stack's release cannot build for
+        for i, arch in enumerate(h.get(key) or ()):
+            why = stacks.arch_beyond(stack, h["version"], arch)
+            if why:
+                at = path + ("host", key, i)
+                loc.at(at, f"{_dotted(path + ('host', key))}: {arch}: {why}; a torch built with it carries no such code",
+                       related=(where,))
     if stack.confirmed and not h.get("driver") and stacks.minimum_driver(stack, h["version"]) is None:
         loc.at(where, f"{_dotted(where)}: no minimum {stack.driver_title} is known for {stack.title} {h['version']} "
                       f"({stack.source}, envbuild/matrix/stacks.py): add its row there, or state host.driver with its source",
@@ -526,7 +533,8 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
         user=b.get("user") or "envbuild",
         compile=Compile(**(b.get("compile") or {})),
         apt=tuple(b.get("apt") or ()),
-        host=HostNeeds(**{**b["host"], "arch": tuple(b["host"]["arch"] or ())}) if b.get("host") else None,
+        host=HostNeeds(**{**b["host"], "arch": tuple(b["host"]["arch"] or ()),
+                                   "arch_arm64": tuple(b["host"].get("arch_arm64") or ())}) if b.get("host") else None,
         variant_of=b.get("variant_of"),
         own=tuple((d, Pin(b[d]["version"], b[d].get("torch"), tuple(b[d].get("avoid") or ())))
                   for d in ("transformers", "accelerate") if b.get(d)),

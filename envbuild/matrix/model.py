@@ -73,6 +73,7 @@ class HostNeeds:
     version: str  # the stack's release in the image, e.g. "13.2"
     driver: str | None = None  # the minimum driver, where the matrix overrides the vendor table
     arch: tuple[str, ...] = ()  # declared device architectures (sm_90, gfx942); empty: not declared
+    arch_arm64: tuple[str, ...] = ()  # the linux/arm64 build's, where PyTorch builds another list; empty: as arch
     forward_compat: bool = False  # carries NVIDIA's cuda-compat (newer CUDA on an older data-center driver)
 
 

@@ -64,6 +64,7 @@ _PATTERNS = {
     "word": (re.compile(r"^[A-Za-z0-9_.:=][A-Za-z0-9_.:=-]*\Z"), "a single word (not starting with '-': docker would read it as an option)"),
     # docker run --gpus: all, a count, or one device (a list would need the client's CSV quoting)
     "gpus": (re.compile(r"^(?:all|[1-9][0-9]*|device=[A-Za-z0-9-]+)\Z"), "'all', a number of GPUs, or 'device=ID'"),
+    "cdi": (re.compile(r"^[a-z0-9][a-z0-9.-]*\.[a-z]{2,}/[a-z0-9][a-z0-9_.-]*\Z"), "a CDI device kind such as 'nvidia.com/gpu'"),
     "pci": (re.compile(r"^0x[0-9a-f]{4}\Z"), "a PCI vendor id such as '0x10de'"),
     "text": (_TEXT, "text without quotes, backslashes, '$' or backticks"),
 }
@@ -267,6 +268,9 @@ _RUN = {
     "security_opt": _list("word"),
     "cap_add": _list("word"),
     "network": _leaf("word"),
+    # The device's CDI kind (nvidia.com/gpu, amd.com/gpu): what Podman's --device, Kubernetes' resource limits and
+    # Apptainer's GPU flag name it by (core/runspec.py holds each tool's words for it).
+    "cdi": _leaf("cdi"),
     # Why the backend needs these flags: said when a host refuses one (prose for people, never rendered).
     "why": Field(check=_check_prose),
 }
@@ -353,6 +357,8 @@ BACKEND = {
         "version": Field(check=_check_version, required=True),
         "driver": Field(check=_check_version),
         "arch": _list("word"),
+        # The linux/arm64 build's list where PyTorch builds another one (CUDA 13 on aarch64 adds sm_110).
+        "arch_arm64": _list("word"),
         # NVIDIA's forward compatibility (the cuda-compat package: a newer CUDA on an older driver, data-center
         # GPUs only): true only where the image carries it and it was confirmed; off by default.
         "forward_compat": Field(check=_check_bool, default=False),

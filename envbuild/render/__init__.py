@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 TEMPLATES = Path(__file__).parent / "templates"
 # The uv cache logic of every install step: the build context carries it, and each step reads it (`. /run/uv-step.sh`).
 UV_STEP = Path(__file__).parent / "scripts" / "uv-step.sh"
+# The image's entrypoint: moves the caches when /cache cannot be written (a read-only image, any uid:gid); the build
+# context carries it, the final stage copies it to /opt/envbuild/bin/envbuild-entrypoint.
+ENTRYPOINT = Path(__file__).parent / "scripts" / "entrypoint.sh"
 VENV = "/opt/venv"
 CONSTRAINTS = "/opt/envbuild/constraints.txt"
 
@@ -83,6 +86,14 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
         requires=stacks.needs(backend),
         # torch reports its own list for CUDA and ROCm only (an Ascend SoC family is the base's, not torch's).
         arch_want=" ".join(backend.host.arch if backend.host and backend.host.stack in stacks.TORCH_ARCHS else ()),
+        # The linux/arm64 build's own list where PyTorch builds another (CUDA 13 adds sm_110 there); not declared: the
+        # arm64 build records torch's list without comparing it.
+        arch_want_arm64=" ".join(backend.host.arch_arm64 if backend.host and backend.host.stack in stacks.TORCH_ARCHS
+                                 else ()),
+        # NVIDIA_REQUIRE_CUDA: the major's first release (cuda>=12.0), not the base's own: the NVIDIA Container
+        # Toolkit then starts the image on every driver that runs it under minor version compatibility.
+        require_cuda=stacks.require_floor(stacks.STACKS[backend.host.stack], backend.host.version)
+        if backend.host else None,
         arch_file=stacks.ARCH_FILE,
     )
     # Collapse runs of blank lines left by optional blocks, so output reads as if hand-written.

@@ -34,6 +34,12 @@ def platform_ref(m: Matrix, backend: Backend, registry: str, platform: str) -> s
     return with_tags(registry, [m.tags(backend, platform_arch(platform))[1]])[0]
 
 
+def single_platform_ref(m: Matrix, backend: Backend, registry: str, platform: str) -> str:
+    """The moving tag of one platform's image, REG:<backend>-<arch> (cuda-amd64): for tools that cannot read an image
+    index (an older pyxis/enroot answers 404 for one), what `pick` users name there."""
+    return with_tags(registry, [m.tags(backend, platform_arch(platform))[0]])[0]
+
+
 def local_image(m: Matrix, backend: Backend, platform: str) -> str:
     """The engine's tag of one platform's image: REPO:BACKEND here, REPO:BACKEND-ARCH for another architecture."""
     return m.tags(backend, foreign_arch(platform))[0]
@@ -61,10 +67,14 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
     if smoke and smoke.get("platform") and smoke["platform"] != platform and not opts.force:
         raise PublishError(f"the smoke result given for {platform} ran on {smoke['platform']}")
     ref = platform_ref(m, backend, registry, platform)
-    echo(f"[{backend.name}] {platform}: {ref}")
-    digest, since, content_ref, image_id = push_or_move(registry, session, image, backend, [ref], opts, echo, keep=False)
+    single = single_platform_ref(m, backend, registry, platform)
+    echo(f"[{backend.name}] {platform}: {ref} (and {single}, for tools that cannot read an image index)")
+    # the moving single-platform tag first in the list: push_or_move pushes it last, after the pinned one
+    digest, since, content_ref, image_id = push_or_move(registry, session, image, backend, [single, ref], opts, echo,
+                                                        keep=False)
     # the registry's image when it held this content (as publish records it), else this one
-    return {"platform": platform, "digest": digest, "ref": ref, "image_id": image_id, "size": image.size or None,
+    return {"platform": platform, "digest": digest, "ref": ref, "single_platform_tag": single, "image_id": image_id,
+            "size": image.size or None,
             "content_tag": content_ref, "unchanged_since": since,
             "requires": manifest.image_requires(image.labels, image_arch(engine, image.id)),
             "versions": manifest.image_versions(image.labels), "smoke": smoke,

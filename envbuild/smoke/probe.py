@@ -162,6 +162,8 @@ def check_device(torch: Any, backend: str, device: str, availability: str, run_f
     per-backend availability call is asked only of an older torch."""
     device_type = device.split(":")[0]
     hip, cuda = torch.version.hip, getattr(torch.version, "cuda", None)
+    if backend.split("-")[0] in ("cuda", "rocm"):  # a variant (cuda-cu126, rocm-10-0) is its family's build
+        backend = backend.split("-")[0]
     if backend == "cpu":
         if device_type != "cpu":
             raise CheckFailed(f"backend cpu must use device 'cpu', not {device!r}")
@@ -196,7 +198,36 @@ def check_device(torch: Any, backend: str, device: str, availability: str, run_f
             raise no_device(device_type, f"{api}() = {available}, device_count() = {count}", run_flags)
     module = getattr(torch, device_type, None)
     name = str(module.get_device_name(0)) if hasattr(module, "get_device_name") else None
-    return f"{count} x {name or device} (asked {api})", {"name": name, "count": count, "api": api}
+    info: dict[str, Any] = {"name": name, "count": count, "api": api}
+    said = ""
+    if backend == "cuda" and cuda:
+        driver = _driver_cuda(torch)
+        mode, said = cuda_compat(cuda, driver)
+        info.update(driver_cuda=driver, cuda_compat=mode)
+    return f"{count} x {name or device} (asked {api}){said}", info
+
+
+def _driver_cuda(torch: Any) -> str | None:
+    """The CUDA version the host's driver supports ('12.2'), from torch's own binding to cuDriverGetVersion."""
+    get = getattr(torch._C, "_cuda_getDriverVersion", None)
+    try:
+        version = int(get()) if get else 0
+    except Exception:  # an older torch, or no driver: not known
+        return None
+    return f"{version // 1000}.{version % 1000 // 10}" if version > 0 else None
+
+
+def cuda_compat(build: str, driver: str | None) -> tuple[str | None, str]:
+    """How this CUDA build runs on the driver: 'native', or 'minor-version' when the driver supports an older CUDA
+    of the same major (NVIDIA's minor version compatibility: no JIT of PTX newer than the driver); None, unknown."""
+    if not driver:
+        return None, ""
+    have, want = _release(driver)[:2], _release(build)[:2]
+    if have >= want:
+        return "native", f"; driver supports CUDA {driver}, the build is {build}: native"
+    return "minor-version", (f"; driver supports CUDA {driver}, older than the build's {build}: running under CUDA minor "
+                             "version compatibility (no JIT of PTX newer than the driver; only kernels compiled for "
+                             "this GPU run)")
 
 
 def _locked(lock: str) -> list[tuple[str, str]]:
@@ -457,12 +488,48 @@ def _writable(folder: str) -> bool:
     return os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)
 
 
+CACHE_ROOT = "/cache"
+
+
+def relocate_caches(root: str | None = None) -> str | None:
+    """Where the cache root cannot be written (a read-only image, a uid:gid not in group 0, as Apptainer runs it),
+    point the caches under it at a folder this user can write ($HOME/.cache, else $TMPDIR's or /tmp's), as the
+    image's entrypoint does: for runs that pass it by (apptainer exec, a pod's command). What was done, or None."""
+    root = root or os.environ.get("ENVBUILD_CACHE_ROOT") or CACHE_ROOT
+    under = [n for n in CACHE_VARIABLES if (os.environ.get(n) or "").rstrip("/") == root
+             or (os.environ.get(n) or "").startswith(root + "/")]
+    if not under or _writable_dir(root):
+        return None
+    base = next((c.rstrip("/") for c in (os.environ.get("HOME"), os.environ.get("TMPDIR"), "/tmp")
+                 if c and _writable_dir(c)), None)
+    if base is None:
+        return None
+    moved = base + "/.cache"
+    for name in under:
+        os.environ[name] = moved + os.environ[name].rstrip("/")[len(root):]
+    return (f"{root} cannot be written by uid {os.getuid()}:{os.getgid()} here (read-only, or not group 0): caches "
+            f"moved to {moved} for this run; mount a writable volume at {root} to keep them")
+
+
+def _writable_dir(folder: str) -> bool:
+    return os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)
+
+
 def check_arbitrary_uid() -> str:
-    """Run as a uid the image does not know, with group 0 (OpenShift's rule): the home, the cache root and the
-    work folder must be this user's to write, or the other checks' caches and downloads fail for it."""
+    """Run as a uid the image does not know. With group 0 (OpenShift's rule): the home, the cache root and the work
+    folder must be this user's to write. With another group (Apptainer, `docker run --user UID:GID`, often read-only):
+    every cache must be writable where it points, moved off /cache when that cannot be written."""
     uid, gid = os.getuid(), os.getgid()
-    if uid == 0 or gid != 0:
-        raise CheckFailed(f"the probe runs as uid {uid}, gid {gid}: this check needs a uid other than 0, with group 0")
+    if uid == 0:
+        raise CheckFailed(f"the probe runs as uid {uid}, gid {gid}: this check needs a uid other than 0")
+    if gid != 0:
+        caches = {name: os.environ[name] for name in CACHE_VARIABLES if os.environ.get(name)}
+        bad = [f"{name} {path}" for name, path in caches.items() if not _writable(path)]
+        if bad:
+            raise CheckFailed(f"uid {uid}:{gid} cannot write: {', '.join(bad)}; the image's entrypoint (or the probe) "
+                              "moves the caches off /cache when it cannot be written")
+        return (f"every check ran as uid {uid}, gid {gid} (not group 0); caches writable: "
+                + ", ".join(f"{k} {v}" for k, v in caches.items()))
     folders = {"HOME": os.environ.get("HOME", ""), "work folder": os.getcwd()}
     folders.update((name, os.environ[name]) for name in CACHE_VARIABLES if os.environ.get(name))
     bad = [f"{name} {path or '(unset)'}" for name, path in folders.items() if not (path and _writable(path))]
@@ -648,9 +715,14 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     # What the checks leave in the caches (the model, compiled kernels) stays usable by any uid of group 0,
     # as the image's folders are.
     os.umask(0o002)
+    moved = relocate_caches()
+    if moved:
+        print(f"[probe] {moved}", file=sys.stderr, flush=True)
     # Libraries sometimes print to stdout; stdout belongs to the JSON report alone.
     with contextlib.redirect_stdout(sys.stderr):
         doc = run_checks(args)
+    if moved:
+        doc["caches_moved"] = moved
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:

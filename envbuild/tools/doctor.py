@@ -323,7 +323,8 @@ def diagnose(
     checks = [daemon, check_builder(), preflight.runtime(backend, runtimes, rootp)]
     checks += check_devices(matrix, backend, rootp, path_env)
     checks += [c for c in (preflight.device_nodes(backend, rootp), preflight.groups(backend, rootp)) if c]
-    checks.append(compat.host_check(backend, rootp, matrix=matrix, path_env=path_env))  # smoke, run, pull refuse on it
+    # smoke, run, pull refuse on it; a family (cuda) is checked as `pick` chooses among its variants: one answer
+    checks.append(compat.family_check(matrix, backend, rootp, path_env=path_env))
     checks.append(check_disk(backend, engine))
     checks.append(check_platforms(backend, str(rootp)))
     if backend.base_image:

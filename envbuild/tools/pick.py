@@ -1,18 +1,64 @@
 """`envbuild pick`: the one image that fits this host, for scripts, Kubernetes manifests and CI, chosen before
 anything is pulled. A family of variants (cuda: CUDA 13.2, 13.0, 12.6) gives its newest that this host's driver and
-devices run; `--variant` or a variant's own name chooses by hand. `pull`, `run`, `smoke` and `build` choose the same
-way (`resolve`).
+devices run natively, else the newest that runs under minor version compatibility; `--variant` or a variant's own
+name chooses by hand. `--driver` and `--gpu` describe another host (a compute node seen from a login node, a CI
+runner) and nothing of this machine is read. `pull`, `run`, `smoke` and `build` choose the same way (`resolve`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envbuild.core import hostfacts
 from envbuild.core.errors import InvalidInput, NoVariantFitsError
-from envbuild.matrix import Backend, Matrix, compat
+from envbuild.matrix import Backend, Matrix, compat, stacks
+
+
+@dataclass(frozen=True)
+class Described:
+    """A host given on the command line (`--driver`, `--gpu`): nothing of this machine is read."""
+
+    driver: str | None
+    archs: tuple[str, ...]  # sm_80, gfx942: one entry per --gpu
+    platform: str | None = None
+
+    @property
+    def stack(self) -> str | None:
+        """cuda or rocm from the GPUs named; cuda for a driver alone (a version is NVIDIA's way of saying it)."""
+        kinds = {stacks.arch_stack(a) for a in self.archs}
+        if len(kinds) > 1:
+            raise InvalidInput("--gpu names NVIDIA and AMD GPUs together: one host runs one image; ask once per kind")
+        return kinds.pop() if kinds else ("cuda" if self.driver else None)
+
+    def host(self, driver_name: str) -> hostfacts.HostDriver:
+        said = [w for w, v in (("--driver", self.driver), ("--gpu", self.archs)) if v]
+        notes = [] if self.driver else ["no --driver given"]
+        return hostfacts.HostDriver(driver_name, self.driver, list(self.archs) or None, evidence=said, notes=notes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"driver": self.driver, "gpus": list(self.archs), "platform": self.platform}
+
+
+def describe(driver: str | None, gpus: tuple[str, ...], platform: str | None = None) -> Described | None:
+    """--driver/--gpu read into a described host (None when neither is given), or exit 2 naming what is wrong."""
+    if driver is None and not gpus:
+        return None
+    if driver is not None and not re.fullmatch(r"\d{1,4}(?:\.\d{1,4}){1,3}", driver.strip()):
+        raise InvalidInput(f"--driver {driver}: not a driver version (e.g. 535.104.05, as nvidia-smi prints it)")
+    archs = []
+    for g in gpus:
+        for one in (x for x in g.split(",") if x.strip()):
+            arch = stacks.gpu_arch(one)
+            if arch is None:
+                known = ", ".join(sorted(stacks.GPU_PRODUCTS))
+                raise InvalidInput(f"--gpu {one}: not a GPU envbuild knows; give its architecture (8.0, sm_80, gfx942, as "
+                                   f"`nvidia-smi --query-gpu=compute_cap --format=csv` or `rocminfo` says) or one of: {known}")
+            archs.append(arch)
+    return Described(driver.strip() if driver else None, tuple(archs), platform)
 
 
 @dataclass(frozen=True)
@@ -21,11 +67,39 @@ class Picked:
     why: str  # which variant and why, in a sentence
     choice: compat.Choice | None  # the family's variants and their fit (None: a backend without variants)
     warnings: tuple[str, ...] = ()
+    described: Described | None = None
 
-    def to_json(self, ref: str) -> dict[str, Any]:
-        return {"backend": self.backend.name, "family": self.backend.family, "image": ref, "why": self.why,
-                "warnings": list(self.warnings),
-                "variants": [f.to_json() for f in self.choice.fits] if self.choice else []}
+    @property
+    def mode(self) -> str | None:
+        return self.choice.mode if self.choice else None
+
+    @property
+    def note(self) -> str | None:
+        """The one line that says the choice runs only under minor version compatibility, and what it gives up."""
+        return self.choice.minor_note if self.choice else None
+
+    def to_json(self, ref: str | None) -> dict[str, Any]:
+        return choice_json(self.backend.family, self.choice, described=self.described) | {
+            "backend": self.backend.name, "image": ref, "why": self.why, "warnings": list(self.warnings)}
+
+
+def choice_json(family: str, choice: compat.Choice | None, *, described: Described | None = None,
+                refusal: str | None = None) -> dict[str, Any]:
+    """What `pick --json` says, whether an image fits or not: the choice, native or minor-version, the host as read or
+    described, each GPU's verdict, every variant with why it fits or not, and on a refusal the upgrade."""
+    host = choice.host if choice else None
+    up = choice.upgrade if choice else None
+    return {
+        "backend": None, "family": family, "image": None, "ok": refusal is None,
+        "mode": choice.mode if choice and choice.chosen else None,
+        "minor_version_note": choice.minor_note if choice else None,
+        "host": {"source": "described (--driver/--gpu)" if described else "read", **(host.to_json() if host else {})},
+        "gpus": choice.gpus() if choice else [],
+        "variants": [f.to_json() for f in choice.fits] if choice else [],
+        "refusal": refusal,
+        "upgrade": {"driver": up.driver, "backend": up.backend.name, "mode": up.mode} if up else None,
+        "warnings": [],
+    }
 
 
 def variant(m: Matrix, family: Backend, text: str) -> Backend:
@@ -42,28 +116,49 @@ def variant(m: Matrix, family: Backend, text: str) -> Backend:
     raise InvalidInput(f"--variant {text}: {family.family} has no such variant; it has {listed}")
 
 
+def family_for(m: Matrix, described: Described) -> Backend:
+    """`--backend auto` with a described host: the family of the GPUs named (cuda for a driver alone)."""
+    stack = described.stack
+    for b in m.backends:
+        if not b.variant_of and b.host and b.host.stack == stack and b.containerizable:
+            return b
+    raise InvalidInput(f"the matrix has no image for {stack}")
+
+
 def resolve(m: Matrix, b: Backend, *, variant_text: str | None = None, root: str | os.PathLike[str] = "/",
-            picked_by_hand: bool | None = None) -> Picked:
-    """The image for backend `b` on this host (read under `root`): `b` itself when it has no variants or was named as
-    a variant; else the newest of its family that fits. Raises NoVariantFitsError, naming the driver and the upgrade,
-    when the one asked for (or every one) needs more of this host."""
+            picked_by_hand: bool | None = None, described: Described | None = None) -> Picked:
+    """The image for backend `b` on this host (read under `root`, or `described`): `b` itself when it has no variants
+    or was named as a variant; else the newest of its family that fits. Raises NoVariantFitsError, naming the driver
+    and the upgrade (with the same as JSON in its `data`), when the one asked for (or every one) needs more."""
     members = m.family(b)
     if variant_text:
         b = variant(m, m.backend(b.family), variant_text)
     by_hand = picked_by_hand if picked_by_hand is not None else bool(variant_text or b.variant_of)
-    if len(members) < 2:
+    host = None
+    if described is not None:
+        if b.host is None:
+            raise InvalidInput(f"--driver and --gpu describe a GPU host; the {b.name} image needs no driver")
+        if described.stack and described.stack != b.host.stack:
+            raise InvalidInput(f"--gpu names {described.stack.upper()} GPUs; the {b.name} image is for "
+                               f"{stacks.STACKS[b.host.stack].title}")
+        host = described.host(stacks.STACKS[b.host.stack].driver)
+    platform = described.platform if described else None
+    if len(members) < 2 and described is None:
         return Picked(b, f"{b.name} (no variants)", None)
-    if by_hand:
-        fit = compat.Fit(b, compat.host_check(b, Path(root)))
+    if by_hand or len(members) < 2:
+        host = host or compat.host_driver(b, Path(root))
+        fit = compat.fit(b, host, platform)
+        choice = compat.Choice(b if fit.fits else None, "", (fit,), host)
         if not fit.fits:
-            raise NoVariantFitsError(f"the {b.name} image does not run on this host: {fit.check.detail}"
-                                     + (f"; fix: {fit.check.fix}" if fit.check.fix else ""))
+            msg = (f"the {b.name} image does not run on this host: {fit.check.detail}"
+                   + (f"; fix: {fit.check.fix}" if fit.check.fix else ""))
+            raise NoVariantFitsError(msg, choice_json(b.family, choice, described=described, refusal=msg))
         warn = () if fit.check.ok else (fit.check.detail,)
-        return Picked(b, f"{b.name}, as asked ({fit.check.detail})", compat.Choice(b, "", (fit,)), warn)
-    choice = compat.choose_variant(members, Path(root))
+        return Picked(b, f"{b.name}, as asked ({fit.check.detail})", choice, warn, described)
+    choice = compat.choose_variant(members, Path(root), host=host, platform=platform)
     if choice.chosen is None:
-        raise NoVariantFitsError(choice.why)
-    return Picked(choice.chosen, choice.why, choice, tuple(choice.warnings))
+        raise NoVariantFitsError(choice.why, choice_json(b.family, choice, described=described, refusal=choice.why))
+    return Picked(choice.chosen, choice.why, choice, tuple(choice.warnings), described)
 
 
 def image_ref(m: Matrix, b: Backend, manifest: Path | None = None) -> str:

@@ -108,15 +108,27 @@ def backend_detail(m: Matrix, b: Backend) -> dict[str, Any]:
         "runs_on": list(b.runs_on),
         # What it needs of the host (also its dev.envbuild.requires.* labels).
         "requires": _needs(b).to_json(b.device),
+        # The GPU architectures its torch carries, per platform (declared; the build fails where torch differs).
+        "architectures": _architectures(b),
     }
     if b.containerizable:
         detail["tags"] = m.tags(b)
         detail["docker_run"] = run_command(m, b)
     if len(family := m.family(b)) > 1:  # the images of one device for other drivers and devices: `envbuild pick`
         detail["variants"] = [{"backend": v.name, "base_image": v.base_image, "tags": m.tags(v),
+                               "architectures": _architectures(v),
                                **{k: val for k, val in _needs(v).to_json(v.device).items() if k != "source"}}
                               for v in family]
     return detail
+
+
+def _architectures(b: Backend) -> dict[str, list[str] | None] | None:
+    """platform -> the architectures declared for it (None: none declared; linux/arm64's torch list is declared on
+    its own, host.arch_arm64, or not at all)."""
+    if b.host is None or not b.host.arch:
+        return None
+    return {p: None if p.endswith("arm64") and b.host.stack in stacks.TORCH_ARCHS and not b.host.arch_arm64
+            else list(stacks.declared_arch(b, p)) for p in b.platforms}
 
 
 def _needs(b: Backend) -> Any:
@@ -127,6 +139,10 @@ def requires_text(req: dict[str, Any]) -> str:
     """'NVIDIA driver >= 595.45.04 (cuda 13.2; source: ...); GPU architectures: unknown'."""
     if not req.get("stack"):
         driver = "no host driver" if req.get("arch") == "any" else "host driver: not known to envbuild"
+    elif req.get("min_driver") and req.get("compat_driver"):
+        driver = (f"{req['driver']} driver >= {req['compat_driver']} under minor version compatibility, >= "
+                  f"{req['min_driver']} natively ({req['stack']} {req['stack_version']}"
+                  + ("" if req.get("confirmed") else ", UNCONFIRMED") + f"; source: {req.get('source')})")
     elif req.get("min_driver"):
         driver = f"{req['driver']} driver >= {req['min_driver']} ({req['stack']} {req['stack_version']}"
         driver += ("" if req.get("confirmed") else ", UNCONFIRMED") + f"; source: {req.get('source')})"
@@ -386,9 +402,14 @@ def compat_rows(m: Matrix, manifest: dict[str, Any] | None = None) -> list[dict[
         size = entry.get("size")
         driver = "none" if b.device == "cpu" else "not known"
         if req["stack"]:
-            driver = f"{req['driver']} >= {req['min_driver']}" if req["min_driver"] else f"{req['driver']} (unknown)"
-            driver += f" ({req['stack']} {req['stack_version']}{'' if req['confirmed'] or not req['min_driver'] else ', UNCONFIRMED'})"
+            lowest = req["compat_driver"] or req["min_driver"]
+            driver = f"{req['driver']} >= {lowest}" if lowest else f"{req['driver']} (unknown)"
+            minor = f"; minor version compatibility; >= {req['min_driver']} native" if req["compat_driver"] else ""
+            driver += f" ({req['stack']} {req['stack_version']}{minor}{'' if req['confirmed'] or not req['min_driver'] else ', UNCONFIRMED'})"
         arch = req["arch"]
+        arm = list(stacks.declared_arch(b, "linux/arm64"))
+        if isinstance(arch, list) and arm and arm != arch and "linux/arm64" in b.platforms:
+            arch = f"{', '.join(arch)} (arm64: {', '.join(arm)})"
         if not arch and (floor := stacks.arch_floor(stacks.STACKS[req["stack"]], req["stack_version"]) if req["stack"] else None):
             arch = f"{floor} and newer (exact list recorded at build)"
         rows.append({

@@ -181,6 +181,16 @@ def test_the_index_names_both_platforms_and_skopeo_agrees(index, cpu_image):
     picked = json.loads(subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--override-arch", "arm64",
                                         f"docker://{entry['tags'][0]}"], capture_output=True, text=True, check=True).stdout)
     assert picked["Architecture"] == "arm64" and picked["Digest"] == entry["digest"]
+    # Each platform also under a moving tag of its own (REG:cpu-arm64), for tools that cannot read an index (pyxis)
+    for platform, rec in entry["platforms"].items():
+        assert rec["single_platform_tag"].endswith(f":cpu-{platform.split('/')[1]}")
+        raw = json.loads(subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
+                                         f"docker://{rec['single_platform_tag']}"], capture_output=True, text=True,
+                                        check=True).stdout)
+        assert "manifests" not in raw  # one image, not an index
+        one = json.loads(subprocess.run(["skopeo", "inspect", "--tls-verify=false", f"docker://{rec['single_platform_tag']}"],
+                                        capture_output=True, text=True, check=True).stdout)
+        assert one["Digest"] == rec["digest"], platform
 
 
 def test_pull_takes_each_platform_by_its_digest(index, cpu_image, docker_client):

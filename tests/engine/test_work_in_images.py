@@ -49,6 +49,30 @@ def test_the_probe_passes_as_any_uid_with_group_0_and_caches_under_the_cache_roo
     assert any((cache / "torchinductor").iterdir())
 
 
+def test_the_probe_passes_read_only_as_any_uid_and_gid(cpu_image, docker_client, tmp_path):
+    """As Apptainer and clusters run an image: a read-only root, uid:gid 4242:4242 (not group 0), HOME not the image's.
+    /cache cannot be written: the entrypoint moves the caches to $HOME/.cache and says so once; every check passes."""
+    status, out, err = testbed.docker_run(
+        docker_client, cpu_image.tag, ["envbuild-probe"], user="4242:4242", read_only=True,
+        tmpfs={"/tmp": "rw,exec,mode=1777"}, environment={"HOME": "/tmp", "HF_HUB_OFFLINE": "1",
+                                                          "ENVBUILD_ARBITRARY_UID": "1"})
+    doc = json.loads(out)
+    assert status == 0 and doc["ok"] is True, [c for c in doc["checks"] if not c["ok"]]
+    assert {c["name"] for c in doc["checks"]} >= {"load", "compile", "arbitrary_uid"}
+    said = next(c for c in doc["checks"] if c["name"] == "arbitrary_uid")["message"]
+    assert said.startswith("every check ran as uid 4242, gid 4242 (not group 0); caches writable: XDG_CACHE_HOME /tmp/.cache")
+    notes = [ln for ln in err.decode().splitlines() if "cannot be written" in ln]
+    assert len(notes) == 1 and "caches moved to /tmp/.cache" in notes[0] and "mount a writable volume at /cache" in notes[0]
+    # A writable volume at /cache keeps them there, and nothing is said
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)  # a folder anyone may write, as a mounted volume would be
+    status, out, err = testbed.docker_run(
+        docker_client, cpu_image.tag, ["sh", "-c", "echo $HF_HOME"], user="4242:4242", read_only=True,
+        tmpfs={"/tmp": ""}, environment={"HOME": "/tmp"}, volumes=[f"{cache}:/cache"])
+    assert status == 0 and out.decode().strip() == "/cache/huggingface" and b"cannot be written" not in err
+
+
 def test_the_exit_status_is_the_command_s(cpu_image, tmp_path, no_leftover_containers):
     proc = run(cpu_image, "--", "sh", "-c", "echo out; echo err >&2; exit 7", cwd=tmp_path)
     assert proc.returncode == 7 and proc.stdout == "out\n" and "err" in proc.stderr

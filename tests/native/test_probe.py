@@ -175,6 +175,24 @@ def test_invisible_device_names_docker_flags(monkeypatch: pytest.MonkeyPatch) ->
     assert_skipped_after(doc, "device")
 
 
+@pytest.mark.parametrize("driver, mode", [(12020, "minor-version"), (12060, "native"), (13000, "native"), (0, None)])
+def test_the_probe_says_when_it_runs_under_minor_version_compatibility(monkeypatch: pytest.MonkeyPatch, driver: int,
+                                                                        mode: str | None) -> None:
+    """A CUDA 12.6 build on a driver that supports CUDA 12.2 (R535): it runs, under minor version compatibility."""
+    import torch
+    monkeypatch.setattr(torch.version, "cuda", "12.6")
+    monkeypatch.setattr(torch._C, "_cuda_getDriverVersion", lambda: driver, raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA A100")
+    _accelerator(monkeypatch, "cuda", 1)
+    doc = probe.run(["--backend", "cuda-cu126", "--device", "cuda"])
+    device = checks(doc)["device"]
+    assert device["ok"] is True, device
+    assert doc["device_info"]["cuda_compat"] == mode
+    assert ("running under CUDA minor version compatibility" in device["message"]) is (mode == "minor-version")
+    if mode == "minor-version":
+        assert "driver supports CUDA 12.2, older than the build's 12.6" in device["message"]
+
+
 def test_the_device_is_asked_through_torch_accelerator_not_the_plugin_s_own_call(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
@@ -428,6 +446,36 @@ def test_the_arbitrary_uid_check(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert probe.parse_args([]).arbitrary_uid is True
     monkeypatch.delenv("ENVBUILD_ARBITRARY_UID")
     assert probe.parse_args([]).arbitrary_uid is False
+
+
+def test_caches_move_off_a_cache_root_that_cannot_be_written(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A read-only image run as 4242:4242: /cache cannot be written, so the caches under it go under a writable HOME
+    (else TMPDIR); one elsewhere stays; a writable root (a volume) keeps them all."""
+    root, home = tmp_path / "cache", tmp_path / "home"
+    root.mkdir()
+    home.mkdir()
+    for name in probe.CACHE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(root))
+    monkeypatch.setenv("HF_HOME", f"{root}/huggingface")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert probe.relocate_caches(str(root)) is None  # writable: nothing moves
+    writable = {str(home), str(tmp_path / "elsewhere")}
+    monkeypatch.setattr(probe, "_writable_dir", lambda folder: folder in writable)
+    said = probe.relocate_caches(str(root))
+    assert said and f"{root} cannot be written" in said and f"caches moved to {home}/.cache" in said
+    assert os.environ["XDG_CACHE_HOME"] == f"{home}/.cache" and os.environ["HF_HOME"] == f"{home}/.cache/huggingface"
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "elsewhere")
+    assert probe.relocate_caches(str(root)) is None  # once: nothing under the root is left to move
+    monkeypatch.setattr(probe.os, "getuid", lambda: 4242)
+    monkeypatch.setattr(probe.os, "getgid", lambda: 4242)
+    monkeypatch.setenv("HF_HOME", f"{root}/huggingface")
+    monkeypatch.setattr(probe, "_writable", lambda path: not path.startswith(str(root)))
+    with pytest.raises(probe.CheckFailed, match=r"uid 4242:4242 cannot write: HF_HOME .*moves the caches off /cache"):
+        probe.check_arbitrary_uid()
+    monkeypatch.setenv("HF_HOME", f"{home}/.cache/huggingface")
+    assert probe.check_arbitrary_uid().startswith("every check ran as uid 4242, gid 4242 (not group 0)")
 
 
 def test_cpu_match_compares_a_device_s_output_with_the_cpu_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,8 @@ BASE_TAR = CACHE / "debian-bookworm-python3.tar"
 # (apt under emulation costs about 90 s).
 ARM64_BASE_TAR = CACHE / "debian-bookworm-python3-venv-arm64.tar"
 BASE_NAME = "envbuild-test/debian-python3:bookworm"
-CPU_REPOSITORY = "envbuild-test/envbuild"  # the session's cpu image is CPU_REPOSITORY:cpu
+# the session's cpu image is CPU_REPOSITORY:cpu (another name keeps sessions on one shared engine apart)
+CPU_REPOSITORY = os.environ.get("ENVBUILD_TEST_CPU_REPOSITORY", "envbuild-test/envbuild")
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 
 

@@ -57,19 +57,22 @@ def test_old_nvidia_driver_is_refused_with_the_fix(tmp_path):
     c = verdict(host(tmp_path, "cuda", nvidia_version("535.104.05")))
     assert c.status == "FAIL" and c.blocking
     assert "host NVIDIA driver 535.104.05 (/proc/driver/nvidia/version) supports CUDA up to 12.2; this image needs " \
-           "driver >= 595.45.04 for CUDA 13.2" in c.detail
-    assert c.fix == "upgrade the NVIDIA driver to 595.45.04 or later"
+           "driver >= 580.65.06 for CUDA 13.2 (595.45.04 runs it natively)" in c.detail
+    assert c.fix == "upgrade the NVIDIA driver to 580.65.06 or later, or use the cuda-cu126 backend"
 
 
 def test_the_fix_names_a_variant_the_host_can_run(tmp_path):
     m = load(MATRIX_PATH, [CU126])
     c = verdict(host(tmp_path, "cuda", nvidia_version("560.35.03")), matrix=m)
     assert c.status == "FAIL"
-    assert c.fix == "upgrade the NVIDIA driver to 595.45.04 or later, or use the cuda-cu126 backend"
+    assert c.fix == "upgrade the NVIDIA driver to 580.65.06 or later, or use the cuda-cu126 backend"
     assert verdict(host(tmp_path / "x", "cuda", nvidia_version("560.35.03")), "cuda-cu126", matrix=m).ok
-    # 555 is older than CUDA 12.6's minimum too: no variant to offer
+    # 555 is older than CUDA 12.6's own minimum, but above 12.x's floor: cu126 runs under minor version compatibility
     c = verdict(host(tmp_path / "y", "cuda", nvidia_version("555.42.06")), matrix=m)
-    assert "cuda-cu126" not in c.fix and "supports CUDA up to 12.5" in c.detail
+    assert "cuda-cu126" in c.fix and "supports CUDA up to 12.5" in c.detail
+    # 520 is below every floor: no variant to offer
+    c = verdict(host(tmp_path / "z", "cuda", nvidia_version("520.61.05")), matrix=m)
+    assert "cuda-cu126" not in c.fix and "needs driver >= 580.65.06 for CUDA 13.2" in c.detail
 
 
 def test_new_nvidia_driver_passes_and_says_why(tmp_path):
@@ -80,7 +83,8 @@ def test_new_nvidia_driver_passes_and_says_why(tmp_path):
 
 def test_sys_module_version_is_read_when_proc_is_absent(tmp_path):
     c = verdict(host(tmp_path, "cuda", {"/sys/module/nvidia/version": "580.95.05\n"}))
-    assert c.status == "FAIL" and "580.95.05 (/sys/module/nvidia/version) supports CUDA up to 13.0" in c.detail
+    assert c.ok and "580.95.05 (/sys/module/nvidia/version)" in c.detail
+    assert "CUDA 13.2 runs under minor version compatibility (driver >= 580.65.06; >= 595.45.04 runs it natively)" in c.detail
 
 
 def test_missing_nvidia_files_warn_and_never_refuse(tmp_path):
@@ -108,11 +112,13 @@ def test_gpu_architecture_verdicts(tmp_path, device, image, runs):
 def test_without_the_images_list_the_cuda_releases_floor_decides(tmp_path):
     """CUDA 13 builds for Turing (sm_75) and newer only: a Volta host is refused before the image's list is known,
     and the fix names the CUDA 12.6 variant, which still builds for it."""
-    c = verdict(host(tmp_path, "cuda", nvidia_version("610.43.02"), tool="7.0"))
-    assert not c.ok and c.blocking and "this host's devices are sm_70; CUDA 13.2 builds for sm_75 and newer only" in c.detail
+    m = load(MATRIX_PATH, ["backends.cuda.host.arch=[]", "backends.cuda-cu130.host.arch=[]",
+                           "backends.cuda.host.arch_arm64=[]", "backends.cuda-cu130.host.arch_arm64=[]"])
+    c = verdict(host(tmp_path, "cuda", nvidia_version("610.43.02"), tool="7.0"), matrix=m)
+    assert not c.ok and c.blocking and "this host's devices are sm_70 (Volta); CUDA 13.2 builds for sm_75 and newer only" in c.detail
     assert "cuda-cu126" in c.fix
-    assert verdict(host(tmp_path / "v", "cuda", nvidia_version("610.43.02"), tool="7.0"), "cuda-cu126").ok
-    c = verdict(host(tmp_path / "a", "cuda", nvidia_version("610.43.02"), tool="8.0"))
+    assert verdict(host(tmp_path / "v", "cuda", nvidia_version("610.43.02"), tool="7.0"), "cuda-cu126", matrix=m).ok
+    c = verdict(host(tmp_path / "a", "cuda", nvidia_version("610.43.02"), tool="8.0"), matrix=m)
     assert c.ok and "devices sm_80 are sm_75 or newer" in c.detail
 
 
@@ -138,7 +144,7 @@ def test_rocm_supported_and_unsupported_gfx(tmp_path):
     assert "no published minimum amdgpu driver for ROCm 10.1" in c.detail
     c = verdict(host(tmp_path / "x", "rocm", {**kfd_nodes(110000), "/sys/module/amdgpu/version": "6.12.12\n"}), "rocm",
                 arch=["gfx90a", "gfx942"])
-    assert c.status == "FAIL" and "this host's devices are gfx1100; the image's torch was built for gfx90a, gfx942" in c.detail
+    assert c.status == "FAIL" and "this host's devices are gfx1100 (RDNA 3); the image's torch was built for gfx90a, gfx942" in c.detail
 
 
 def test_inbox_amdgpu_without_version_still_checks_the_gfx_target(tmp_path):
@@ -184,7 +190,7 @@ def test_smoke_refuses_an_old_driver_before_starting_a_container(tmp_path):
     root = host(tmp_path, "cuda", nvidia_version("535.104.05"))
     engine = FakeEngine(["runc", "nvidia"])
     engine.add_image("sha256:" + "c" * 64, [M.tags(M.backend("cuda"))[0]])
-    with pytest.raises(HostMismatch, match=r"driver >= 595\.45\.04 for CUDA 13\.2.*--ignore-host"):
+    with pytest.raises(HostMismatch, match=r"driver >= 580\.65\.06 for CUDA 13\.2.*--ignore-host"):
         smoke.smoke(M, M.backend("cuda"), engine, root=root)
     assert engine.volumes == []  # nothing was started
     with pytest.raises(NotImplementedError):  # --ignore-host goes on to start the container (the fake runs none)
@@ -223,7 +229,16 @@ def test_doctor_lists_the_same_check(tmp_path):
     rep = doctor.diagnose(M, M.backend("cuda"), root=root, path_env=str(root / "usr/bin"),
                           connector=lambda: (FakeEngine(["runc", "nvidia"], root=tmp_path), Check("docker daemon", True, "fake")))
     c = next(c for c in rep.checks if c.name == "host driver")
+    # R535: the family's answer is pick's, cuda-cu126 under minor version compatibility, not "upgrade to 595"
+    assert c.status == "ok" and "`envbuild pick` gives cuda-cu126 under minor version compatibility" in c.detail
+    assert "no JIT of PTX newer than the driver" in c.detail
+    root = host(tmp_path / "old", "cuda", nvidia_version("470.82.01"))
+    rep = doctor.diagnose(M, M.backend("cuda"), root=root, path_env=str(root / "usr/bin"),
+                          connector=lambda: (FakeEngine(["runc", "nvidia"], root=tmp_path), Check("docker daemon", True, "fake")))
+    c = next(c for c in rep.checks if c.name == "host driver")
     assert c.status == "FAIL" and "host driver" in [b.name for b in rep.blockers]
+    assert "Upgrade the NVIDIA driver to 525.60.13 or later" in c.detail  # the same lowest driver pick names
+    assert c.fix.startswith("upgrade the NVIDIA driver to 525.60.13 or later (then `envbuild pick` gives cuda-cu126)")
 
 
 def test_detect_reports_the_driver_and_architectures(tmp_path):
@@ -246,14 +261,14 @@ def test_labels_carry_the_requirements():
     cpu = render_backend(M, M.backend("cpu"))
     assert 'dev.envbuild.requires.driver="none"' in cpu and 'dev.envbuild.requires.arch="any"' in cpu
     cuda = render_backend(M, M.backend("cuda"))
-    assert 'dev.envbuild.requires.driver="nvidia>=595.45.04"' in cuda and 'dev.envbuild.requires.stack="cuda 13.2"' in cuda
+    assert 'dev.envbuild.requires.driver="nvidia>=580.65.06; native>=595.45.04"' in cuda and 'dev.envbuild.requires.stack="cuda 13.2"' in cuda
     assert f"> {compat.ARCH_FILE}" in cuda  # the build records torch's own list
 
 
 def test_a_declared_arch_list_is_enforced_by_the_build():
     m = load(MATRIX_PATH, ["backends.cuda.host.arch=[sm_80, sm_90]"])
     text = render_backend(m, m.backend("cuda"))
-    assert "want = sorted('sm_80 sm_90'.split())" in text and 'dev.envbuild.requires.arch="sm_80,sm_90"' in text
+    assert "else 'sm_80 sm_90').split())" in text and 'dev.envbuild.requires.arch="sm_80,sm_90"' in text
 
 
 def test_host_section_is_validated_with_its_location():
@@ -274,7 +289,9 @@ def test_compat_rows_follow_the_matrix_and_the_manifest():
     manifest = {"images": {"cpu": {"size": 1_343_000_000, "smoke": {"ok": True, "date": "2026-11-30T03:41:07Z"}}}}
     rows = {r["backend"]: r for r in report.compat_rows(M, manifest)}
     assert set(rows) == {b.name for b in M.containerizable()}
-    assert rows["cuda"]["min driver"] == "nvidia >= 595.45.04 (cuda 13.2)"
+    assert rows["cuda"]["min driver"] == "nvidia >= 580.65.06 (cuda 13.2; minor version compatibility; >= 595.45.04 native)"
+    assert rows["cuda-cu130"]["min driver"] == "nvidia >= 580.65.06 (cuda 13.0)"
+    assert rows["cuda-cu126"]["min driver"] == "nvidia >= 525.60.13 (cuda 12.6; minor version compatibility; >= 560.28.03 native)"
     assert rows["cpu"]["image size"] == "1.3 GB" and rows["cpu"]["last smoke"] == "passed 2026-11-30"
     assert rows["cpu"]["min driver"] == "none" and rows["xpu"]["min driver"] == "not known"
 
@@ -283,7 +300,7 @@ def test_compat_rows_follow_the_matrix_and_the_manifest():
 
 VARIANT = ('backends.cuda-cu126={variant_of: cuda, description: "NVIDIA GPU (CUDA 12.6)", '
            'base_image: "nvidia/cuda:12.6.3-base-ubuntu24.04", torch: {index_url: "https://download.pytorch.org/whl/cu126"}, '
-           'host: {version: "12.6"}}')
+           'host: {version: "12.6", arch: [sm_50, sm_60, sm_70, sm_75, sm_80, sm_86, sm_90], arch_arm64: []}}')
 
 
 def test_a_variant_shares_its_base_backend_and_overrides_what_it_sets():
@@ -298,7 +315,7 @@ def test_a_variant_shares_its_base_backend_and_overrides_what_it_sets():
     assert (v.family, base.family, v.variant_of) == ("cuda", "cuda", "cuda")
     text = render_backend(m, v)
     assert "FROM nvidia/cuda:12.6.3-base-ubuntu24.04" in text and "whl/cu126" in text
-    assert 'dev.envbuild.requires.driver="nvidia>=560.28.03"' in text
+    assert 'dev.envbuild.requires.driver="nvidia>=525.60.13; native>=560.28.03"' in text
     jobs = {e["backend"]: e for e in ci.github_matrix(m)["include"]}
     assert jobs["cuda-cu126"]["runs-on"] == jobs["cuda"]["runs-on"]
     assert m.tags(v)[0].endswith(":cuda-cu126")
@@ -321,7 +338,8 @@ def test_a_variant_keeps_its_base_device():
 
 
 @pytest.mark.parametrize("files, chosen, said", [
-    (nvidia_version("560.35.03"), "cuda-cu126", "passed over: cuda (this image needs driver >= 595.45.04"),
+    (nvidia_version("560.35.03"), "cuda-cu126", "passed over: cuda (this image needs driver >= 580.65.06"),
+    (nvidia_version("535.104.05"), "cuda-cu126", "cuda-cu126 is the newest variant this host runs under minor version"),
     (nvidia_version("585.05.01"), "cuda-cu130", "cuda-cu130 is the newest variant this host runs"),
     (nvidia_version("610.43.02"), "cuda", "cuda is the newest variant this host runs"),
     ({}, "cuda", "cuda, the newest variant (cannot tell the host's NVIDIA driver version: not a refusal)"),  # unknown is never a refusal
@@ -341,10 +359,11 @@ def test_auto_refuses_when_no_variant_fits_naming_the_driver_and_the_upgrade(tmp
     from envbuild.core.errors import NoVariantFitsError
     from envbuild.tools import detect as d
 
-    root = host(tmp_path, "cuda", nvidia_version("555.42.06"))
+    root = host(tmp_path, "cuda", nvidia_version("525.60.12"))
     with pytest.raises(NoVariantFitsError) as err:
         d.choose(d.detect(M, root, path_env=str(root / "usr/bin")), M, root=root)
-    assert "its NVIDIA driver is 555.42.06" in str(err.value) and "needs driver >= 560.28.03" in str(err.value)
+    assert "its NVIDIA driver is 525.60.12" in str(err.value) and "needs driver >= 525.60.13" in str(err.value)
+    assert "Upgrade the NVIDIA driver to 525.60.13 or later: cuda-cu126 (CUDA 12.6) runs there under minor" in str(err.value)
     assert err.value.exit_code == 1
 
 

@@ -58,57 +58,94 @@ def test_the_matrix_ships_three_cuda_and_two_rocm_variants_with_distinct_minimum
 
 
 @pytest.mark.parametrize("at", range(3))
-def test_a_driver_at_a_minimum_gets_that_variant_and_just_below_the_next_older(invoke, tmp_path, at):
+def test_a_driver_at_a_native_minimum_gets_that_variant_and_just_below_the_next(invoke, tmp_path, at):
+    """Just below a variant's own minimum: the next older one natively, or (below 12.6's) 12.6 under minor version
+    compatibility, said on stderr with what it gives up."""
     name, minimum = MINIMUMS[at]
     result = pick(invoke, nvidia_host(tmp_path / "at", minimum), "--backend", "cuda")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == f"{M.image.repository}:{name}"
+    assert "note:" not in result.stderr
     result = pick(invoke, nvidia_host(tmp_path / "below", below(minimum)), "--backend", "cuda")
+    assert result.exit_code == 0, result.output
     if at + 1 < len(MINIMUMS):
-        assert result.exit_code == 0 and result.stdout.strip() == f"{M.image.repository}:{MINIMUMS[at + 1][0]}"
-        assert "passed over: " in result.stderr and f"{name} (this image needs driver >= {minimum}" in result.stderr
+        assert result.stdout.strip() == f"{M.image.repository}:{MINIMUMS[at + 1][0]}"
+        assert "passed over: " in result.stderr and "note:" not in result.stderr
     else:
-        assert result.exit_code == 1 and result.stdout == ""
-        assert f"its NVIDIA driver is {below(minimum)}" in result.stderr
+        assert result.stdout.strip() == f"{M.image.repository}:cuda-cu126"
+        notes = [ln for ln in result.stderr.splitlines() if ln.startswith("note: ")]
+        assert len(notes) == 1 and "under CUDA minor version compatibility" in notes[0]
+        assert "no JIT of PTX newer than the driver" in notes[0]
 
 
 @pytest.mark.parametrize("driver, up_to", [("535.104.05", "12.2"), ("550.54.14", "12.4")])
-def test_r535_and_r550_are_refused_before_any_pull_naming_the_driver_and_the_upgrade(invoke, tmp_path, driver, up_to):
+def test_r535_and_r550_get_cuda_12_under_minor_version_compatibility(invoke, tmp_path, driver, up_to):
     for backend in ("cuda", "auto", "nvidia"):
         result = pick(invoke, nvidia_host(tmp_path / backend, driver), "--backend", backend)
+        assert result.exit_code == 0 and result.stdout.strip() == f"{M.image.repository}:cuda-cu126", result.output
+        assert f"note: cuda-cu126 (CUDA 12.6) runs on driver {driver} (native up to CUDA {up_to}) under CUDA minor " \
+               "version compatibility" in result.stderr
+
+
+@pytest.mark.parametrize("driver", ["470.82.01", "515.105.01", "525.60.12"])
+def test_below_every_floor_is_refused_naming_the_lowest_driver_and_what_is_left(invoke, tmp_path, driver):
+    for backend in ("cuda", "auto"):
+        result = pick(invoke, nvidia_host(tmp_path / backend, driver), "--backend", backend)
         assert result.exit_code == 1 and result.stdout == ""
-        assert f"its NVIDIA driver is {driver} (up to CUDA {up_to})" in result.stderr
-        assert "the oldest variant, cuda-cu126 (CUDA 12.6), needs driver >= 560.28.03" in result.stderr
-        assert "Upgrade the NVIDIA driver to 560.28.03 or later" in result.stderr
+        assert f"its NVIDIA driver is {driver}" in result.stderr
+        assert "Upgrade the NVIDIA driver to 525.60.13 or later: cuda-cu126 (CUDA 12.6) runs there under minor " \
+               "version compatibility" in result.stderr
+        assert "the CPU image (`envbuild pick --backend cpu`), or a matrix variant of your own with an older CUDA" \
+               in result.stderr
 
 
-def test_an_unknown_driver_is_a_warning_and_the_newest(invoke, tmp_path):
-    result = pick(invoke, nvidia_host(tmp_path, None), "--backend", "cuda")
-    assert result.exit_code == 0 and result.stdout.strip().endswith(":cuda")
-    assert result.stderr.startswith("warning: cuda: ") and "cannot tell the host's NVIDIA driver version" in result.stderr
+def test_doctor_and_pick_name_the_same_lowest_driver(invoke, tmp_path):
+    from envbuild.core.checks import Check
+    from envbuild.tools import doctor
+    from support.fakes import FakeEngine
+
+    for driver in ("470.82.01", "535.104.05"):
+        root = nvidia_host(tmp_path / driver, driver)
+        picked = pick(invoke, root, "--backend", "cuda", "--json")
+        rep = doctor.diagnose(M, M.backend("cuda"), root=root, connector=lambda: (
+            FakeEngine(["runc", "nvidia"], root=tmp_path), Check("docker daemon", True, "fake")))
+        c = next(c for c in rep.checks if c.name == "host driver")
+        doc = json.loads(picked.stdout)
+        if doc["ok"]:
+            assert c.ok and f"`envbuild pick` gives {doc['backend']} under minor version" in c.detail
+        else:
+            assert doc["upgrade"]["driver"] == "525.60.13" and "525.60.13 or later" in c.fix and not c.ok
 
 
 def test_auto_on_an_nvidia_host_picks_from_the_cuda_family(invoke, tmp_path):
     result = pick(invoke, nvidia_host(tmp_path, "580.95.05"), "--json")
     doc = json.loads(result.stdout)
     assert (doc["backend"], doc["family"]) == ("cuda-cu130", "cuda") and doc["image"].endswith(":cuda-cu130")
-    assert doc["detected"].startswith("detected NVIDIA GPU")
-    assert [(v["backend"], v["fits"]) for v in doc["variants"]] == [("cuda", False), ("cuda-cu130", True), ("cuda-cu126", True)]
+    assert doc["detected"].startswith("detected NVIDIA GPU") and doc["mode"] == "native"
+    # 13.2 would run under minor version compatibility; 13.0 runs natively and is preferred
+    assert [(v["backend"], v["fits"], v["mode"]) for v in doc["variants"]] == [
+        ("cuda", True, "minor-version"), ("cuda-cu130", True, "native"), ("cuda-cu126", True, "native")]
 
 
 def test_gpus_older_than_turing_get_cuda_12(invoke, tmp_path):
     """CUDA 13 builds for sm_75 and newer: a Volta (sm_70) host on a new driver gets the CUDA 12.6 image."""
     result = pick(invoke, nvidia_host(tmp_path, "610.43.02", caps="7.0 7.0"), "--backend", "cuda")
     assert result.exit_code == 0 and result.stdout.strip().endswith(":cuda-cu126")
-    assert "CUDA 13.2 builds for sm_75 and newer only" in result.stderr
+    assert "cuda (this host's devices are sm_70 (Volta); the image's torch was built for sm_75" in result.stderr
 
 
 def test_an_arm64_gh200_like_host(invoke, tmp_path):
     """Grace Hopper: arm64, one sm_90 GPU, an R580 driver: the CUDA 13.0 image, which is built for linux/arm64."""
     root = nvidia_host(tmp_path, "580.65.06", caps="9.0")
     doc = json.loads(pick(invoke, root, "--backend", "cuda", "--json").stdout)
-    assert doc["backend"] == "cuda-cu130" and "devices sm_90 are sm_75 or newer" in doc["why"]
+    assert doc["backend"] == "cuda-cu130" and "devices sm_90 are among the image's" in doc["why"]
     assert "linux/arm64" in M.backend("cuda-cu130").platforms
+
+
+def test_an_unknown_driver_is_a_warning_and_the_newest(invoke, tmp_path):
+    result = pick(invoke, nvidia_host(tmp_path, None), "--backend", "cuda")
+    assert result.exit_code == 0 and result.stdout.strip().endswith(":cuda")
+    assert result.stderr.startswith("warning: cuda: ") and "cannot tell the host's NVIDIA driver version" in result.stderr
 
 
 @pytest.mark.parametrize("gfx, fits", [(90402, True), (90010, True), (110000, True), (80003, False)])
@@ -175,3 +212,16 @@ def test_build_pull_run_and_smoke_choose_the_same_way_and_say_so(invoke, tmp_pat
     assert f"{M.image.repository}:cuda-cu126 " in result.stdout and "chose" not in result.stderr
     result = invoke("build", "--backend", "all", "--variant", "12.6", "--matrix", MATRIX)
     assert result.exit_code == 2 and "--variant chooses within one backend" in result.stderr
+
+
+def test_run_chooses_as_pick_does_and_says_the_same_note(invoke, monkeypatch):
+    """An R535 host: `run --backend cuda` takes cuda-cu126 under minor version compatibility, with pick's note line."""
+    from envbuild.core.hostfacts import HostDriver
+    from envbuild.matrix import compat
+
+    monkeypatch.setattr(compat, "host_driver", lambda *a, **k: HostDriver("nvidia", "535.104.05", ["sm_80"]))
+    result = invoke("run", "--dry-run", "--backend", "cuda", "--matrix", MATRIX, "--", "true")
+    assert result.exit_code == 0, result.output
+    assert f"{M.image.repository}:cuda-cu126 " in result.stdout
+    assert "cuda: chose cuda-cu126 (cuda-cu126 is the newest variant this host runs under minor version" in result.stderr
+    assert "note: cuda-cu126 (CUDA 12.6) runs on driver 535.104.05 (native up to CUDA 12.2) under CUDA minor" in result.stderr

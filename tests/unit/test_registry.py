@@ -549,6 +549,9 @@ def test_index_from_joins_platform_records_and_refuses_disagreement(tmp_path):
         _joined(CPU, "elsewhere.test/x", [amd], files[:1])
     pinned = MATRIX.tags(CPU)[1].rsplit(":", 1)[1]
     assert platform_ref(MATRIX, CPU, repo, "linux/arm64") == f"{repo}:{pinned}-arm64"
+    from envbuild.ship.index import single_platform_ref
+
+    assert single_platform_ref(MATRIX, CPU, repo, "linux/amd64") == f"{repo}:cpu-amd64"  # for tools without an index
     assert local_image(MATRIX, CPU, "linux/arm64" if ci_host_is_amd64() else "linux/amd64").endswith(
         ":cpu-arm64" if ci_host_is_amd64() else ":cpu-amd64")
 

@@ -416,6 +416,7 @@ def test_ca_bundle_only_as_a_build_secret(name: str) -> None:
         if ins.keyword == "COPY":
             assert not cert.search(ins.args), ins
             assert ins.args in ("probe.py /opt/envbuild/probe.py", "lock/lock.txt /opt/envbuild/lock.txt",
+                                "entrypoint.sh /opt/envbuild/bin/envbuild-entrypoint",
                                 "--from=lock-resolve /out/ /", f"--from=torch-check {ARCH_FILE} {ARCH_FILE}")
         if ins.keyword == "ARG":
             assert not re.search(r"token|secret|passw|cert|ca_bundle|netrc|credential|key", ins.args, re.I), ins

@@ -69,7 +69,8 @@ class BasePlan:
         return [f"[{self.backend}] would make {self.image} from {self.suite.distribution}'s archive: suite {self.codename}, "
                 f"{self.arch}, minbase{' (slim)' if self.slim else ''}, from {self.mirror}, SOURCE_DATE_EPOCH={epoch}",
                 f"$ {' '.join(_quoted(self.argv('BASE.tar', self.epoch or 'EPOCH')))}",
-                f"then load it into the engine as {self.image}"]
+                f"then load it into the engine as {self.image}",
+                *([] if shutil.which("mmdebstrap") else ["mmdebstrap is not installed: `apt-get install mmdebstrap` first"])]
 
 
 @dataclass(frozen=True)

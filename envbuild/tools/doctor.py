@@ -245,6 +245,20 @@ def check_credentials(registry: str, environ: dict[str, str] | None = None) -> C
 REGISTRY_TIMEOUT = 5.0  # seconds: a doctor says a registry does not answer rather than wait for it
 
 
+def made_base(engine: Engine | None, ref: str) -> Check | None:
+    """A base `envbuild base` made and loaded here: lock and build use it without asking a registry."""
+    from envbuild.core.distbase import MADE_LABEL
+
+    try:
+        image = engine.image(ref) if engine is not None else None
+    except DockerError:
+        return None
+    if image is None or MADE_LABEL not in image.labels:
+        return None
+    return Check("base registry", True, f"{ref} is in the engine, made from the archive by `envbuild base` "
+                                        f"({image.labels[MADE_LABEL]}): no registry is asked")
+
+
 def check_registry(name: str, ref: str, fix: str, *, publish: bool = False, timeout: float = REGISTRY_TIMEOUT) -> Check:
     """Whether the registry of `ref` (an image, a repository or a host) answers its API (/v2/) at all: what a lock
     and a build ask first (the base's), or what publish pushes to."""
@@ -330,7 +344,8 @@ def diagnose(
     if backend.base_image:
         from envbuild.core.distbase import base_ways_out
 
-        checks.append(check_registry("base registry", backend.base_image, base_ways_out(backend.base_image, backend.name)))
+        checks.append(made_base(engine, backend.base_image)
+                      or check_registry("base registry", backend.base_image, base_ways_out(backend.base_image, backend.name)))
     if registry:
         checks.append(check_registry("publish registry", registry, "check the address and that the registry runs "
                                      "(a local one: `docker run -d -p 5000:5000 registry:2`)", publish=True))

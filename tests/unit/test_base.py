@@ -191,6 +191,7 @@ def test_output_writes_only_the_tarball(archive: Path, tmp_path: Path, monkeypat
 
 def test_mmdebstrap_missing_says_how_to_get_it(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
+    assert "`apt-get install mmdebstrap` first" in base.plan(_backend(), environ={}).describe()[-1]  # --dry-run too
     with pytest.raises(base.BaseError, match="apt-get install mmdebstrap"):
         base.make_tar(base.plan(_backend(), environ={}), echo=lambda line: None)
 

@@ -399,3 +399,18 @@ def test_platforms_say_what_this_host_builds_and_runs(m, tmp_path):
     check = doctor.check_platforms(cpu, str(tmp_path), "linux/amd64")
     assert check.ok and check.detail == ("this host (linux/amd64) builds and runs linux/amd64: natively; "
                                          "linux/arm64: under QEMU emulation")
+
+
+def test_a_base_made_from_the_archive_needs_no_registry(m, tmp_path, builder_ok, monkeypatch):
+    """`envbuild base` loaded the base: the base's registry is not asked, and doctor says why it can build."""
+    from envbuild.core.distbase import MADE_LABEL
+
+    monkeypatch.setattr(doctor, "check_registry", lambda *a, **k: doctor.Check("base registry", False, "no answer", "fix"))
+    client = FakeEngine(root=tmp_path)
+    assert not by_name(doctor.diagnose(m, m.backend("cpu"), connector=connector(client), root=make_root(tmp_path)),
+                       "base registry").ok
+    client = FakeEngine(root=tmp_path)
+    client.add_image("sha256:" + "e" * 64, [m.backend("cpu").base_image], {MADE_LABEL: "mmdebstrap bookworm amd64"})
+    check = by_name(doctor.diagnose(m, m.backend("cpu"), connector=connector(client), root=make_root(tmp_path)),
+                    "base registry")
+    assert check.ok and "envbuild base" in check.detail and "no registry is asked" in check.detail

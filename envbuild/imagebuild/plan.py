@@ -69,6 +69,9 @@ class BuildOptions:
     build_args: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
     mirrors: tuple[str, ...] = ()
+    # A site's package index mirrors (index URL -> mirror URL, core/settings.py): the build and the resolver ask
+    # the mirror; the image's content key and the lock's inputs keep the index's own URL.
+    index_mirrors: tuple[tuple[str, str], ...] = ()
     no_cache: bool = False
     platform: str | None = None
     builder: str | None = None
@@ -156,7 +159,10 @@ class BuildPlan:
     backend: str
     base_image: str  # after --mirror
     base_id: str | None  # the engine's local image of base_image; None: BuildKit asks the registry
-    dockerfile: bytes
+    dockerfile: bytes  # as built: with the site's registry and index mirrors
+    # The Dockerfile as any site renders it (no mirror): what the content key digests, so that an image built
+    # through a mirror is the same image.
+    dockerfile_digest: str
     probe: bytes
     uv_step: bytes  # the install steps' cache logic, read by their shell (render/scripts/uv-step.sh)
     wheels: tuple[Wheel, ...]
@@ -197,7 +203,7 @@ def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] 
     digest = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
     doc = {
         "format": 1,
-        "dockerfile": digest(plan.dockerfile), "probe": digest(plan.probe), "uv_step": digest(plan.uv_step),
+        "dockerfile": plan.dockerfile_digest, "probe": digest(plan.probe), "uv_step": digest(plan.uv_step),
         "lock": digest(plan.lock),  # names the base image, its digest for the platform, the indexes, the wheels
         "wheels": sorted([w.name, w.sha256] for w in plan.wheels),
         "build_args": sorted([a.partition("=")[0], a.partition("=")[2] if "=" in a else env.get(a)] for a in opts.build_args),
@@ -245,8 +251,11 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     without write_cache nothing is written (`lock --check`)."""
     env = os.environ if environ is None else environ
     base = mirror(backend.base_image, opts.mirrors) if backend.base_image else ""
-    if base != backend.base_image:
+    canonical = render_backend(matrix, backend).encode("utf-8")
+    dockerfile = canonical
+    if base != backend.base_image or opts.index_mirrors:
         backend = dataclasses.replace(backend, base_image=base)
+        dockerfile = render_backend(matrix, backend, opts.index_mirrors).encode("utf-8")
     for what, path in (("--ca-bundle", opts.ca_bundle), ("--netrc", opts.netrc)):
         if path and not path.is_file():
             raise BuildError(f"{what} {path}: no such file")
@@ -265,7 +274,8 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         backend=backend.name,
         base_image=base,
         base_id=engine.image_id(base) if base and engine else None,
-        dockerfile=render_backend(matrix, backend).encode("utf-8"),
+        dockerfile=dockerfile,
+        dockerfile_digest=hashlib.sha256(canonical).hexdigest(),
         probe=PROBE.read_bytes(),
         uv_step=UV_STEP.read_bytes(),
         wheels=wheels(opts.wheelhouse, context / DIGESTS, write=write_cache),

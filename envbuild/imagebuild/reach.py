@@ -74,8 +74,9 @@ def ways_out(need: Need, backend: Backend) -> list[str]:
     index = normal_url(need.index)
     mirrored = need.target.name != index
     ways = [("a working mirror for it" if mirrored else "a mirror of it") + f": {mirror_setting(index)}",
-            f"a wheel folder with the files the lock needs from it: --wheelhouse DIR (or wheelhouse = \"DIR\" in "
-            f"{PROJECT_FILE}, or ${KEYS['wheelhouse'].env})"]
+            f"a wheel folder with the files the lock names from it: --wheelhouse DIR (or wheelhouse = \"DIR\" in "
+            f"{PROJECT_FILE}, or ${KEYS['wheelhouse'].env}); resolving asks every index, so make the lock where "
+            f"this one answers and commit locks/: a build from a current lock resolves nothing"]
     if need.field and need.field.endswith("torch.index_url"):
         ways.append(f"torch from another index: --set {need.field}={PYPI} (careful: PyPI's default torch for linux "
                     "x86_64 is the CUDA build, gigabytes of CUDA libraries in the image)")
@@ -94,6 +95,8 @@ def message(dead: list[tuple[Need, netprobe.Result]], backend: Backend, what: st
         lines.append(f"{what}: {thing} {name} ({t.purpose}) does not answer from this machine: {result.detail} "
                      f"(asked {t.url} {result.via}, {result.seconds:.1f} s). Ways out:")
         lines += [f"  - {w}" for w in ways_out(need, backend)]
+    lines.append("(Probed from this machine, with its proxy variables and CA bundle; the build's RUN steps use the "
+                 "Docker engine's network, which may differ.)")
     return "\n".join(lines)
 
 

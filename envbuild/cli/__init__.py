@@ -122,7 +122,7 @@ SHORT = {
     "verify": "Check an image's signature and attestations in its registry.",
     "init": "Write the packaged matrix into a folder to start your own.",
     "validate": "Check the matrix, one located error per line.",
-    "config": "Every site setting (mirrors, wheels, CA bundle, registry) and where it came from.",
+    "config": "The site's settings (mirrors, wheels, CA bundle) and their origin.",
     "render": "Write one Dockerfile per backend into dockerfiles/.",
     "lock": "Pin and hash every package an image adds to its base.",
     "build": "Build a backend's image on the local Docker engine.",

@@ -8,15 +8,11 @@ The build's own RUN steps may see another network (BuildKit's, --network): what 
 
 from __future__ import annotations
 
-import netrc as netrcs
 import os
 import socket
-import ssl
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -72,6 +68,8 @@ def _proxy(url: str, environ: Mapping[str, str]) -> str | None:
 
 
 def _auth(url: str, netrc: Path | None) -> str | None:
+    import netrc as netrcs
+
     if netrc is None:
         return None
     try:
@@ -87,6 +85,10 @@ def _auth(url: str, netrc: Path | None) -> str | None:
 
 def _ask(target: Target, environ: Mapping[str, str], ca_bundle: Path | None, netrc: Path | None,
          timeout: float) -> tuple[bool, str, str]:
+    import ssl  # with urllib.request and http.client: 40 ms, paid only by a step that probes
+    import urllib.error
+    import urllib.request
+
     proxy = _proxy(target.url, environ)
     handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler(
         {urllib.parse.urlsplit(target.url).scheme: proxy} if proxy else {})]
@@ -123,6 +125,8 @@ def _ask(target: Target, environ: Mapping[str, str], ca_bundle: Path | None, net
 
 
 def _reason(reason: object) -> str:
+    import ssl
+
     if isinstance(reason, socket.timeout) or "timed out" in str(reason):
         return "no answer (timed out)"
     if isinstance(reason, ssl.SSLCertVerificationError):

@@ -10,7 +10,6 @@ the index's own URL, so a lock made through a mirror is the same lock.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import sys
@@ -20,11 +19,6 @@ from typing import Any, Iterable, Mapping
 
 from envbuild.core.errors import InvalidInput
 from envbuild.core.text import shown
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 PROJECT_FILE = "envbuild.toml"
 MAX_FILE = 1 << 20
@@ -316,6 +310,10 @@ def read_file(path: Path, label: str) -> tuple[dict[str, Any], dict[str, str]]:
 
     if not path.exists() and not path.is_symlink():
         return {}, {}
+    if sys.version_info >= (3, 11):  # imported here: most commands find no file, and pay nothing
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     data = read_user(path, f"{label} {path}", InvalidInput, limit=MAX_FILE)
     try:
         text = data.decode("utf-8")
@@ -339,6 +337,8 @@ def read_file(path: Path, label: str) -> tuple[dict[str, Any], dict[str, str]]:
     origins: dict[str, str] = {}
     for key, value in doc.items():
         if key not in KEYS:
+            import difflib
+
             close = difflib.get_close_matches(key, KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise InvalidInput(f"{shown(at(key))}: unknown key {shown(key)!r}{hint}; known keys: {', '.join(KEYS)}")

@@ -9,7 +9,6 @@ The build's own RUN steps may see another network (BuildKit's, --network): what 
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 import urllib.parse
@@ -125,6 +124,7 @@ def _ask(target: Target, environ: Mapping[str, str], ca_bundle: Path | None, net
 
 
 def _reason(reason: object) -> str:
+    import socket
     import ssl
 
     if isinstance(reason, socket.timeout) or "timed out" in str(reason):

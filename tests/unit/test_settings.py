@@ -194,3 +194,11 @@ def test_an_index_mirror_changes_what_the_build_asks_not_the_content_key_nor_the
     # the lock's inputs name the index itself: a lock made through a mirror is the same lock
     assert cpu.torch.index_url in inputs(m, cpu, (), "linux/amd64", None)["indexes"]
     assert plan_of(mirrors=())[1] == key
+
+
+def test_a_flag_wins_over_the_projects_file_on_the_command_line(site, invoke):
+    write(site / "project" / "envbuild.toml", 'wheelhouse = "/nowhere/wheels"\n')
+    result = invoke("lock", "--backend", "cpu", "--check", "--wheelhouse", site / "flag-wheels")
+    assert "wheelhouse" not in result.stderr  # the file's missing folder is never used: the flag's is
+    bad = invoke("lock", "--backend", "cpu", "--check", "--index-mirror", "https://pypi.org/simple=ftp://m.corp")
+    assert bad.exit_code == 2 and "--index-mirror: index_mirrors: ftp://m.corp is not an http(s) URL" in bad.stderr

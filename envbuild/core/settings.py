@@ -93,8 +93,9 @@ class Settings:
 
     @property
     def registry_mirrors(self) -> tuple[str, ...]:
-        """As --mirror takes them: FROM=TO."""
-        return tuple(f"{k}={v}" for k, v in self.get("registry_mirrors").items())
+        """As --mirror takes them: FROM=TO, the longest FROM first (imageref.mirror takes the first that fits, so
+        docker.io/library=... wins over docker.io=... whichever file said which)."""
+        return tuple(f"{k}={v}" for k, v in sorted(self.get("registry_mirrors").items(), key=lambda kv: -len(kv[0])))
 
     @property
     def index_mirrors(self) -> tuple[tuple[str, str], ...]:
@@ -129,8 +130,7 @@ class Settings:
             if KEYS[key].kind == "map":
                 merged = dict(new_values.get(key) or {})
                 for entry, to in value.items():
-                    merged.pop(entry, None)  # the newest first: mirror() takes the first rule that fits
-                    merged = {entry: to, **merged}
+                    merged[entry] = to
                     new_origins[f"{key}.{entry}"] = origins.get(f"{key}.{entry}", origins.get(key, DEFAULT_ORIGIN))
                 new_values[key] = merged
             else:

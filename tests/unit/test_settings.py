@@ -202,3 +202,12 @@ def test_a_flag_wins_over_the_projects_file_on_the_command_line(site, invoke):
     assert "wheelhouse" not in result.stderr  # the file's missing folder is never used: the flag's is
     bad = invoke("lock", "--backend", "cpu", "--check", "--index-mirror", "https://pypi.org/simple=ftp://m.corp")
     assert bad.exit_code == 2 and "--index-mirror: index_mirrors: ftp://m.corp is not an http(s) URL" in bad.stderr
+
+
+def test_the_most_specific_registry_mirror_is_taken_whichever_layer_said_it():
+    from envbuild.core.imageref import mirror
+
+    site = Settings().layered({"registry_mirrors": {"docker.io/library": "lib.corp"}}, {})
+    site = site.with_flags(registry_mirrors=("docker.io=hub.corp",))
+    assert mirror("debian:12", site.registry_mirrors) == "lib.corp/debian:12"
+    assert mirror("nvidia/cuda:12", site.registry_mirrors) == "hub.corp/nvidia/cuda:12"

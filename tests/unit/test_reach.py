@@ -189,3 +189,19 @@ def test_a_dead_base_registry_names_a_mirror_a_local_registry_and_the_distributi
     assert "a local registry" in said
     assert "`envbuild base --backend cpu`" in said
     assert "package index" not in said  # a build from a current lock asks no index here
+
+
+def test_a_base_registry_that_never_answers_fails_the_lock_in_seconds(m, silent):
+    """Before the lock asks the base's registry for a digest (30 s per request), one short question: does it answer?"""
+    from envbuild.core.errors import LockError
+    from envbuild.imagebuild.plan import BuildOptions
+    from envbuild.lock import base_digest
+
+    host = silent.removeprefix("http://")
+    start = time.monotonic()
+    with pytest.raises(LockError) as caught:
+        base_digest(m.backend("cpu"), f"{host}/library/debian:12", "linux/amd64", BuildOptions(), environ={})
+    assert time.monotonic() - start < 5
+    said = str(caught.value)
+    assert f"cannot resolve the base image {host}/library/debian:12" in said and host in said
+    assert "`envbuild base --backend cpu`" in said and "a local registry" in said

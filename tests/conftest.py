@@ -28,6 +28,35 @@ def _no_outside_registry(monkeypatch) -> None:
     monkeypatch.setattr(doctor, "check_registry", check_registry)
 
 
+@pytest.fixture(autouse=True)
+def _no_outside_index(monkeypatch) -> None:
+    """The network probes (indexes, registries before a lock or a build) ask only this machine's loopback in a
+    test: another host is answered "not asked", as a test never depends on the network."""
+    import urllib.parse
+
+    from envbuild.core import netprobe
+
+    real = netprobe._ask
+
+    def ask(target, environ, *args, **kw):
+        via = netprobe._proxy(target.url, environ) or target.url  # a proxy on the loopback may be asked
+        if urllib.parse.urlsplit(via).hostname in ("127.0.0.1", "localhost", "::1"):
+            return real(target, environ, *args, **kw)
+        return True, "not asked in tests", "directly"
+
+    monkeypatch.setattr(netprobe, "_ask", ask)
+
+
+@pytest.fixture(autouse=True)
+def _no_site_settings(monkeypatch, tmp_path_factory) -> None:
+    """No test reads the settings of whoever runs it (~/.config/envbuild/config.toml, ENVBUILD_* variables)."""
+    from envbuild.core.settings import KEYS
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    for spec in KEYS.values():
+        monkeypatch.delenv(spec.env, raising=False)
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     """A CliRunner with stderr kept apart (result.stderr); result.output holds both on click >= 8.2."""

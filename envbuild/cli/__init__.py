@@ -104,7 +104,7 @@ MAX_WIDTH = 100  # of help text
 # The top-level help, by what people do; a command not named here is listed under "Other commands".
 SECTIONS = (
     ("Use an image", ("list", "show", "detect", "doctor", "pick", "pull", "run", "env", "verify")),
-    ("Build and test", ("init", "validate", "render", "lock", "build", "smoke", "clean", "base")),
+    ("Build and test", ("init", "validate", "config", "render", "lock", "build", "smoke", "clean", "base")),
     ("Publish and maintain", ("publish", "attest", "keygen", "sbom", "outdated", "bump", "metadata", "matrix",
                               "summary", "site", "docs")),
 )
@@ -122,6 +122,7 @@ SHORT = {
     "verify": "Check an image's signature and attestations in its registry.",
     "init": "Write the packaged matrix into a folder to start your own.",
     "validate": "Check the matrix, one located error per line.",
+    "config": "The site's settings (mirrors, wheels, CA bundle) and their origin.",
     "render": "Write one Dockerfile per backend into dockerfiles/.",
     "lock": "Pin and hash every package an image adds to its base.",
     "build": "Build a backend's image on the local Docker engine.",
@@ -337,35 +338,62 @@ def _matrix_options(f):
 
 
 class _Inputs:
-    """What build and lock read besides the matrix: base mirrors, wheels, secrets, the network, the locks."""
+    """What build and lock read besides the matrix: the site's settings (mirrors, wheels, CA bundle, netrc: the
+    settings files, ENVBUILD_* variables and the flags, core/settings.py), the network, the locks."""
 
-    def __init__(self, mirrors, index_mirrors, wheelhouse, ca_bundle, no_ca_bundle, netrc, network, locks_dir):
-        self.values = dict(mirrors=mirrors, index_mirrors=index_mirrors, wheelhouse=wheelhouse, netrc=netrc,
-                           network=network, locks_dir=locks_dir)
-        self.ca_bundle, self.no_ca_bundle = ca_bundle, no_ca_bundle
+    def __init__(self, site, no_ca_bundle, network, locks_dir):
+        self.site, self.no_ca_bundle = site, no_ca_bundle
+        self.values = dict(network=network, locks_dir=locks_dir)
+
+    @property
+    def mirrors(self) -> tuple[str, ...]:
+        return self.site.registry_mirrors
+
+    @property
+    def netrc(self) -> Path | None:
+        return self.site.path("netrc")
 
     def options(self, **more: Any):
         from envbuild.imagebuild.plan import options
 
-        return options(ca_bundle=self.ca_bundle, no_ca_bundle=self.no_ca_bundle, **self.values, **more)
+        site = self.site
+        return options(ca_bundle=site.path("ca_bundle"), no_ca_bundle=self.no_ca_bundle, netrc=site.path("netrc"),
+                       wheelhouse=site.path("wheelhouse"), mirrors=site.registry_mirrors,
+                       index_mirrors=site.index_mirrors, **self.values, **more)
+
+
+def _site(matrix_path: str | None = None, **flags: Any):
+    """The site's settings (user file < project file < ENVBUILD_* < flags), read once per command."""
+    from envbuild.core import settings
+
+    ctx = click.get_current_context(silent=True)
+    said = ctx.find_root().obj if ctx is not None and isinstance(ctx.find_root().obj, dict) else {}
+    cache = said.setdefault("site", {})
+    if matrix_path not in cache:
+        cache[matrix_path] = settings.load(matrix_path)
+    return cache[matrix_path].with_flags(**flags)
+
+
+_SITE_NOTE = " [default: the site's settings, see `envbuild config`]"
 
 
 def _input_options(f):
     options = [
-        click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable)."),
-        click.option("--index-mirror", "index_mirrors", multiple=True, metavar="FROM=TO", help="Fetch locked files under URL prefix FROM from TO, e.g. https://files.pythonhosted.org/=https://mirror.corp/f/ (repeatable)."),
-        click.option("--wheelhouse", type=_PathArg(file_okay=False, exists=True), help="A folder of wheels: for the resolver, and for builds (a locked file of the same name and hash)."),
-        click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
+        click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable)" + _SITE_NOTE + "."),
+        click.option("--index-mirror", "index_mirrors", multiple=True, metavar="URL=MIRROR", help="Ask a mirror instead of a package index, e.g. https://download.pytorch.org/whl/cpu=https://pypi-mirror.corp/whl/cpu (repeatable; the lock still names the index)" + _SITE_NOTE + "."),
+        click.option("--wheelhouse", type=_PathArg(file_okay=False, exists=True), help="A folder of wheels pip may use besides the indexes" + _SITE_NOTE + "."),
+        click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: the site's settings, else $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
         click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle."),
-        click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials, passed as a BuildKit secret."),
+        click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials, passed as a BuildKit secret" + _SITE_NOTE + "."),
         click.option("--network", metavar="MODE", help="The network of the build's RUN steps, e.g. host (an index on this machine's loopback)."),
         click.option("--locks", "locks_dir", default="locks", show_default=True, type=_PathArg(file_okay=False), help="Where the locks are (BACKEND/OS-ARCH.txt)."),
     ]
 
     @functools.wraps(f)  # with the options already on f
     def wrapper(**kw):
-        names = ("mirrors", "index_mirrors", "wheelhouse", "ca_bundle", "no_ca_bundle", "netrc", "network", "locks_dir")
-        kw["inputs"] = _Inputs(*(kw.pop(n) for n in names))
+        site = _site(kw.get("matrix_path"), registry_mirrors=kw.pop("mirrors"), index_mirrors=kw.pop("index_mirrors"),
+                     wheelhouse=kw.pop("wheelhouse"), ca_bundle=kw.pop("ca_bundle"), netrc=kw.pop("netrc"))
+        kw["inputs"] = _Inputs(site, *(kw.pop(n) for n in ("no_ca_bundle", "network", "locks_dir")))
         return f(**kw)
 
     for option in reversed(options):
@@ -402,10 +430,16 @@ def _packaged(matrix_path: str | None) -> bool:
 
 
 def _load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
+    """The matrix, with the site's base images (settings' base_images; --set still wins) for its backends."""
     from envbuild import matrix
 
     _packaged(matrix_path)
-    return matrix.load(matrix_path or matrix.default_path(), overrides)
+    path = matrix_path or matrix.default_path()
+    bases = _site(matrix_path).base_images
+    m = matrix.load(path, overrides)
+    names = {b.name for b in m.backends}
+    given = tuple(f"backends.{n}.base_image={image}" for n, image in bases.items() if n in names)
+    return matrix.load(path, given + tuple(overrides)) if given else m
 
 
 def _emit_json(data: Any) -> None:
@@ -858,18 +892,21 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
 def _source_options(f):
     """Where outdated and bump ask: the same --mirror, --ca-bundle and --netrc as build."""
     for option in reversed([
-        click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Ask a mirror for base image tags, e.g. docker.io=mirror.corp:5000 (repeatable)."),
-        click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for the indexes and registries [default: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
-        click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials."),
+        click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Ask a mirror for base image tags, e.g. docker.io=mirror.corp:5000 (repeatable)" + _SITE_NOTE + "."),
+        click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for the indexes and registries [default: the site's settings, else $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
+        click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials" + _SITE_NOTE + "."),
     ]):
         f = option(f)
     return f
 
 
-def _sources(mirrors, ca_bundle, netrc):
+def _sources(mirrors, ca_bundle, netrc, matrix_path=None, index_mirrors=None):
+    """outdated, bump and metadata ask through the site's settings (mirrors, CA bundle, netrc), as build does."""
     from envbuild.tools.sources import Sources
 
-    return Sources.checked(mirrors, ca_bundle, netrc)
+    site = _site(matrix_path, registry_mirrors=mirrors, ca_bundle=ca_bundle, netrc=netrc)
+    return Sources.checked(site.registry_mirrors, site.path("ca_bundle"), site.path("netrc"),
+                           site.index_mirrors if index_mirrors is None else index_mirrors)
 
 
 def _outdated(m, backends, sources, quiet: bool):
@@ -906,7 +943,7 @@ def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc,
     from envbuild.tools import report
 
     m = _load(matrix_path, overrides)
-    findings = _outdated(m, backends, _sources(mirrors, ca_bundle, netrc), quiet=as_json)
+    findings = _outdated(m, backends, _sources(mirrors, ca_bundle, netrc, matrix_path), quiet=as_json)
     if as_json:
         _emit_json([f.to_json() for f in findings])
     elif markdown:
@@ -943,7 +980,7 @@ def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> Non
     if refresh:
         from envbuild.tools.sources import metadata
 
-        sources = _sources(mirrors, ca_bundle, netrc)
+        sources = _sources(mirrors, ca_bundle, netrc, matrix_path)
         cache, errors, changed = metadata.update(path, sources.index, say=lambda line: click.echo(f"envbuild: {line}", err=True))
         for e in errors:
             click.secho(f"not asked: {e}", fg="yellow", err=True)
@@ -998,7 +1035,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
         bumping.working(path)  # before any source is asked
     m = _load(str(path))
     opts = inputs.options()
-    sources = _sources(inputs.values["mirrors"], opts.ca_bundle, inputs.values["netrc"])
+    sources = _sources(inputs.mirrors, opts.ca_bundle, inputs.netrc, matrix_path, inputs.site.index_mirrors)
     done = bumping.run(path, m, _choose(m, backends) if backends else m.containerizable(), sources, opts, _engine,
                        dockerfiles=dockerfiles, only=only, to=to, dry_run=dry_run, no_lock=no_lock,
                        progress=None if as_json else (lambda line: click.echo(f"envbuild: {line}", err=True)),
@@ -1381,10 +1418,10 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     m = _load(matrix_path, overrides)
     name = _auto(m, native=True) if backend == "auto" else backend
     if publish and not registry:
-        registry = m.image.repository
+        registry = _site(matrix_path).get("registry") or m.image.repository
     if registry:
         registry = check_repository(registry)
-    report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/")
+    report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=_site(matrix_path))
     if as_json:
         _emit_json({**report.to_json(), **reports.root_facts(root)})
     else:
@@ -1394,6 +1431,38 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
                        "nvidia-smi only this machine's, none run from under it; the engine is this machine's)")
     if not report.ok:
         sys.exit(1)
+
+
+@cli.command("config")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: the files read and each setting with its origin.")
+@click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help=MATRIX_HELP + " Its folder's envbuild.toml is the project's settings.")
+def config_(as_json: bool, matrix_path: str | None) -> None:
+    """Show every site setting in effect and where it came from.
+
+    A site's mirrors, wheel folder, CA bundle, netrc, default registry and base images live in
+    $XDG_CONFIG_HOME/envbuild/config.toml (the user's; default ~/.config/envbuild/config.toml) and envbuild.toml
+    beside the matrix (the project's), and in ENVBUILD_* variables; a flag wins over a variable, a variable
+    over the project's file, the project's over the user's. An unknown key is refused with its file and line.
+    A netrc's contents are never shown. See docs/how-to/site-settings.md.
+
+    \b
+    Examples:
+      envbuild config
+      ENVBUILD_WHEELHOUSE=/srv/wheels envbuild config --json
+    """
+    from envbuild.core import settings
+    from envbuild.tools import report
+
+    site = _site(matrix_path)
+    files = {"user": str(settings.user_file()), "project": str(settings.project_file(matrix_path))}
+    rows = report.settings_rows(site.rows())
+    if as_json:
+        _emit_json({"files": {k: {"path": v, "read": v in site.files} for k, v in files.items()}, "settings": rows})
+        return
+    for who, path in files.items():
+        click.echo(f"{who} settings: {path}{'' if path in site.files else ' (none there)'}")
+    click.echo(report.table([{**r, "value": "-" if r["value"] is None else r["value"]} for r in rows],
+                            ["key", "value", "origin"]))
 
 
 @cli.command("env")
@@ -1455,7 +1524,7 @@ def _append_output(path: str, text: str) -> None:
 
 @cli.command()
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Backend to publish, or 'all' (repeatable).")
-@click.option("--registry", metavar="REPOSITORY", help="Where to push, e.g. ghcr.io/org/envbuild or localhost:5000/envbuild [default: the matrix's image.repository].")
+@click.option("--registry", metavar="REPOSITORY", help="Where to push, e.g. ghcr.io/org/envbuild or localhost:5000/envbuild [default: the site's registry setting, else the matrix's image.repository].")
 @click.option("--image", callback=_image_ref, help="The local image to publish (one backend) [default: the backend's REPO:BACKEND tag from the matrix].")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help=MANIFEST_HELP)
 @click.option("--smoke-json", "smoke_json", multiple=True, type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for this image (one per platform: repeatable): summarized into the manifest; a failed result refuses the push, and a platform of an index (--platform, --no-index) needs its own.")
@@ -1500,6 +1569,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
         raise click.UsageError("--no-index goes with --platform (and not with --index-from)")
     if image and len(wanted) > 1:
         raise click.UsageError("--image names one platform's image: give one --platform")
+    registry = registry or _site(matrix_path).get("registry")
     opts = p.PublishOptions(registry=registry, image=image, manifest=manifest or Path(manifests.DEFAULT),
                             smoke_json=smoke_json[0] if smoke_json else None, smoke_jsons=tuple(smoke_json[1:]),
                             force=force, platforms=wanted, no_index=no_index, index_from=tuple(index_from),
@@ -1521,7 +1591,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 @cli.command()
 @click.option("--backend", "-b", "backends", multiple=True, default=["auto"], show_default=True, metavar="NAME", help="Backend whose image to pull, 'all', or 'auto' (the one detected here) (repeatable).")
 @click.option("--variant", metavar="NAME", help="Which of the backend's variants: its name (cuda-cu126), suffix (cu126) or stack release (12.6) [default: the newest this host runs; see `envbuild pick`].")
-@click.option("--registry", metavar="REPOSITORY", help="Where to pull from [default: the matrix's image.repository].")
+@click.option("--registry", metavar="REPOSITORY", help="Where to pull from [default: the site's registry setting, else the matrix's image.repository].")
 @click.option("--tag", metavar="TAG", help="Tag to pull [default: the backend's pinned tag from the matrix, as `envbuild show BACKEND` prints it].")
 @click.option("--manifest", type=_PathArg(dir_okay=False), help="Refuse the image unless its digest is the one this manifest records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
@@ -1546,6 +1616,7 @@ def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platf
     from envbuild.core.engine import Engine
     from envbuild.ship import pull as p
 
+    registry = registry or _site(matrix_path).get("registry")
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends, variant, for_host=True)
     _listed(chosen, (platform,) if platform else ())
@@ -1651,7 +1722,7 @@ def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
 
 @cli.command("attest")
 @click.option("--backend", "-b", required=True, metavar="NAME", help="The backend whose published image the smoke result is for.")
-@click.option("--registry", metavar="REPOSITORY", help="Where the image is [default: the matrix's image.repository].")
+@click.option("--registry", metavar="REPOSITORY", help="Where the image is [default: the site's registry setting, else the matrix's image.repository].")
 @click.option("--tag", callback=lambda ctx, param, value: _tag_arg(value), help="Its tag [default: the backend's pinned tag from the matrix].")
 @click.option("--smoke-json", required=True, type=_PathArg(dir_okay=False, exists=True), help="`envbuild smoke --json` output for that image (pulled from the registry).")
 @click.option("--sign-key", metavar="FILE|env://VAR", help="The cosign key [default: $ENVBUILD_SIGNING_KEY].")
@@ -1673,6 +1744,7 @@ def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, ov
     key = _signing_key(sign_key)
     if key is None:
         raise InvalidInput("no signing key: pass --sign-key FILE or set ENVBUILD_SIGNING_KEY")
+    registry = registry or _site(matrix_path).get("registry")
     repo = check_repository(registry or m.image.repository, "--registry" if registry else "image.repository")
     result = manifests.load_smoke_results(smoke_json).get(b.name)
     if result is None:

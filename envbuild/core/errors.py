@@ -128,3 +128,8 @@ class StaleLock(LockError):
 
 class PlatformError(EnvbuildError):
     """A platform this host can neither run nor emulate (exit 1: the fix is on the host, named in the message)."""
+
+
+class UnreachableError(LockError):
+    """A package index or registry a step needs does not answer (envbuild/core/netprobe.py): said before the step
+    waits on it, with the ways out."""

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from envbuild.core import owner
-from envbuild.core.errors import BuildError, InvalidInput, LockError, StaleLock
+from envbuild.core.errors import BuildError, InvalidInput, LockError, StaleLock, UnreachableError
 from envbuild.core.platform import Platform, require_runnable
-from envbuild.imagebuild import builder, locking, records
+from envbuild.imagebuild import builder, locking, reach, records
 from envbuild.imagebuild.plan import (BuildOptions, BuildPlan, content_key, default_ca_bundle, make_plan, with_content_label,
                                       write_context)
 
@@ -82,6 +82,12 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, 
         if unchanged:
             return BuildResult(backend.name, True, list(plan.tags), unchanged, time.monotonic() - start, up_to_date=True)
         records.forget(plan)
+        if plan.base_id is None and plan.base_image:  # BuildKit will fetch the base: its registry must answer
+            try:
+                reach.require(matrix, backend, what=f"building {backend.name}", base_image=plan.base_image,
+                              indexes=False, ca_bundle=opts.ca_bundle)
+            except UnreachableError as exc:
+                return BuildResult(backend.name, False, [], seconds=time.monotonic() - start, error=str(exc))
         write_context(plan)
         opts.log_dir.mkdir(parents=True, exist_ok=True)
         log = opts.log_dir / f"build-{backend.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"

@@ -29,6 +29,7 @@ from envbuild.core.platform import arch, require_runnable, target
 from envbuild.lock import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
 from envbuild.lock.lockfile import LockFile, from_report
 from envbuild.imagebuild import builder, records
+from envbuild.imagebuild import reach
 from envbuild.imagebuild.plan import DIGESTS, lock_command, make_plan, wheels, write_context
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
     """Run the Dockerfile's `lock` target on the engine (for `platform`: the plan's --platform) and turn pip's
     report into the lock."""
     require_runnable(platform, f"locking {backend.name} for {platform}")
+    # Every index the resolver asks must answer: a dead one costs minutes of retries, then a wrong lock.
+    reach.require(matrix, backend, what=f"locking {backend.name}", index_mirrors=opts.index_mirrors,
+                  ca_bundle=opts.ca_bundle, netrc=opts.netrc)
     wanted = inputs(matrix, backend, plan.wheels, platform, digest)
     write_context(plan)
     folder = plan.context_path / "lock"

@@ -69,7 +69,9 @@ class BuildOptions:
     build_args: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
     mirrors: tuple[str, ...] = ()
-    index_mirrors: tuple[str, ...] = ()  # FROM=TO: a locked file's URL under FROM is fetched from TO instead
+    # A site's package index mirrors (index URL -> mirror URL, core/settings.py): the build and the resolver ask
+    # the mirror; the image's content key and the lock's inputs keep the index's own URL.
+    index_mirrors: tuple[tuple[str, str], ...] = ()
     no_cache: bool = False
     platform: str | None = None
     builder: str | None = None
@@ -109,8 +111,6 @@ class BuildOptions:
                                        f"e.g. {option} {example}")
         for rule in self.mirrors:  # FROM=TO, both registry[/path]: the result lands in a FROM line
             parse_mirror(rule)
-        for rule in self.index_mirrors:  # FROM=TO, both URL prefixes: the result lands in a pylock.toml
-            check_index_mirror(rule)
         for tag in self.tags:
             try:
                 ref = Reference.parse(tag, "--image")
@@ -124,17 +124,6 @@ class BuildOptions:
             Platform.parse(self.platform)
         if self.network and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.network):
             raise InvalidInput(f"--network {self.network!r} is not a network name such as host, none or default")
-
-
-def check_index_mirror(rule: str) -> tuple[str, str]:
-    """An --index-mirror FROM=TO: two http(s) URL prefixes (FROM as the lock names its files, e.g.
-    https://download.pytorch.org/whl/, TO where a mirror serves the same paths)."""
-    prefix, sep, to = rule.partition("=")
-    url = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%+/:@-]*)?")
-    if not sep or not url.fullmatch(prefix) or not url.fullmatch(to):
-        raise InvalidInput(f"--index-mirror {rule!r}: expected FROM=TO, two URL prefixes, e.g. "
-                           "--index-mirror https://files.pythonhosted.org/=https://pypi-mirror.example.com/files/")
-    return prefix, to
 
 
 def options(*, ca_bundle: Path | None = None, no_ca_bundle: bool = False, netrc: Path | None = None,
@@ -170,12 +159,15 @@ class BuildPlan:
     backend: str
     base_image: str  # after --mirror
     base_id: str | None  # the engine's local image of base_image; None: BuildKit asks the registry
-    dockerfile: bytes
+    dockerfile: bytes  # as built: with the site's registry and index mirrors
+    # The Dockerfile as any site renders it (no mirror): what the content key digests, so that an image built
+    # through a mirror is the same image.
+    dockerfile_digest: str
     probe: bytes
     uv_step: bytes  # the install steps' cache logic, read by their shell (render/scripts/uv-step.sh)
     wheels: tuple[Wheel, ...]
     lock: bytes  # the lock the image installs (locks/<backend>.txt); empty while the lock is being resolved
-    index_mirrors: tuple[str, ...]  # --index-mirror: where the layers' files are fetched (not content: the hash is)
+    index_mirrors: tuple[tuple[str, str], ...]  # where the layers' files are fetched (not content: the hash is)
     context: str  # the build context folder (stable per backend: the client's file sync keys by it)
     argv: tuple[str, ...]  # the builder's command line, without --iidfile (new every build)
     environment: tuple[tuple[str, str | None], ...]  # STEERING, the builder's own, pass-through build-arg values
@@ -217,7 +209,7 @@ def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] 
     digest = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
     doc = {
         "format": 1,
-        "dockerfile": digest(plan.dockerfile), "probe": digest(plan.probe), "uv_step": digest(plan.uv_step),
+        "dockerfile": plan.dockerfile_digest, "probe": digest(plan.probe), "uv_step": digest(plan.uv_step),
         "entrypoint": digest(plan.entrypoint),
         # names the base image, its digest for the platform, and every file by its name and sha256: not where the
         # files come from (an index, a mirror, a wheel folder), which the hash makes the same
@@ -268,8 +260,11 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     without write_cache nothing is written (`lock --check`)."""
     env = os.environ if environ is None else environ
     base = mirror(backend.base_image, opts.mirrors) if backend.base_image else ""
-    if base != backend.base_image:
+    canonical = render_backend(matrix, backend).encode("utf-8")
+    dockerfile = canonical
+    if base != backend.base_image or opts.index_mirrors:
         backend = dataclasses.replace(backend, base_image=base)
+        dockerfile = render_backend(matrix, backend, opts.index_mirrors).encode("utf-8")
     for what, path in (("--ca-bundle", opts.ca_bundle), ("--netrc", opts.netrc)):
         if path and not path.is_file():
             raise BuildError(f"{what} {path}: no such file")
@@ -288,7 +283,8 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         backend=backend.name,
         base_image=base,
         base_id=engine.image_id(base) if base and engine else None,
-        dockerfile=render_backend(matrix, backend).encode("utf-8"),
+        dockerfile=dockerfile,
+        dockerfile_digest=hashlib.sha256(canonical).hexdigest(),
         probe=PROBE.read_bytes(),
         uv_step=UV_STEP.read_bytes(),
         entrypoint=ENTRYPOINT.read_bytes(),

@@ -43,6 +43,7 @@ class Wheel(Protocol):
     name: str
     sha256: str
 
+PING_TIMEOUT = 3.0  # seconds the base's registry has to answer at all before a lock asks it for a digest
 RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.imagebuild.locking
 
 __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms", "read", "requirements", "stale",
@@ -68,13 +69,15 @@ def base_digest(backend: Backend, base_image: str, platform: str, opts: Settings
     if "@sha256:" in base_image:
         return base_image.rpartition("@")[2]
     try:
-        digest, _ = regclient.Registry(base_image, environ, opts.ca_bundle, publish=False).platform_digest(base_image, platform)
+        registry = regclient.Registry(base_image, environ, opts.ca_bundle, publish=False)
+        registry.ping(PING_TIMEOUT)  # a registry that never answers is said in seconds, not after each request's 30
+        digest, _ = registry.platform_digest(base_image, platform)
     except PublishError as exc:
         from envbuild.core.distbase import base_ways_out
 
+        ways = base_ways_out(base_image, backend.name)  # names `envbuild base` where it can make the base
         raise LockError(f"{backend.name}: cannot resolve the base image {base_image} for {platform} in its registry "
-                        f"({exc}): a lock names its base by the registry's digest. "
-                        f"{base_ways_out(base_image, backend.name)}") from None
+                        f"({exc}): a lock names its base by the registry's digest. {ways}") from None
     return digest
 
 

@@ -27,6 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild.core.errors import LockError
+from envbuild.core.settings import mirror_url
 
 FORMAT = 3  # 2: one lock per platform, the base named by its registry digest; 3: each file's URL beside its hash
 LAYERS = ("torch", "deps", "extras", "top")
@@ -89,10 +90,10 @@ class LockFile:
     def pins(self) -> dict[str, str]:
         return {p.name: p.version for p in self.packages}
 
-    def pylock(self, layer: str, wheelhouse: Mapping[str, str], mirrors: Iterable[str] = ()) -> str:
+    def pylock(self, layer: str, wheelhouse: Mapping[str, str], mirrors: Iterable[tuple[str, str]] = ()) -> str:
         """One layer as a PEP 751 lock that `uv pip install -r pylock.toml` installs as it is: each file from the
         source() of its URL, checked by its hash, no index asked. `wheelhouse`: the wheel folder's files by name ->
-        sha256; `mirrors`: FROM=TO prefix rewrites of URLs."""
+        sha256; `mirrors`: the site's index mirrors (core/settings.mirror_url)."""
         if not self.layer(layer):
             return ""  # an empty layer's step installs nothing
         lines = ['lock-version = "1.0"', 'created-by = "envbuild"']
@@ -109,9 +110,9 @@ def _toml(text: str) -> str:
     return json.dumps(text)  # a JSON string is a TOML basic string for the characters URLs and names hold
 
 
-def source(package: Locked, wheelhouse: Mapping[str, str], mirrors: Iterable[str] = ()) -> str:
+def source(package: Locked, wheelhouse: Mapping[str, str], mirrors: Iterable[tuple[str, str]] = ()) -> str:
     """Where the build takes a locked file from: the wheel folder when it holds a file of that name and sha256,
-    else the locked URL with the first matching mirror prefix (FROM=TO) rewritten, else the locked URL. The hash
+    else the locked URL through the site's index mirrors (mirror_url: the one place a mirror is applied). The hash
     is what is trusted, so any of them serves; a file locked from a wheel folder that this build's lacks is
     refused here, naming it."""
     if wheelhouse.get(package.filename) in package.sha256:
@@ -125,11 +126,7 @@ def source(package: Locked, wheelhouse: Mapping[str, str], mirrors: Iterable[str
                "no wheel folder holds it" if not wheelhouse else f"the wheel folder lacks {package.filename}")
         raise LockError(f"{package.name}=={package.version} is locked from a wheel folder (sha256 {package.sha256[0]}), "
                         f"and {why}: pass --wheelhouse with that very file, or lock again where an index serves it")
-    for rule in mirrors:
-        prefix, _, to = rule.partition("=")
-        if package.url.startswith(prefix):
-            return to + package.url[len(prefix):]
-    return package.url
+    return mirror_url(package.url, mirrors)
 
 
 def parse(text: str, source: str) -> LockFile:

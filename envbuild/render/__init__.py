@@ -12,6 +12,7 @@ import jinja2
 from envbuild.core.errors import EnvbuildError
 from envbuild.core.files import read_user, write_all
 from envbuild.core.imageref import Reference
+from envbuild.core.settings import mirror_url
 from envbuild.core.text import shown
 from envbuild.matrix import stacks
 
@@ -41,8 +42,15 @@ def dockerfile_name(backend: Backend) -> str:
     return f"{backend.name}.Dockerfile"
 
 
-def render_backend(matrix: Matrix, backend: Backend) -> str:
-    """The Dockerfile for one containerizable backend; same input, same bytes."""
+def index_urls(matrix: Matrix, backend: Backend) -> list[str]:
+    """Every index a backend's lock may take a package from, the matrix's first, each once, as the matrix names them."""
+    return list(dict.fromkeys(u for u in (matrix.index.url, *matrix.index.extra_urls, backend.torch.index_url,
+                                          backend.plugin.index_url if backend.plugin else None) if u))
+
+
+def render_backend(matrix: Matrix, backend: Backend, index_mirrors: tuple[tuple[str, str], ...] = ()) -> str:
+    """The Dockerfile for one containerizable backend; same input, same bytes. `index_mirrors` (a site's settings:
+    index URL -> mirror URL) turn the indexes the build asks into their mirrors; the committed Dockerfiles have none."""
     # torch from pip goes into a venv of our own; a vendor's torch stays in the vendor's environment
     # (a venv made on top of it would not see packages of a base that is itself a venv).
     own_venv = backend.torch.source == "pip"
@@ -55,10 +63,9 @@ def render_backend(matrix: Matrix, backend: Backend) -> str:
     # externally managed (PEP 668), and installing into it is the point.
     python_flag = f"--python {python}"
     torch_layers = backend.torch.source == "pip" or bool(backend.plugin and backend.plugin.source == "pip")
-    # Every index the resolver may take a package from, torch's first. Locked installs ask none of them: each
-    # layer's pylock.toml names its files by URL and hash.
-    indexes = list(dict.fromkeys(u for u in (matrix.index.url, *matrix.index.extra_urls, backend.torch.index_url,
-                                             backend.plugin.index_url if backend.plugin else None) if u))
+    # Every index the resolver may take a package from, torch's first, through the site's mirrors. Locked installs
+    # ask none of them: each layer's pylock.toml names its files by URL and hash.
+    indexes = [mirror_url(u, index_mirrors) for u in index_urls(matrix, backend)]
     index_args = " ".join([f'--index-url "{indexes[0]}"', *(f'--extra-index-url "{u}"' for u in indexes[1:])])
     text = _ENVIRONMENT.get_template("Dockerfile.j2").render(
         b=backend,

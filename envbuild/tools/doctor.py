@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from packaging.version import InvalidVersion, Version
 
 from envbuild.core import engine as engines
-from envbuild.core.errors import DockerError, RegistryAuthError
+from envbuild.core.errors import DockerError, EnvbuildError, RegistryAuthError
 from envbuild.matrix import Backend, Matrix, not_containerizable_message
 from envbuild.core import credentials
 from envbuild.core.imageref import Reference
@@ -31,6 +31,7 @@ from envbuild.tools.detect import detect
 
 if TYPE_CHECKING:
     from envbuild.core.engine import Engine
+    from envbuild.core.settings import Settings
 
 DOCTOR_TIMEOUT = 20  # seconds for each question to the daemon: a doctor must not hang on a dead engine
 MIN_SERVER = "18.09"  # the first engine with BuildKit (RUN --mount, secrets)
@@ -47,6 +48,7 @@ DISK_GIB = {"base": 30, "accelerator": 20, "cpu": 10}
 # What each check is for: building the image, running it here (the default), publishing it. Building needs no
 # accelerator, so a host without the GPU can build its image (and a CI runner does).
 PURPOSES = {"docker daemon": ("build", "run"), "buildkit": ("build",), "disk": ("build",), "base registry": ("build",),
+            "package index": ("build",),
             "platforms": ("build", "run"), "publish registry": ("publish",), "registry credentials": ("publish",)}
 
 
@@ -278,6 +280,35 @@ def check_registry(name: str, ref: str, fix: str, *, publish: bool = False, time
     return Check(name, True, f"{registry.host} answers (HTTP {status} at /v2/) for {ref}")
 
 
+def check_indexes(matrix: Matrix, backend: Backend, site: Settings | None = None) -> list[Check]:
+    """Whether each package index a lock of `backend` asks answers (through the site's mirrors), as `lock` probes
+    them before resolving: one check each, with the ways out when it does not."""
+    from envbuild.imagebuild import reach
+
+    found = reach.needs(matrix, backend, index_mirrors=site.index_mirrors if site else ())
+    results = reach.probe(found, ca_bundle=_site_path(site, "ca_bundle"), netrc=_site_path(site, "netrc"))
+    checks = []
+    for need, result in zip(found, results):
+        t = need.target
+        what = f"{t.name} ({t.purpose})" + ("" if t.name == need.index.rstrip("/") else f", mirror of {need.index}")
+        if result.ok:
+            checks.append(Check("package index", True, f"{what} answers: {result.detail} ({result.via})"))
+        else:
+            fix = "; ".join(reach.ways_out(need, backend))
+            checks.append(Check("package index", False, f"{what} does not answer from this machine: {result.detail} "
+                                f"(asked {t.url} {result.via}, {result.seconds:.1f} s)", f"ways out: {fix}"))
+    return checks
+
+
+def _site_path(site: Settings | None, key: str) -> Path | None:
+    if site is None:
+        return None
+    try:
+        return site.path(key)
+    except EnvbuildError:  # a doctor reports, never raises: the probe goes without it
+        return None
+
+
 # --------------------------------------------------------------------------------------------------
 # Native-only backends (mps): no container, so the questions are the platform and Python's venv.
 
@@ -327,6 +358,7 @@ def diagnose(
     root: str | os.PathLike[str] = "/",
     path_env: str | None = None,
     connector: Callable[[], tuple[Engine | None, Check]] = connect,
+    site: Settings | None = None,
 ) -> Report:
     """Every check for `backend`, in order; never raises for what it finds."""
     rootp = Path(root)
@@ -343,9 +375,11 @@ def diagnose(
     checks.append(check_platforms(backend, str(rootp)))
     if backend.base_image:
         from envbuild.core.distbase import base_ways_out
+        from envbuild.core.imageref import mirror
 
-        checks.append(made_base(engine, backend.base_image)
-                      or check_registry("base registry", backend.base_image, base_ways_out(backend.base_image, backend.name)))
+        base = mirror(backend.base_image, site.registry_mirrors) if site else backend.base_image
+        checks.append(made_base(engine, base) or check_registry("base registry", base, base_ways_out(base, backend.name)))
+    checks += check_indexes(matrix, backend, site)
     if registry:
         checks.append(check_registry("publish registry", registry, "check the address and that the registry runs "
                                      "(a local one: `docker run -d -p 5000:5000 registry:2`)", publish=True))

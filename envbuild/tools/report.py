@@ -522,3 +522,16 @@ def outdated_rows(findings: list[Any]) -> list[dict[str, Any]]:
         rows.append({"pin": f.field, "current": f.current, "newest": f.newest or "?", "fits": f.fits or "?",
                      "note": "; ".join(x for x in ("newer" if f.newer else "", note) if x)})
     return rows
+
+
+# --- config -------------------------------------------------------------------------------------------------
+
+
+def settings_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`envbuild config`'s rows: an unset value shows as '-', a password in a URL as '***'."""
+    import re
+
+    def safe(value: Any) -> Any:
+        return re.sub(r"(://[^/:@\s]+:)[^/@\s]+@", r"\1***@", value) if isinstance(value, str) else value
+
+    return [{**r, "value": safe(r["value"]) if r["value"] is not None else None} for r in rows]

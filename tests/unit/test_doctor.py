@@ -60,8 +60,9 @@ def test_cpu_passes_trivially_with_a_daemon(m, tmp_path, builder_ok):
     report = doctor.diagnose(m, m.backend("cpu"), connector=connector(client), root=make_root(tmp_path))
     assert report.ok, report_text(report)
     assert [c.name for c in report.checks] == ["docker daemon", "buildkit", "runtime", "device", "host driver", "disk",
-                                                "platforms", "base registry", "leftover containers"]
-    assert all(c.ok or c.skipped for c in report.checks)  # the base's registry is not asked in a test (conftest)
+                                                "platforms", "base registry", "package index", "package index",
+                                                "leftover containers"]
+    assert all(c.ok or c.skipped for c in report.checks)  # the base's registry, the indexes: not asked in a test (conftest)
     assert client.closed
     assert report_text(report).splitlines()[-2:] == ["Can build cpu here.", "Can run cpu here."]
 

@@ -313,14 +313,14 @@ def test_a_wheel_folder_or_a_mirror_serves_a_file_by_name_and_hash():
     report["install"][0]["download_info"]["url"] = "https://download.pytorch.org/whl/cpu/torch-2.15.0%2Bcpu-cp311-none-any.whl"
     lock = made(report)
     torch, numpy = (next(p for p in lock.packages if p.name == n) for n in ("torch", "numpy"))
-    mirrors = ["https://download.pytorch.org/whl/=https://mirror.corp/pt/", "https://files.example/=https://pypi.corp/f/"]
+    mirrors = [("https://download.pytorch.org/whl", "https://mirror.corp/pt"), ("https://files.example", "https://pypi.corp/f")]
     # the same name and sha256 in the wheel folder: taken from there, whatever the mirrors
     assert lockfile.source(torch, {torch.filename: torch.sha256[0]}, mirrors) == f"file:///run/wheelhouse/{torch.filename}"
     # the same name with another hash is not the locked file: the URL (through its mirror) is
     assert lockfile.source(torch, {torch.filename: "f" * 64}, mirrors) == \
         "https://mirror.corp/pt/cpu/torch-2.15.0%2Bcpu-cp311-none-any.whl"
     assert lockfile.source(numpy, {}, mirrors) == "https://pypi.corp/f/numpy-2.4.6-py3-none-any.whl"
-    assert lockfile.source(numpy, {}, ["https://elsewhere/=https://x/"]) == numpy.url  # no prefix: as locked
+    assert lockfile.source(numpy, {}, [("https://elsewhere", "https://x")]) == numpy.url  # no prefix: as locked
     # the rewritten URL is what the layer installs, the hash stays the lock's
     (wheel,) = _layer(lock, "torch", {}, mirrors)["torch"]["wheels"]
     assert wheel["url"].startswith("https://mirror.corp/pt/") and wheel["hashes"]["sha256"] == torch.sha256[0]
@@ -349,7 +349,7 @@ def test_where_files_come_from_is_no_part_of_the_content_key_or_the_lock(tmp_pat
     (wheels / "torch-2.15.0+cpu-py3-none-any.whl").write_bytes(b"a wheel")
     lock = made().text().encode()
     keys, inputs = set(), []
-    for extra in ({}, {"wheelhouse": wheels}, {"index_mirrors": ("https://files.example/=https://m.corp/",)}):
+    for extra in ({}, {"wheelhouse": wheels}, {"index_mirrors": (("https://files.example", "https://m.corp"),)}):
         opts = plan.BuildOptions(context_dir=tmp_path / "ctx", **extra)
         p = plan.make_plan(MATRIX, CPU, opts, None, lock=lock)
         keys.add(plan.content_key(p, opts, {}))

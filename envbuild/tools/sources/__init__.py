@@ -65,16 +65,18 @@ class Sources:
     netrc: Path | None = None
     mirrors: tuple[str, ...] = ()
     environ: Mapping[str, str] | None = None
+    index_mirrors: tuple[tuple[str, str], ...] = ()
     index: IndexClient | None = None
     registry: RegistryClient | None = None
     facts: Facts | None = None  # what the candidates' metadata says, read once per run
 
     def __post_init__(self) -> None:
-        self.index = self.index or IndexClient(self.ca_bundle, self.netrc)
+        self.index = self.index or IndexClient(self.ca_bundle, self.netrc, index_mirrors=self.index_mirrors)
         self.facts = self.facts or Facts("(asked)")
 
     @classmethod
-    def checked(cls, mirrors: Iterable[str] = (), ca_bundle: Path | None = None, netrc: Path | None = None) -> Sources:
+    def checked(cls, mirrors: Iterable[str] = (), ca_bundle: Path | None = None, netrc: Path | None = None,
+                index_mirrors: tuple[tuple[str, str], ...] = ()) -> Sources:
         """The sources of `outdated`, `bump` and `metadata --refresh` from what the user gave, refused before
         anything is asked: --ca-bundle and --netrc regular files, each --mirror FROM=TO (exit 2). The CA bundle
         defaults to the host's, as for build."""
@@ -85,7 +87,8 @@ class Sources:
                 raise InvalidInput(f"{option} {given}: not a regular file")
         for rule in mirrors:
             parse_mirror(rule)
-        return cls(ca_bundle=ca_bundle or default_ca_bundle(), netrc=netrc, mirrors=tuple(mirrors))
+        return cls(ca_bundle=ca_bundle or default_ca_bundle(), netrc=netrc, mirrors=tuple(mirrors),
+                   index_mirrors=tuple(index_mirrors))
 
     def cannot(self, index_url: str, dist: str, version: Version | str, backend: Backend, torch: str) -> list[str]:
         """Why this backend (its Python, this torch) cannot carry `dist version`, from the release's own metadata."""

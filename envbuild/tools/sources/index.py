@@ -20,6 +20,7 @@ from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonica
 from packaging.version import Version
 
 from envbuild.core.errors import EnvbuildError
+from envbuild.core.settings import mirror_url
 from envbuild.core.files import read_netrc, read_user
 from envbuild.core.paths import cache_dir
 from envbuild.core.text import shown
@@ -72,7 +73,8 @@ class _Links(HTMLParser):
 class IndexClient:
     """One HTTP session for every index of a run, with the build's CA bundle and netrc."""
 
-    def __init__(self, ca_bundle: Path | None = None, netrc: Path | None = None, timeout: float = TIMEOUT):
+    def __init__(self, ca_bundle: Path | None = None, netrc: Path | None = None, timeout: float = TIMEOUT,
+                 index_mirrors: tuple[tuple[str, str], ...] = ()):
         import requests  # the docker SDK's dependency: no new one, and only loaded by outdated/bump
 
         self._requests = requests
@@ -83,8 +85,10 @@ class IndexClient:
         self._netrc = read_netrc(netrc) if netrc else None
         self.timeout = timeout
         self._pages: dict[str, list[File]] = {}
+        self.index_mirrors = index_mirrors  # the site's (core/settings.py): asked instead of the index
 
     def _get(self, url: str, **kw: Any) -> Any:
+        url = mirror_url(url, self.index_mirrors)
         auth = None
         if self._netrc:
             found = self._netrc.authenticators(urlsplit(url).hostname or "")

@@ -1,0 +1,176 @@
+"""Is each package index and registry a step needs answering, from this machine, within seconds?
+
+Asked all at once (one thread each), with one budget for all: a refused connection answers at once, a host that
+accepts and never answers is given up on when the budget ends. The request goes as the build's would: through
+$HTTPS_PROXY/$HTTP_PROXY unless $NO_PROXY names the host, trusting the CA bundle given (else the system's).
+The build's own RUN steps may see another network (BuildKit's, --network): what is probed is this machine's view.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+BUDGET = 5.0  # seconds for every probe of a step together
+CONNECT = 3.0  # a blackholed host: given up on after this
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "index" or "registry"
+    name: str  # the index URL or the registry host, as the user knows it
+    url: str  # what is asked (a cheap page: an index's project page, a registry's /v2/)
+    purpose: str  # what it serves, e.g. "torch for cpu"
+
+
+@dataclass(frozen=True)
+class Result:
+    target: Target
+    ok: bool
+    detail: str  # "HTTP 200 in 0.1 s" or why not
+    via: str  # "directly" or "through the proxy http://proxy:3128"
+    seconds: float
+
+    @property
+    def host(self) -> str:
+        return urllib.parse.urlsplit(self.target.url).hostname or self.target.name
+
+
+def index_target(index_url: str, project: str, purpose: str) -> Target:
+    """An index's page of one project (PEP 503: INDEX/NAME/): small, and what the resolver asks first."""
+    return Target("index", index_url, index_url.rstrip("/") + f"/{project}/", purpose)
+
+
+def registry_target(host: str, purpose: str) -> Target:
+    """A registry's API root: 200 or 401 both say it is a registry that answers."""
+    api = "registry-1.docker.io" if host in ("docker.io", "index.docker.io") else host
+    scheme = "http" if api.split(":")[0] in ("localhost", "127.0.0.1", "[::1]") else "https"
+    return Target("registry", host, f"{scheme}://{api}/v2/", purpose)
+
+
+def _proxy(url: str, environ: Mapping[str, str]) -> str | None:
+    parts = urllib.parse.urlsplit(url)
+    lower = {k.lower(): v for k, v in environ.items() if k.lower() in ("https_proxy", "http_proxy", "no_proxy")}
+    proxy = lower.get(f"{parts.scheme}_proxy")
+    if not proxy:
+        return None
+    no = [h.strip().lstrip(".").lower() for h in lower.get("no_proxy", "").split(",") if h.strip()]
+    host = (parts.hostname or "").lower()
+    if "*" in no or any(host == h or host.endswith("." + h) or f"{host}:{parts.port}" == h for h in no):
+        return None
+    return proxy
+
+
+def _auth(url: str, netrc: Path | None) -> str | None:
+    import netrc as netrcs
+
+    if netrc is None:
+        return None
+    try:
+        found = netrcs.netrc(str(netrc)).authenticators(urllib.parse.urlsplit(url).hostname or "")
+    except (OSError, netrcs.NetrcParseError):
+        return None
+    if not found or not found[2]:
+        return None
+    import base64
+
+    return "Basic " + base64.b64encode(f"{found[0]}:{found[2]}".encode()).decode()
+
+
+def _ask(target: Target, environ: Mapping[str, str], ca_bundle: Path | None, netrc: Path | None,
+         timeout: float) -> tuple[bool, str, str]:
+    import ssl  # with urllib.request and http.client: 40 ms, paid only by a step that probes
+    import urllib.error
+    import urllib.request
+
+    proxy = _proxy(target.url, environ)
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler(
+        {urllib.parse.urlsplit(target.url).scheme: proxy} if proxy else {})]
+    context = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+    handlers.append(urllib.request.HTTPSHandler(context=context))
+    opener = urllib.request.build_opener(*handlers)
+    request = urllib.request.Request(target.url, method="GET", headers={"User-Agent": "envbuild-probe"})
+    if auth := _auth(target.url, netrc):
+        request.add_header("Authorization", auth)
+    via = f"through the proxy {_no_password(proxy)}" if proxy else "directly"
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            response.read(1)
+            return True, f"HTTP {response.status}", via
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+        if target.kind == "registry" and status == 401:
+            return True, "HTTP 401 (asks for a login: it answers)", via
+        if status in (401, 403):
+            return False, (f"HTTP {status}: it refuses without credentials (give them in a netrc file: --netrc FILE, "
+                           "or netrc in the settings)"), via
+        if status == 404 and target.kind == "index":
+            return True, "HTTP 404 for this project (the index answers)", via
+        if status == 407:
+            return False, "HTTP 407: the proxy asks for credentials (put them in $HTTPS_PROXY)", via
+        return False, f"HTTP {status}", via
+    except urllib.error.URLError as exc:
+        if target.kind == "registry" and isinstance(exc.reason, ssl.SSLCertVerificationError):
+            # the engine has its own trust (certs.d, insecure-registries): the registry answered, that is enough
+            return True, f"answers (TLS not verified from here: {exc.reason.verify_message})", via
+        return False, _reason(exc.reason), via
+    except (OSError, ssl.SSLError) as exc:  # a reset, a timeout while reading
+        return False, _reason(exc), via
+
+
+def _reason(reason: object) -> str:
+    import socket
+    import ssl
+
+    if isinstance(reason, socket.timeout) or "timed out" in str(reason):
+        return "no answer (timed out)"
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return (f"TLS: {reason.verify_message or reason} (a TLS-inspecting proxy? give its CA bundle: --ca-bundle FILE, "
+                "or ca_bundle in the settings)")
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, socket.gaierror):
+        return "the name does not resolve (no DNS answer for the host)"
+    return str(getattr(reason, "strerror", None) or reason)
+
+
+def _no_password(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
+
+
+def probe(targets: list[Target], *, ca_bundle: Path | None = None, netrc: Path | None = None,
+          environ: Mapping[str, str] | None = None, budget: float = BUDGET) -> list[Result]:
+    """Every target, at once, within `budget` seconds in all; in the order given, one result each."""
+    env = os.environ if environ is None else environ
+    unique = list(dict.fromkeys(targets))
+    found: dict[Target, Result] = {}
+    start = time.monotonic()
+
+    def one(target: Target) -> None:
+        began = time.monotonic()
+        ok, detail, via = _ask(target, env, ca_bundle, netrc, min(CONNECT, budget))
+        found[target] = Result(target, ok, detail, via, time.monotonic() - began)
+
+    threads = [threading.Thread(target=one, args=(t,), daemon=True, name=f"probe {t.url}") for t in unique]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, budget - (time.monotonic() - start)))
+    spent = time.monotonic() - start
+    out = []
+    for target in targets:
+        result = found.get(target)
+        if result is None:  # still waiting: a host that accepted and never answered
+            proxy = _proxy(target.url, env)
+            result = Result(target, False, f"no answer within {budget:.0f} s",
+                            f"through the proxy {_no_password(proxy)}" if proxy else "directly", spent)
+        out.append(result)
+    return out

@@ -1,0 +1,211 @@
+"""Fail fast, name the way out: before a lock is resolved (and in doctor), every index it asks is probed, within
+seconds, against real servers on this machine's loopback: a closed port, a server that accepts and never
+answers, one that answers 200 (and one that serves as a proxy)."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from support.constants import MATRIX
+from support.fakes import FakeEngine
+from support.hosts import make_root
+
+from envbuild.core import netprobe
+from envbuild.core.errors import UnreachableError
+from envbuild.imagebuild import builder, reach
+from envbuild.matrix import load
+from envbuild.tools import doctor
+from envbuild.tools.report import doctor_text
+
+BUDGET = 2.0
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    seen: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        type(self).seen.append(self.path)
+        body = b"<html><body></body></html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def answering():
+    """An index that answers 200 (any path: also a proxy's absolute-URL requests)."""
+    _Answer.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def closed():
+    """A port nobody listens on: connection refused, at once."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def silent():
+    """A server that accepts connections (the kernel's backlog does) and never answers a byte."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    yield f"http://127.0.0.1:{s.getsockname()[1]}"
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def m():
+    return load(MATRIX)
+
+
+def cpu_with(m, torch_index: str, pypi: str):
+    """The cpu backend with its torch index at `torch_index`, and the matrix's index at `pypi`."""
+    cpu = m.backend("cpu")
+    return replace(m, index=replace(m.index, url=pypi, extra_urls=())), replace(cpu, torch=replace(cpu.torch, index_url=torch_index))
+
+
+def test_the_three_kinds_of_server_within_the_budget(answering, closed, silent):
+    targets = [netprobe.index_target(f"{url}/simple", "pip", "test") for url in (answering, closed, silent)]
+    start = time.monotonic()
+    ok, refused, hung = netprobe.probe(targets, budget=BUDGET, environ={})
+    took = time.monotonic() - start
+    assert took < BUDGET + 1, took  # the silent one is given up on when the budget ends
+    assert ok.ok and ok.detail == "HTTP 200" and ok.via == "directly"
+    assert _Answer.seen == ["/simple/pip/"]  # one small page, PEP 503's
+    assert not refused.ok and refused.detail == "connection refused" and refused.seconds < 1
+    assert not hung.ok and ("no answer" in hung.detail or "timed out" in hung.detail)
+
+
+def test_a_proxy_is_used_as_the_build_would_and_no_proxy_bypasses_it(answering, closed):
+    target = netprobe.index_target("http://index.invalid/simple", "pip", "test")
+    through, = netprobe.probe([target], budget=BUDGET, environ={"HTTP_PROXY": answering})
+    assert through.ok and through.via == f"through the proxy {answering}"
+    assert _Answer.seen == ["http://index.invalid/simple/pip/"]
+    bypassed, = netprobe.probe([netprobe.index_target(f"{closed}/simple", "pip", "test")], budget=BUDGET,
+                               environ={"HTTP_PROXY": answering, "NO_PROXY": "localhost,127.0.0.1"})
+    assert not bypassed.ok and bypassed.via == "directly"
+
+
+def test_a_dead_torch_index_fails_at_once_naming_the_host_and_every_way_out(m, answering, closed):
+    matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", f"{answering}/simple")
+    start = time.monotonic()
+    with pytest.raises(UnreachableError) as caught:
+        reach.require(matrix, cpu, what="locking cpu", budget=BUDGET, environ={})
+    assert time.monotonic() - start < BUDGET + 1
+    said = str(caught.value)
+    host = closed.removeprefix("http://")
+    assert f"locking cpu: the package index {closed}/whl/cpu (torch for cpu) does not answer" in said
+    assert f"connection refused (asked {closed}/whl/cpu/torch/ directly" in said and host in said
+    assert f'index_mirrors."{closed}/whl/cpu" = "MIRROR-URL" in envbuild.toml' in said  # a mirror: the setting
+    assert f"--index-mirror {closed}/whl/cpu=MIRROR-URL" in said  # and the option
+    assert "--wheelhouse DIR (or wheelhouse = \"DIR\" in envbuild.toml" in said
+    assert "--set backends.cpu.torch.index_url=https://pypi.org/simple" in said
+    assert "PyPI's default torch for linux x86_64 is the CUDA build" in said
+    assert f"{answering}/simple" not in said  # the index that answers is not named
+
+
+def test_an_index_that_never_answers_is_declared_dead_within_the_budget(m, answering, silent):
+    matrix, cpu = cpu_with(m, f"{answering}/whl/cpu", f"{silent}/simple")
+    start = time.monotonic()
+    with pytest.raises(UnreachableError) as caught:
+        reach.require(matrix, cpu, what="locking cpu", budget=BUDGET, environ={})
+    assert time.monotonic() - start < BUDGET + 1
+    assert f"the package index {silent}/simple (the packages besides torch) does not answer" in str(caught.value)
+    assert "--set index.url=URL" in str(caught.value)
+
+
+def test_the_mirror_is_what_is_probed(m, answering, closed):
+    matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", f"{answering}/simple")
+    reach.require(matrix, cpu, what="locking cpu", budget=BUDGET, environ={},
+                  index_mirrors=((f"{closed}/whl/cpu", f"{answering}/mirror/cpu"),))
+    assert "/mirror/cpu/torch/" in _Answer.seen
+    with pytest.raises(UnreachableError) as caught:
+        reach.require(matrix, cpu, what="locking cpu", budget=BUDGET, environ={},
+                      index_mirrors=((f"{answering}/simple", f"{closed}/devpi"),))
+    assert f"the package index {closed}/devpi (mirror of {answering}/simple)" in str(caught.value)
+    assert "a working mirror for it" in str(caught.value)
+
+
+def test_lock_stops_before_resolving_when_an_index_is_dead(m, answering, closed, tmp_path, monkeypatch):
+    """The resolver never starts (it would retry for minutes): the builder is not run."""
+    from envbuild.imagebuild import locking
+    from envbuild.imagebuild.plan import BuildOptions
+
+    matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", f"{answering}/simple")
+    cpu = replace(cpu, base_image="debian:12@sha256:" + "ab" * 32)  # the registry is not asked for a digest
+    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    ran = []
+    monkeypatch.setattr(builder, "run_build", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(netprobe, "BUDGET", BUDGET)
+    opts = BuildOptions(context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks", log_dir=tmp_path / "logs")
+    with pytest.raises(UnreachableError, match="locking cpu: the package index"):
+        locking.lock(matrix, [cpu], opts, locking.LockOptions(), FakeEngine(root=tmp_path))
+    assert ran == [] and not (tmp_path / "locks").exists()
+
+
+def test_doctor_says_cannot_build_when_an_index_is_dead(m, answering, closed, tmp_path, monkeypatch):
+    matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", f"{answering}/simple")
+    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    client = FakeEngine(root=tmp_path)
+    report = doctor.diagnose(matrix, cpu, connector=lambda: (client, doctor.Check("docker daemon", True, "fake")),
+                             root=make_root(tmp_path))
+    indexes = [c for c in report.checks if c.name == "package index"]
+    assert [c.ok for c in indexes] == [True, False]
+    assert not report.verdicts["build"]
+    text = doctor_text(report)
+    assert "Cannot build" in text and "Can build" not in text
+    assert f"{closed}/whl/cpu (torch for cpu) does not answer from this machine: connection refused" in indexes[1].detail
+    assert "--set backends.cpu.torch.index_url=https://pypi.org/simple" in indexes[1].fix
+
+
+def test_a_dead_base_registry_names_a_mirror_and_a_local_registry(m, closed):
+    cpu = m.backend("cpu")
+    host = closed.removeprefix("http://")
+    with pytest.raises(UnreachableError) as caught:
+        reach.require(m, cpu, what="building cpu", base_image=f"{host}/library/debian:12", indexes=False,
+                      budget=BUDGET, environ={})
+    said = str(caught.value)
+    assert f"building cpu: the registry {host} (the base image {host}/library/debian:12) does not answer" in said
+    assert f"`--mirror {host}=MIRROR`" in said and f'registry_mirrors."{host}" = "MIRROR"' in said
+    assert "a local registry" in said
+    # the distribution's archive only where envbuild base can make the base (Docker Hub's debian and ubuntu:
+    # tests/unit/test_base.py), not an image another registry names
+    from envbuild.core.distbase import base_ways_out
+
+    assert base_ways_out(f"{host}/library/debian:12", "cpu").removeprefix("Ways out: ") in said
+    assert "package index" not in said  # a build from a current lock asks no index here
+
+
+def test_a_base_registry_that_never_answers_fails_the_lock_in_seconds(m, silent):
+    """Before the lock asks the base's registry for a digest (30 s per request), one short question: does it answer?"""
+    from envbuild.core.errors import LockError
+    from envbuild.imagebuild.plan import BuildOptions
+    from envbuild.lock import base_digest
+
+    host = silent.removeprefix("http://")
+    start = time.monotonic()
+    with pytest.raises(LockError) as caught:
+        base_digest(m.backend("cpu"), f"{host}/library/debian:12", "linux/amd64", BuildOptions(), environ={})
+    assert time.monotonic() - start < 5
+    said = str(caught.value)
+    assert f"cannot resolve the base image {host}/library/debian:12" in said and host in said
+    assert "a local registry" in said and "envbuild base" not in said  # another registry's image: not one it makes

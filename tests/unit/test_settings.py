@@ -1,0 +1,213 @@
+"""A site's settings in one place (core/settings.py): the user's file < the project's < ENVBUILD_* < flags, each
+value with where it came from; unknown keys refused with file:line; index mirrors applied in one place, never in
+the image's content key."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from support.constants import MATRIX
+
+from envbuild.core import settings
+from envbuild.core.errors import InvalidInput
+from envbuild.core.settings import Settings, mirror_url, original_url
+
+CPU = "https://download.pytorch.org/whl/cpu"
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A user's config folder and a project (matrix.yaml + envbuild.toml) in tmp_path; cwd is the project."""
+    xdg, project = tmp_path / "xdg", tmp_path / "project"
+    (xdg / "envbuild").mkdir(parents=True)
+    project.mkdir()
+    shutil.copy(MATRIX, project / "matrix.yaml")
+    for name in ("user-wheels", "project-wheels", "env-wheels", "flag-wheels"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    monkeypatch.chdir(project)
+    return tmp_path
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_precedence_user_then_project_then_environment_then_flag(site):
+    user = write(site / "xdg" / "envbuild" / "config.toml",
+                 f'wheelhouse = "{site}/user-wheels"\nregistry = "user.corp/ml/envbuild"\n'
+                 '[registry_mirrors]\n"docker.io" = "user-mirror.corp:5000"\n"quay.io" = "quay-mirror.corp"\n')
+    project = write(site / "project" / "envbuild.toml",
+                    f'# the team\'s\nwheelhouse = "{site}/project-wheels"\n\n[registry_mirrors]\n'
+                    '"docker.io" = "team-mirror.corp:5000"\n')
+    matrix = str(site / "project" / "matrix.yaml")
+
+    files = settings.load(matrix, environ={"XDG_CONFIG_HOME": str(site / "xdg")})
+    assert files.files == (str(user), str(project))
+    assert files.get("wheelhouse") == f"{site}/project-wheels"
+    assert files.origin("wheelhouse") == f"{project}:2 (wheelhouse)"
+    assert files.get("registry") == "user.corp/ml/envbuild"  # only the user's says it
+    assert files.origin("registry") == f"{user}:2 (registry)"
+    # a map merges entry by entry: the project's docker.io, the user's quay.io
+    assert files.get("registry_mirrors") == {"docker.io": "team-mirror.corp:5000", "quay.io": "quay-mirror.corp"}
+    assert files.origin("registry_mirrors", "docker.io") == f'{project}:5 (registry_mirrors."docker.io")'
+    assert files.origin("registry_mirrors", "quay.io") == f'{user}:5 (registry_mirrors."quay.io")'
+
+    env = {"XDG_CONFIG_HOME": str(site / "xdg"), "ENVBUILD_WHEELHOUSE": f"{site}/env-wheels",
+           "ENVBUILD_REGISTRY_MIRRORS": "docker.io=env-mirror.corp"}
+    environment = settings.load(matrix, environ=env)
+    assert environment.get("wheelhouse") == f"{site}/env-wheels"
+    assert environment.origin("wheelhouse") == "$ENVBUILD_WHEELHOUSE"
+    assert environment.registry_mirrors[0] == "docker.io=env-mirror.corp"
+
+    flagged = environment.with_flags(wheelhouse=site / "flag-wheels", registry_mirrors=("docker.io=flag-mirror.corp",))
+    assert flagged.get("wheelhouse") == f"{site}/flag-wheels" and flagged.origin("wheelhouse") == "--wheelhouse"
+    assert flagged.registry_mirrors[0] == "docker.io=flag-mirror.corp"
+    assert flagged.origin("registry_mirrors", "docker.io") == "--mirror docker.io=flag-mirror.corp"
+    assert flagged.path("wheelhouse") == site / "flag-wheels"
+
+
+def test_a_relative_path_is_the_files_folders(site):
+    write(site / "project" / "envbuild.toml", 'wheelhouse = "wheels"\n')
+    (site / "project" / "wheels").mkdir()
+    got = settings.load(site / "project" / "matrix.yaml")
+    assert got.path("wheelhouse") == site / "project" / "wheels"
+
+
+@pytest.mark.parametrize("text, line, said", [
+    ('wheelhouse = "w"\nwheelhose = "x"\n', 2, "unknown key 'wheelhose' (did you mean 'wheelhouse'?)"),
+    ('\n[index_mirror]\n"https://pypi.org/simple" = "https://devpi.corp/root/pypi/+simple"\n', 2,
+     "unknown key 'index_mirror' (did you mean 'index_mirrors'?)"),
+    ('[index_mirrors]\n"https://pypi.org/simple" = "ftp://devpi.corp"\n', 2, "ftp://devpi.corp is not an http(s) URL"),
+    ('[index_mirrors]\n"https://pypi.org/simple" = "https://m.corp/$(id)"\n', 2, "is not an http(s) URL"),
+    ('registry = 5\n', 1, "registry must be a string"),
+    ('[registry_mirrors]\n"docker.io" = "not a host"\n', 2, "registry_mirrors"),
+    ('[base_images]\ncpu = "Not An Image"\n', 2, "is not an image reference"),
+    ('wheelhouse = [\n', None, "not valid TOML"),
+])
+def test_an_unknown_key_or_a_bad_value_is_refused_with_its_file_and_line(site, invoke, text, line, said):
+    path = write(site / "project" / "envbuild.toml", text)
+    with pytest.raises(InvalidInput) as caught:
+        settings.load("matrix.yaml")
+    assert said in str(caught.value)
+    if line:
+        assert str(caught.value).startswith(f"{path.name}:{line}: ")
+    result = invoke("config")  # the command says it the same way, exit 2
+    assert result.exit_code == 2 and said in result.stderr
+
+
+def test_a_bad_environment_value_is_refused_naming_the_variable(site, monkeypatch, invoke):
+    monkeypatch.setenv("ENVBUILD_INDEX_MIRRORS", "https://pypi.org/simple")
+    result = invoke("config")
+    assert result.exit_code == 2
+    assert "$ENVBUILD_INDEX_MIRRORS: https://pypi.org/simple: expected FROM=TO" in result.stderr
+
+
+def test_a_path_that_is_not_there_is_said_with_where_it_was_set(site, invoke):
+    write(site / "project" / "envbuild.toml", 'wheelhouse = "/nowhere/wheels"\n')
+    result = invoke("lock", "--backend", "cpu", "--check")
+    assert result.exit_code == 2
+    assert "wheelhouse /nowhere/wheels (from envbuild.toml:1 (wheelhouse)): not a folder" in result.stderr
+
+
+def test_config_shows_each_setting_and_where_it_came_from(site, monkeypatch, invoke):
+    user = write(site / "xdg" / "envbuild" / "config.toml", 'registry = "user.corp/ml/envbuild"\n')
+    write(site / "project" / "envbuild.toml",
+          f'[index_mirrors]\n"{CPU}" = "https://pypi-mirror.corp/whl/cpu"\n[base_images]\ncpu = "debian:12"\n')
+    secret = write(site / "netrc", "machine pypi-mirror.corp login me password hunter2-secret\n")
+    monkeypatch.setenv("ENVBUILD_NETRC", str(secret))
+    result = invoke("config")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert f"user settings: {user}" in out
+    rows = {line.split()[0]: line.split(None, 2)[1:] for line in out.splitlines()[3:]}
+    assert rows["registry"] == ["user.corp/ml/envbuild", f"{user}:1 (registry)"]
+    assert rows[f'index_mirrors."{CPU}"'] == ["https://pypi-mirror.corp/whl/cpu",
+                                              f'envbuild.toml:2 (index_mirrors."{CPU}")']
+    assert rows["base_images.cpu"] == ["debian:12", "envbuild.toml:4 (base_images.cpu)"]
+    assert rows["netrc"] == [str(secret), "$ENVBUILD_NETRC"]
+    assert rows["wheelhouse"] == ["-", "default"]
+    assert "hunter2" not in result.output  # a netrc's path, never its content
+
+    doc = json.loads(invoke("config", "--json").stdout)
+    assert doc["files"]["user"] == {"path": str(user), "read": True}
+    by_key = {r["key"]: r for r in doc["settings"]}
+    assert by_key["netrc"]["origin"] == "$ENVBUILD_NETRC"
+    assert by_key["base_images.cpu"]["value"] == "debian:12"
+
+
+def test_the_sites_base_image_reaches_the_matrix_and_set_still_wins(site, invoke):
+    write(site / "project" / "envbuild.toml", '[base_images]\ncpu = "mirror.corp:5000/library/python:3.12-slim"\n'
+          'nosuchbackend = "debian:12"\n')  # a backend this matrix lacks: for another matrix, not an error
+    shown = invoke("show", "cpu", "--json")
+    assert json.loads(shown.stdout)["base_image"] == "mirror.corp:5000/library/python:3.12-slim"
+    again = invoke("show", "cpu", "--json", "--set", "backends.cpu.base_image=debian:12")
+    assert json.loads(again.stdout)["base_image"] == "debian:12"
+
+
+def test_the_default_registry_comes_from_the_settings(site, invoke):
+    write(site / "project" / "envbuild.toml", 'registry = "127.0.0.1:9/ml/envbuild"\n')
+    result = invoke("doctor", "--backend", "cpu", "--publish", "--json")
+    names = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert "127.0.0.1:9" in names["publish registry"]["detail"]
+
+
+def test_mirror_url_takes_the_longest_index_at_a_path_boundary():
+    mirrors = {"https://pypi.org/simple": "https://devpi.corp/root/pypi/+simple",
+               CPU + "/": "https://pypi-mirror.corp/whl/cpu", "https://download.pytorch.org": "https://all.corp"}
+    assert mirror_url(CPU, mirrors) == "https://pypi-mirror.corp/whl/cpu"
+    assert mirror_url(CPU + "/torch/", mirrors) == "https://pypi-mirror.corp/whl/cpu/torch/"
+    assert mirror_url("https://download.pytorch.org/whl/cu126", mirrors) == "https://all.corp/whl/cu126"
+    assert mirror_url("https://download.pytorch.org/whl/cpu-other", mirrors) == "https://all.corp/whl/cpu-other"
+    assert mirror_url("https://pypi.org/simplex", mirrors) == "https://pypi.org/simplex"  # not under the index
+    assert mirror_url("https://files.pythonhosted.org/x.whl", mirrors) == "https://files.pythonhosted.org/x.whl"
+    assert original_url("https://pypi-mirror.corp/whl/cpu/torch/", mirrors) == CPU + "/torch/"
+    assert mirror_url(CPU, Settings().with_flags(index_mirrors=(f"{CPU}=https://m.corp/cpu",))) == "https://m.corp/cpu"
+
+
+def test_an_index_mirror_changes_what_the_build_asks_not_the_content_key_nor_the_lock(tmp_path):
+    from envbuild.imagebuild.plan import BuildOptions, content_key, make_plan
+    from envbuild.lock import inputs
+    from envbuild.matrix import load
+
+    m = load(MATRIX)
+    cpu = m.backend("cpu")
+    lock = b"# a lock\n"
+
+    def plan_of(**opts):
+        o = BuildOptions(context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks", **opts)
+        plan = make_plan(m, cpu, o, None, lock=lock, write_cache=False)
+        return plan, content_key(plan, o)
+
+    plain, key = plan_of()
+    mirrored, mirrored_key = plan_of(index_mirrors=((cpu.torch.index_url, "https://pypi-mirror.corp/whl/cpu"),),
+                                     mirrors=("docker.io=mirror.corp:5000",))
+    assert cpu.torch.index_url.encode() in plain.dockerfile
+    assert b'--extra-index-url "https://pypi-mirror.corp/whl/cpu"' in mirrored.dockerfile  # what the build asks
+    assert cpu.torch.index_url.encode() not in mirrored.dockerfile
+    assert b"FROM mirror.corp:5000/" in mirrored.dockerfile
+    assert mirrored_key == key  # the same image, through a mirror or not
+    # the lock's inputs name the index itself: a lock made through a mirror is the same lock
+    assert cpu.torch.index_url in inputs(m, cpu, (), "linux/amd64", None)["indexes"]
+    assert plan_of(mirrors=())[1] == key
+
+
+def test_a_flag_wins_over_the_projects_file_on_the_command_line(site, invoke):
+    write(site / "project" / "envbuild.toml", 'wheelhouse = "/nowhere/wheels"\n')
+    result = invoke("lock", "--backend", "cpu", "--check", "--wheelhouse", site / "flag-wheels")
+    assert "wheelhouse" not in result.stderr  # the file's missing folder is never used: the flag's is
+    bad = invoke("lock", "--backend", "cpu", "--check", "--index-mirror", "https://pypi.org/simple=ftp://m.corp")
+    assert bad.exit_code == 2 and "--index-mirror: index_mirrors: ftp://m.corp is not an http(s) URL" in bad.stderr
+
+
+def test_the_most_specific_registry_mirror_is_taken_whichever_layer_said_it():
+    from envbuild.core.imageref import mirror
+
+    site = Settings().layered({"registry_mirrors": {"docker.io/library": "lib.corp"}}, {})
+    site = site.with_flags(registry_mirrors=("docker.io=hub.corp",))
+    assert mirror("debian:12", site.registry_mirrors) == "lib.corp/debian:12"
+    assert mirror("nvidia/cuda:12", site.registry_mirrors) == "hub.corp/nvidia/cuda:12"

@@ -265,3 +265,19 @@ def test_an_unreachable_registry_builds_from_a_lock_current_in_every_other_input
     got = locking.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=said.append)
     assert got.inputs["base_digest"] == "sha256:" + "c" * 64
     assert said and "note: " in said[0] and f"building from {file}" in said[0]
+
+
+def test_lock_check_writes_nothing_with_a_wheelhouse(invoke, tmp_path, closed_socket, monkeypatch):
+    """--wheelhouse hashes the wheels: the digest cache a build keeps is not written by a check."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr("envbuild.core.platform.host_platform", lambda *a: AMD64)
+    work = tmp_path / "work"
+    (work / "wheels").mkdir(parents=True)
+    (work / "wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    monkeypatch.chdir(work)
+    before = sorted(p for p in work.rglob("*"))
+    result = invoke("lock", "--check", "--backend", "cpu", "--platform", AMD64, "--matrix", MATRIX_PATH,
+                    "--locks", work / "locks", "--no-ca-bundle", "--wheelhouse", work / "wheels",
+                    "--set", f"backends.cpu.base_image={PINNED}")
+    assert result.exit_code == 1 and "missing" in result.stdout, result.output
+    assert sorted(p for p in work.rglob("*")) == before  # no .envbuild/context/cpu/.wheel-digests.json

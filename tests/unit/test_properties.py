@@ -18,10 +18,12 @@ from support.constants import FIXED
 from envbuild.core.errors import EnvbuildError
 from envbuild.core.text import unsafe_char
 
-PROPS = settings(max_examples=int(os.environ.get("ENVBUILD_PROPERTY_EXAMPLES", "60")), deadline=None,
+EXAMPLES = int(os.environ.get("ENVBUILD_PROPERTY_EXAMPLES", "50"))  # raise it for a longer search, locally
+PROPS = settings(max_examples=EXAMPLES, deadline=None,
                  derandomize=bool(os.environ.get("CI")),
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                         HealthCheck.filter_too_much])
+HEAVY = settings(PROPS, max_examples=max(10, EXAMPLES // 2))  # a whole matrix, or a file, per example
 
 # Text with what hostile input carries: controls, escapes, bidi overrides, surrogates' neighbours, separators.
 HOSTILE = st.text(st.one_of(st.characters(codec="utf-8"), st.sampled_from(list("\x1b\x9b\r\n\t\x00\x07\u202e\u2028/:@.-_"))),
@@ -125,7 +127,7 @@ def test_nvidia_smis_compute_caps_read_back(caps):
     assert compute_caps("\n".join(caps) + "\n") == ["sm_" + c.replace(".", "") for c in caps]
 
 
-@PROPS
+@HEAVY
 @given(HOSTILE, st.sampled_from(["ascend", "habanalabs", "neuron", "amdgpu", "nvidia"]))
 def test_a_host_file_full_of_anything_gives_a_printable_version(tmp_path_factory, text, driver):
     from envbuild.core import hostfacts
@@ -146,7 +148,7 @@ PATHS = st.one_of(HOSTILE, st.builds(".".join, st.lists(st.sampled_from(
      "image", "apt", "", "X", "\x1b[2J"]), min_size=1, max_size=5)))
 
 
-@PROPS
+@HEAVY
 @given(PATHS, HOSTILE)
 def test_a_set_of_any_path_and_value_validates_or_is_refused(path, value):
     from envbuild.matrix import loads
@@ -186,7 +188,7 @@ TREE = yaml.safe_load(MATRIX_TEXT)
 WHERE = _mutations(TREE)
 
 
-@PROPS
+@HEAVY
 @given(st.sampled_from(WHERE), JSON)
 def test_a_matrix_file_with_any_value_anywhere_validates_or_is_refused(where, value):
     import copy
@@ -224,7 +226,7 @@ def _write(tmp_path_factory, doc) -> object:
     return path
 
 
-@PROPS
+@HEAVY
 @given(st.one_of(JSON, st.builds(lambda e: {"schema": 1, "images": {"cpu": e}}, JSON),
                  st.builds(lambda p: {"schema": 1, "images": {"cpu": {"digest": DIGEST, "repository": "reg.example/x",
                                                                       "platforms": p}}}, JSON)))
@@ -262,7 +264,7 @@ SMOKE = st.one_of(JSON, st.fixed_dictionaries(
               "error": st.one_of(st.none(), HOSTILE), "image": st.one_of(st.none(), HOSTILE)}))
 
 
-@PROPS
+@HEAVY
 @given(st.one_of(SMOKE, st.lists(SMOKE, max_size=3)))
 def test_smoke_json_is_read_or_refused_and_what_the_manifest_keeps_reads_back(tmp_path_factory, doc):
     from envbuild.core.shape import problem

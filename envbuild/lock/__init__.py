@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
-from envbuild.core.errors import LockError, PublishError
+from envbuild.core.errors import LockError, RegistryError
 from envbuild.core.files import read_user
 from envbuild.core.platform import target
 from envbuild.core import regclient
@@ -69,7 +69,7 @@ def base_digest(backend: Backend, base_image: str, platform: str, opts: Settings
         return base_image.rpartition("@")[2]
     try:
         digest, _ = regclient.Registry(base_image, environ, opts.ca_bundle, publish=False).platform_digest(base_image, platform)
-    except PublishError as exc:
+    except RegistryError as exc:  # unreachable, refused, too slow, not an image
         from envbuild.core.imageref import base_ways_out
 
         raise LockError(f"{backend.name}: cannot resolve the base image {base_image} for {platform} in its registry "

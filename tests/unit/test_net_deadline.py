@@ -209,3 +209,27 @@ def test_the_default_deadline_holds_without_the_variable(monkeypatch):
 
     monkeypatch.delenv("ENVBUILD_NET_DEADLINE", raising=False)
     assert netread.deadline_seconds() == netread.DEADLINE
+
+
+def test_pulls_digest_check_is_cut_off_not_handed_to_the_daemon(server):
+    """An unreachable registry is left to the daemon (it may reach it through a proxy); a stalling one is not."""
+    from pathlib import Path
+
+    from envbuild.core.errors import RegistryDeadlineError
+    from envbuild.ship.pull import _platform_digest
+
+    _cut_off(lambda: _platform_digest(None, None, f"{server.host}/team/app:cpu", None, None, Path("/"), None, "missing"),
+             RegistryDeadlineError)
+
+
+def test_publishs_content_query_gives_up_at_the_deadline_and_says_so(server):
+    from types import SimpleNamespace
+
+    from envbuild.ship.shared import content_there
+
+    said = []
+    started = time.monotonic()
+    found = content_there(f"{server.host}/team/app:cpu-in-0123456789abcdef", SimpleNamespace(environ={}),
+                          SimpleNamespace(sign_key=None), said.append)
+    assert found is None and time.monotonic() - started < DEADLINE + SLACK
+    assert f"within {DEADLINE} s" in said[0] and "publishing again" in said[0], said

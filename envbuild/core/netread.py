@@ -9,17 +9,19 @@ before the deadline as its timeout, which no per-read timeout alone can give."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import io
 import math
 import os
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import urljoin, urlsplit
 
 from envbuild.core.errors import InvalidInput, NetDeadline
@@ -111,16 +113,45 @@ class _Guarded:
         return getattr(self._sock, name)
 
 
+def _connect(conn: http.client.HTTPConnection, connect: Callable[[], None], clock: _Clock, per_read: float) -> None:
+    """Connect (a proxy's CONNECT and the TLS handshake included: each read of them has only the per-read timeout)
+    under a watchdog that shuts the socket at the deadline; then every read of the answer keeps to it."""
+    made: list[socket.socket] = []
+    create = conn._create_connection  # type: ignore[attr-defined]
+
+    def created(*args: Any, **kwargs: Any) -> socket.socket:
+        made.append(create(*args, **kwargs))
+        return made[-1]
+
+    def cut() -> None:
+        for sock in made:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    conn._create_connection = created  # type: ignore[attr-defined]
+    watchdog = threading.Timer(max(0.0, clock.left()), cut)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        connect()
+    except OSError:
+        if clock.left() <= 0:
+            raise clock.error() from None
+        raise
+    finally:
+        watchdog.cancel()
+    clock.check()
+    conn.sock = _Guarded(conn.sock, clock, per_read)  # type: ignore[assignment]
+
+
 def _opener(clock: _Clock, per_read: float, context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
     class Plain(http.client.HTTPConnection):
         def connect(self) -> None:
-            super().connect()
-            self.sock = _Guarded(self.sock, clock, per_read)  # type: ignore[assignment]
+            _connect(self, super().connect, clock, per_read)
 
     class Tls(http.client.HTTPSConnection):
         def connect(self) -> None:
-            super().connect()
-            self.sock = _Guarded(self.sock, clock, per_read)  # type: ignore[assignment]
+            _connect(self, super().connect, clock, per_read)
 
     class PlainHandler(urllib.request.HTTPHandler):
         def http_open(self, req: Any) -> Any:

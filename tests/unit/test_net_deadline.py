@@ -45,7 +45,7 @@ class FaultServer:
                 b"Content-Length: %d\r\n\r\n" % len(body))
         with conn:
             try:
-                conn.settimeout(5)
+                conn.settimeout(10)
                 seen = b""
                 while b"\r\n\r\n" not in seen and len(seen) < 65536:
                     part = conn.recv(4096)
@@ -233,3 +233,17 @@ def test_publishs_content_query_gives_up_at_the_deadline_and_says_so(server):
                           SimpleNamespace(sign_key=None), said.append)
     assert found is None and time.monotonic() - started < DEADLINE + SLACK
     assert f"within {DEADLINE} s" in said[0] and "publishing again" in said[0], said
+
+
+def test_a_tls_handshake_that_never_completes_is_cut_off_at_the_deadline(monkeypatch):
+    """The server takes the connection and says nothing: each read of the handshake has the per-read timeout
+    (30 s), the whole answer only the deadline."""
+    from envbuild.tools.sources.index import IndexClient, SourceError
+
+    monkeypatch.setenv("ENVBUILD_NET_DEADLINE", str(DEADLINE))
+    server = FaultServer("silent")
+    try:
+        message = _cut_off(lambda: IndexClient().files(f"https://{server.host}/simple", "torch"), SourceError)
+        assert server.host in message
+    finally:
+        server.close()

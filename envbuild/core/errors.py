@@ -90,12 +90,34 @@ class PublishError(EnvbuildError):
     """A push or pull did not complete; nothing was recorded or tagged for it."""
 
 
-class RegistryAuthError(PublishError):
+class NetDeadline(EnvbuildError):
+    """A server (registry, token service, package index) did not finish an answer within the deadline
+    (core/netread.py): exit 1, naming the host and the deadline."""
+
+    def __init__(self, message: str, host: str = "", seconds: float = 0.0):
+        super().__init__(message)
+        self.host, self.seconds = host, seconds
+
+
+class RegistryError(EnvbuildError):
+    """Any failure of the one registry client (core/regclient.py): unreachable, refused, or an unusable answer.
+    Its kinds are also PublishErrors, as publish and pull have always reported them."""
+
+
+class RegistryAnswerError(RegistryError, PublishError):
+    """The registry answered, but not usably (an error status, the wrong shape, the wrong digest, too large)."""
+
+
+class RegistryAuthError(RegistryError, PublishError):
     pass
 
 
-class RegistryUnreachableError(PublishError):
+class RegistryUnreachableError(RegistryError, PublishError):
     pass
+
+
+class RegistryDeadlineError(RegistryUnreachableError):
+    """The registry (or its token service) did not finish an answer within the deadline."""
 
 
 class DigestMismatchError(PublishError):

@@ -138,6 +138,8 @@ def read_user(path: str | os.PathLike[str], label: str, error: type[EnvbuildErro
         with os.fdopen(fd, "rb") as fh:
             fd = -1
             data = fh.read(limit + 1)
+    except OSError as exc:  # EIO, EINVAL: a /sys attribute whose driver refuses the read
+        raise error(f"{label}: cannot read: {exc.strerror or exc}") from None
     finally:
         if fd >= 0:
             os.close(fd)

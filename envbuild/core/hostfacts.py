@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -50,23 +52,76 @@ class HostDriver:
 Runner = Callable[[list[str]], str | None]
 
 
-def run_tool(argv: list[str], timeout: float = 10) -> str | None:
-    """A vendor tool's output, or None when it fails or hangs (a wedged driver can hang nvidia-smi)."""
+TOOL_OUTPUT = 1 << 20  # bytes of a vendor tool's answer read; a tool that says more is not believed
+
+
+def run_tool(argv: list[str], timeout: float = 10, limit: int = TOOL_OUTPUT) -> str | None:
+    """A vendor tool's output, or None when it fails, hangs (a wedged driver can hang nvidia-smi) or says more than
+    `limit` bytes: read as it comes, never whole, and the tool is killed then."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError):
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except (OSError, ValueError, subprocess.SubprocessError):
         return None
-    return done.stdout if done.returncode == 0 else None
+    end = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None
+                if not sel.select(left):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    return None
+                chunks.append(chunk)
+        code = proc.wait(max(0.1, end - time.monotonic()))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    return b"".join(chunks).decode("utf-8", "replace") if code == 0 else None
 
 
-def _first_file(root: Path, paths: list[str], pattern: str, found: HostDriver) -> str | None:
+# What a host file or tool may say, in ASCII (re.ASCII: no other script's digits), bounded in length: a version
+# read anywhere is only ever one of these, so no escape or other control character reaches what is printed.
+VERSION = r"([0-9][0-9A-Za-z.+_~-]{0,63})"
+_NVIDIA_VERSION = re.compile(r"(?:Kernel Module(?: for \S+)?[ \t]+|^)([0-9]{1,5}\.[0-9]{1,5}(?:\.[0-9]{1,5})?)(?![0-9.])",
+                             re.MULTILINE | re.ASCII)
+_COMPUTE_CAP = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}", re.ASCII)
+
+
+def nvidia_version(text: str) -> str | None:
+    """The driver version in /proc/driver/nvidia/version's NVRM line ("NVRM version: NVIDIA UNIX x86_64 Kernel Module
+    535.104.05  Sat Aug 19 ...", open and proprietary modules alike) or /sys/module/nvidia/version's bare version."""
+    m = _NVIDIA_VERSION.search(text)
+    return m.group(1) if m else None
+
+
+def compute_caps(text: str) -> list[str]:
+    """`nvidia-smi --query-gpu=compute_cap --format=csv,noheader`: one "9.0" a line -> ["sm_90", ...]."""
+    return ["sm_" + c.replace(".", "") for c in (ln.strip() for ln in text.splitlines()) if _COMPUTE_CAP.fullmatch(c)]
+
+
+def _first_file(root: Path, paths: list[str], pattern: "str | re.Pattern[str]", found: HostDriver) -> str | None:
     """The version from the first of `paths` (under root) whose text matches `pattern`; a note per miss."""
     for rel in paths:
         text = read_host(root / rel.lstrip("/"), limit=4096)
         if text is None:
             found.notes.append(f"{rel} is absent")
             continue
-        m = re.search(pattern, text, re.MULTILINE)
+        m = pattern.search(text) if isinstance(pattern, re.Pattern) else re.search(pattern, text, re.MULTILINE | re.ASCII)
         if m:
             found.evidence.append(rel)
             return m.group(1)
@@ -106,24 +161,23 @@ def read_nvidia(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
     found = HostDriver("nvidia")
     # /proc's line: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 ..." (open and
     # proprietary modules alike); /sys/module/nvidia/version holds the bare version.
-    found.version = _first_file(root, ["/proc/driver/nvidia/version", "/sys/module/nvidia/version"],
-                                r"(?:Kernel Module(?: for \S+)?\s+|^)(\d+\.\d+(?:\.\d+)?)", found)
+    found.version = _first_file(root, ["/proc/driver/nvidia/version", "/sys/module/nvidia/version"], _NVIDIA_VERSION, found)
     # No file says the compute capability; nvidia-smi does (compute_cap, driver 510 and later).
     out = _tool("nvidia-smi", ["--query-gpu=compute_cap", "--format=csv,noheader"], path_env, runner, found, root)
-    caps = [ln.strip() for ln in (out or "").splitlines() if re.fullmatch(r"\d+\.\d+", ln.strip())]
+    caps = compute_caps(out or "")
     if caps:
-        found.archs = ["sm_" + c.replace(".", "") for c in caps]
+        found.archs = caps
     return found
 
 
 def read_amdgpu(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
     found = HostDriver("amdgpu")
     # Only the DKMS (ROCm) driver has a version file; the kernel's own amdgpu has none: unknown, not old.
-    found.version = _first_file(root, ["/sys/module/amdgpu/version"], r"^\s*(\d+\.\d+(?:\.\d+)*)", found)
+    found.version = _first_file(root, ["/sys/module/amdgpu/version"], r"^[ \t]*([0-9]{1,9}(?:\.[0-9]{1,9}){1,5})(?![0-9.])", found)
     nodes = sorted((root / "sys/class/kfd/kfd/topology/nodes").glob("*/properties"))
     archs = []
     for props in nodes:
-        m = re.search(r"^gfx_target_version\s+(\d+)", read_host(props, limit=16384) or "", re.MULTILINE)
+        m = re.search(r"^gfx_target_version[ \t]+([0-9]{1,9})$", read_host(props, limit=16384) or "", re.MULTILINE | re.ASCII)
         if m and (name := gfx_name(int(m.group(1)))):
             archs.append(name)
     if archs:
@@ -142,7 +196,7 @@ ASCEND_SOCS = {"0xd802": "910b", "0xd803": "a3", "0xd500": "310p"}
 def read_ascend(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
     found = HostDriver("ascend")
     # The Ascend driver's installer writes "Version=24.1.rc2" there (the same file the npu run flags mount).
-    found.version = _first_file(root, ["/usr/local/Ascend/driver/version.info"], r"^\s*Version\s*=\s*(\S+)", found)
+    found.version = _first_file(root, ["/usr/local/Ascend/driver/version.info"], rf"^[ \t]*Version[ \t]*=[ \t]*{VERSION}[ \t]*$", found)
     socs = []
     for dev in sorted((root / "sys/bus/pci/devices").glob("*")):
         if (read_host(dev / "vendor", limit=64) or "").strip().lower() != "0x19e5":
@@ -161,7 +215,7 @@ def read_ascend(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
 def _module(name: str) -> Callable[[Path, str | None, Runner], HostDriver]:
     def read(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
         found = HostDriver(name)
-        found.version = _first_file(root, [f"/sys/module/{name}/version"], r"^\s*(\S+)", found)
+        found.version = _first_file(root, [f"/sys/module/{name}/version"], rf"\A[ \t]*{VERSION}[ \t]*$", found)
         return found
 
     return read

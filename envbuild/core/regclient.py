@@ -14,16 +14,14 @@ import hashlib
 import http.client
 import json
 import re
-import ssl
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from envbuild.core.errors import PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.core import netread
+from envbuild.core.errors import (EnvbuildError, NetDeadline, RegistryAnswerError, RegistryAuthError, RegistryDeadlineError,
+                                  RegistryUnreachableError)
 from envbuild.core.output import hold_secret
 from envbuild.core.text import shown
 from envbuild.core.platform import canonical
@@ -65,10 +63,10 @@ class Manifest:
 
     @property
     def doc(self) -> dict[str, Any]:
-        """The manifest as a JSON object; anything else from a registry is a PublishError."""
+        """The manifest as a JSON object; anything else from a registry is a RegistryAnswerError."""
         doc = json_object(self.raw)
         if doc is None:
-            raise PublishError(f"the registry's manifest {self.digest} is not a JSON object")
+            raise RegistryAnswerError(f"the registry's manifest {self.digest} is not a JSON object")
         return doc
 
     @property
@@ -77,15 +75,38 @@ class Manifest:
 
     def platforms(self) -> dict[str, str]:
         """An index's platforms in Docker's canonical spelling ('linux/arm64' for arm64/v8) -> manifest digest
-        (attestation entries, 'unknown/unknown', left out)."""
-        out = {}
-        for m in self.doc.get("manifests") or []:
-            p = m.get("platform") or {}
-            if p.get("os") in (None, "unknown"):
+        (attestation entries, 'unknown/unknown', and entries of the wrong shape left out)."""
+        out: dict[str, str] = {}
+        listed = self.doc.get("manifests")
+        for m in listed if isinstance(listed, list) else []:
+            p = m.get("platform") if isinstance(m, dict) else None
+            if not isinstance(p, dict) or not isinstance(m.get("digest"), str):
                 continue
-            name = f"{p['os']}/{p.get('architecture')}" + (f"/{p['variant']}" if p.get("variant") else "")
-            out.setdefault(canonical(name), m["digest"])
+            os_name, arch, variant = p.get("os"), p.get("architecture"), p.get("variant") or ""
+            if not all(isinstance(v, str) for v in (os_name, arch, variant)) or os_name in ("", "unknown"):
+                continue
+            try:
+                out.setdefault(canonical(f"{os_name}/{arch}" + (f"/{variant}" if variant else "")), m["digest"])
+            except EnvbuildError:  # no platform envbuild knows how to spell
+                continue
         return out
+
+
+TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def tag_list(body: bytes, host: str) -> list[str]:
+    """The tags of a /tags/list answer; one of the wrong shape is the registry's fault, said so."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        raise RegistryAnswerError(f"registry {host} answered the list of tags with invalid JSON") from None
+    tags = doc.get("tags") if isinstance(doc, dict) else None
+    if tags is None and isinstance(doc, dict):
+        return []
+    if not isinstance(tags, list):
+        raise RegistryAnswerError(f"registry {host} answered the list of tags with something else than a list")
+    return [t for t in tags if isinstance(t, str) and TAG.fullmatch(t)]
 
 
 def split(ref: str) -> tuple[str, str]:
@@ -124,23 +145,6 @@ class _Response:
         return json.loads(self.content)
 
 
-ANSWER_TIME = 90.0  # seconds for a whole answer: a registry that trickles a byte a second is cut off, not waited on
-
-
-def _read(resp: Any, deadline: float, url: str) -> bytes:
-    """At most MAX_DOC + 1 bytes, in chunks, within the deadline (the socket timeout bounds each read only)."""
-    chunks, size = [], 0
-    while size <= MAX_DOC:
-        if time.monotonic() > deadline:
-            raise ConnectionError(f"the answer from {urlsplit(url).netloc} took over {ANSWER_TIME:.0f} s; cut off")
-        chunk = resp.read1(min(1 << 16, MAX_DOC + 1 - size)) if hasattr(resp, "read1") else resp.read(1 << 16)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
-
-
 def sha256(data: bytes) -> str:
     """The OCI digest of `data`: sha256:HEX."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
@@ -148,21 +152,18 @@ def sha256(data: bytes) -> str:
 
 def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None, context: Any,
           authorization: str | None, timeout: float | None = None) -> _Response:
-    """One request through the standard library's client (no `requests` to import: a no-op build asks the
-    registry for its base's digest, and that import alone took 0.1 s). An error status is an answer, not an
-    exception; the authorization is never forwarded by a redirect (a blob served from storage elsewhere)."""
-    req = urllib.request.Request(url, data=data, method=method, headers=dict(headers))
-    if authorization:
-        req.add_unredirected_header("Authorization", authorization)
-    deadline = time.monotonic() + ANSWER_TIME
+    """One request, its answer read whole up to MAX_DOC + 1 bytes, within core/netread's deadline (no `requests`
+    to import: a no-op build asks the registry for its base's digest, and that import alone took 0.1 s). An error
+    status is an answer, not an exception; the authorization is never forwarded to another origin by a redirect
+    (a blob served from storage elsewhere)."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout or TIMEOUT, context=context) as resp:
-            return _Response(resp.status, resp.headers, _read(resp, deadline, url))
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return _Response(exc.code, exc.headers, _read(exc, deadline, url))
-    except http.client.HTTPException as exc:  # a cut or garbled answer: unreachable, as a refused connection is
+        with netread.open_url(method, url, headers=headers, data=data, context=context, authorization=authorization,
+                              timeout=timeout or TIMEOUT) as answer:
+            return _Response(answer.status_code, answer.headers, answer.read(MAX_DOC))
+    except http.client.HTTPException as exc:  # a cut or garbled body: unreachable, as a refused connection is
         raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
+    except NetDeadline as exc:
+        raise RegistryDeadlineError(str(exc)) from None
 
 
 def _reason(exc: OSError) -> str:
@@ -212,7 +213,7 @@ class Registry:
                 used = f"the credentials from {self.creds.source}" if self.creds else "no credentials"
                 raise RegistryAuthError(f"registry {self.host} refused {method} {repo} ({resp.status_code}); used {used}")
             if len(resp.content) > MAX_DOC:
-                raise PublishError(f"registry {self.host}: the answer to {method} {repo} is larger than "
+                raise RegistryAnswerError(f"registry {self.host}: the answer to {method} {repo} is larger than "
                                    f"{MAX_DOC >> 20} MiB; not read")
             return resp
         raise AssertionError("unreachable")
@@ -222,8 +223,7 @@ class Registry:
         plain HTTP (loopback)."""
         if not url.startswith("https:"):
             return None
-
-        return ssl.create_default_context(cafile=None if self.verify is True else self.verify)
+        return netread.tls_context(None if self.verify is True else self.verify)
 
     def _authorize(self, challenge: str, scope: str) -> str:
         scheme, _, params = challenge.partition(" ")
@@ -234,11 +234,11 @@ class Registry:
             return _basic(self.creds)
         fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
         if scheme.lower() != "bearer" or "realm" not in fields:
-            raise PublishError(f"registry {self.host} asks for an authentication envbuild does not speak: {challenge[:100]}")
+            raise RegistryAnswerError(f"registry {self.host} asks for an authentication envbuild does not speak: {challenge[:100]}")
         realm = fields["realm"]
         where = urlsplit(realm)
         if where.scheme not in ("http", "https") or not where.netloc:
-            raise PublishError(f"registry {self.host} names a token service that is not an http(s) URL: {shown(realm[:100])}")
+            raise RegistryAnswerError(f"registry {self.host} names a token service that is not an http(s) URL: {shown(realm[:100])}")
         query = urlencode({"service": fields.get("service", ""), "scope": scope})
         url = f"{realm}{'&' if '?' in realm else '?'}{query}"
         # The password goes over verified TLS, or in plain HTTP only back to the very registry (on loopback) the
@@ -281,23 +281,23 @@ class Registry:
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
-            raise PublishError(f"registry {self.host}: GET manifest {repo}:{reference} answered {resp.status_code}: "
+            raise RegistryAnswerError(f"registry {self.host}: GET manifest {repo}:{reference} answered {resp.status_code}: "
                                f"{resp.text[:200]}")
         raw = resp.content
         digest = sha256(raw)  # of the bytes served: a registry's header is not trusted
         if reference.startswith("sha256:") and reference != digest:
-            raise PublishError(f"registry {self.host} served content of digest {digest} for {repo}@{reference}")
+            raise RegistryAnswerError(f"registry {self.host} served content of digest {digest} for {repo}@{reference}")
         try:
             media = (resp.headers.get("Content-Type") or "").split(";")[0].strip() or json.loads(raw).get("mediaType", "")
         except (ValueError, AttributeError, RecursionError):
-            raise PublishError(f"registry {self.host}: {repo}:{reference} is not a manifest (not a JSON object)") from None
+            raise RegistryAnswerError(f"registry {self.host}: {repo}:{reference} is not a manifest (not a JSON object)") from None
         return Manifest(media, digest, raw)
 
     def blob(self, repo_ref: str, digest: str) -> bytes:
         repo, _ = split(repo_ref)
         found = self.read_blob(repo, digest)
         if found is None:
-            raise PublishError(f"registry {self.host}: blob {digest} of {repo} answered 404")
+            raise RegistryAnswerError(f"registry {self.host}: blob {digest} of {repo} answered 404")
         return found
 
     def read_blob(self, repo: str, digest: str) -> bytes | None:
@@ -306,9 +306,9 @@ class Registry:
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
-            raise PublishError(f"registry {self.host}: blob {digest} of {repo} answered {resp.status_code}")
+            raise RegistryAnswerError(f"registry {self.host}: blob {digest} of {repo} answered {resp.status_code}")
         if sha256(resp.content) != digest:
-            raise PublishError(f"registry {self.host} served a blob that is not {digest}")
+            raise RegistryAnswerError(f"registry {self.host} served a blob that is not {digest}")
         return resp.content
 
     def platform_digest(self, ref: str, platform: str) -> tuple[str, Manifest]:
@@ -316,24 +316,56 @@ class Registry:
         what `ref` itself names. A single manifest of another platform is refused."""
         top = self.manifest(ref)
         if top is None:
-            raise PublishError(f"{ref} is not in the registry {self.host}")
+            raise RegistryAnswerError(f"{ref} is not in the registry {self.host}")
         if top.is_index:
             found = top.platforms()
             digest = found.get(canonical(platform))
             if digest is None:
-                raise PublishError(f"{ref} has no image for {platform}: its index lists {', '.join(sorted(found)) or 'none'}")
+                raise RegistryAnswerError(f"{ref} has no image for {platform}: its index lists {', '.join(sorted(found)) or 'none'}")
             return digest, top
         digest = config_digest(top.doc)
         if digest is None or not digest.startswith("sha256:"):
-            raise PublishError(f"{ref}: its manifest names no config digest (not an image manifest)")
+            raise RegistryAnswerError(f"{ref}: its manifest names no config digest (not an image manifest)")
         config = json_object(self.blob(ref, digest))
         if config is None:
-            raise PublishError(f"{ref}: its image config is not a JSON object")
+            raise RegistryAnswerError(f"{ref}: its image config is not a JSON object")
         has = canonical(f"{config.get('os')}/{config.get('architecture')}" + (f"/{config['variant']}" if config.get("variant") else ""))
         if has != canonical(platform):
-            raise PublishError(f"{ref} is a single image for {has}, not {platform}: publish an index (manifest list) "
+            raise RegistryAnswerError(f"{ref} is a single image for {has}, not {platform}: publish an index (manifest list) "
                                f"with both, or pin each platform's base by digest")
         return top.digest, top
+
+    def tags(self, repo: str, pages: int = 100) -> list[str]:
+        """Every tag of `repo` (pages followed, as Link: <...>; rel="next" names them), as the registry lists them;
+        an answer of the wrong shape is a RegistryAnswerError, a tag that is no tag is left out."""
+        found: list[str] = []
+        url: str | None = None
+        for _ in range(pages):
+            resp = self._request("GET", repo, "tags/list", url=url)
+            if resp.status_code == 404:
+                raise RegistryAnswerError(f"{self.host}/{repo}: not found on {self.host}")
+            if resp.status_code != 200:
+                raise RegistryAnswerError(f"registry {self.host} answered {resp.status_code} for the tags of {repo}")
+            found += tag_list(resp.content, self.host)
+            link = re.search(r"<([^>]+)>;\s*rel=\"?next", resp.headers.get("Link", "") or "")
+            if not link:
+                break
+            url = link.group(1)
+            if urlsplit(urljoin(self.base + "/", url))[:2] != urlsplit(self.base)[:2]:
+                raise RegistryAnswerError(f"registry {self.host} names its next page of tags on another host; not followed")
+        return found
+
+    def head_digest(self, repo: str, reference: str) -> str | None:
+        """The digest the registry says a tag names (HEAD, nothing downloaded); None when it has no such tag."""
+        resp = self._request("HEAD", repo, f"manifests/{reference}", headers={"Accept": ACCEPT})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise RegistryAnswerError(f"registry {self.host} answered {resp.status_code} for {repo}:{reference}")
+        digest = resp.headers.get("Docker-Content-Digest") or ""
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise RegistryAnswerError(f"registry {self.host} gave no valid digest for {repo}:{reference}")
+        return digest
 
     # -- writing ------------------------------------------------------------------------------------------------
     @staticmethod
@@ -363,11 +395,11 @@ class Registry:
         resp = self._request("PUT", repo, f"manifests/{reference}", push=True, data=data,
                              headers={"Content-Type": media_type})
         if resp.status_code not in (200, 201):
-            raise PublishError(f"registry {self.host} refused {what} ({resp.status_code}): {resp.text[:300]}")
+            raise RegistryAnswerError(f"registry {self.host} refused {what} ({resp.status_code}): {resp.text[:300]}")
         digest = sha256(data)
         said = resp.headers.get("Docker-Content-Digest")
         if said and said != digest:
-            raise PublishError(f"registry {self.host} stored {what} as {said}, not {digest}")
+            raise RegistryAnswerError(f"registry {self.host} stored {what} as {said}, not {digest}")
         return digest
 
     def put_blob(self, repo: str, data: bytes) -> str:
@@ -378,9 +410,9 @@ class Registry:
         start = self._request("POST", repo, "blobs/uploads/", push=True, data=b"")
         location = start.headers.get("Location")
         if start.status_code != 202 or not location:
-            raise PublishError(f"registry {self.host} refused an upload to {repo} ({start.status_code})")
+            raise RegistryAnswerError(f"registry {self.host} refused an upload to {repo} ({start.status_code})")
         done = self._request("PUT", repo, "", push=True, data=data, url=f"{location}{'&' if '?' in location else '?'}digest={digest}",
                              headers={"Content-Type": "application/octet-stream"})
         if done.status_code != 201:
-            raise PublishError(f"registry {self.host} refused blob {digest} in {repo} ({done.status_code})")
+            raise RegistryAnswerError(f"registry {self.host} refused blob {digest} in {repo} ({done.status_code})")
         return digest

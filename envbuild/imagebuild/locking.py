@@ -249,6 +249,6 @@ def _offline_plan(backend: Backend, opts: BuildOptions) -> Any:
     """What inputs() reads of a plan, from files alone (no builder, no engine): the base after --mirror, the wheels."""
     context = (opts.context_dir / backend.name).resolve()
     return SimpleNamespace(base_image=mirror(backend.base_image, opts.mirrors) if backend.base_image else "",
-                           wheels=wheels(opts.wheelhouse, context / DIGESTS))
+                           wheels=wheels(opts.wheelhouse, context / DIGESTS, write=False))  # lock --check writes nothing
 
 

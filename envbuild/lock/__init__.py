@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
-from envbuild.core.errors import LockError, PublishError
+from envbuild.core.errors import LockError, RegistryError
 from envbuild.core.files import read_user
 from envbuild.core.platform import target
 from envbuild.core import regclient
@@ -72,7 +72,7 @@ def base_digest(backend: Backend, base_image: str, platform: str, opts: Settings
         registry = regclient.Registry(base_image, environ, opts.ca_bundle, publish=False)
         registry.ping(PING_TIMEOUT)  # a registry that never answers is said in seconds, not after each request's 30
         digest, _ = registry.platform_digest(base_image, platform)
-    except PublishError as exc:
+    except RegistryError as exc:  # unreachable, refused, too slow, not an image
         from envbuild.core.distbase import base_ways_out
 
         ways = base_ways_out(base_image, backend.name)  # names `envbuild base` where it can make the base

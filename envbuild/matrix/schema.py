@@ -15,6 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import InvalidInput
+from envbuild.core.cachemount import CACHE, CACHE_DERIVED_ENV, CACHE_ENV
 from envbuild.core.imageref import Reference
 from envbuild.core.output import scrub, secret_name
 from envbuild.core.platform import Platform
@@ -121,6 +122,11 @@ def _check_env_key(value: Any) -> tuple[Any, str | None]:
     if why is None and value.upper() in GUARD_ENV:
         return None, (f"{value!r} is reserved: the image sets it to its own constraints, so that no later pip or uv "
                       "install replaces the torch (or the vendor's plugin) it was built and tested with")
+    if why is None and value.upper() in (*CACHE_ENV, *CACHE_DERIVED_ENV):
+        return None, (f"{value!r} is reserved: the image keeps its caches under {CACHE} (one volume, kept between runs); "
+                      f"moving this one would bypass the cache volume, and every run would download and compile again. "
+                      f"To keep the cache somewhere of your own, mount your own folder at {CACHE}: `envbuild run --cache "
+                      "./my-cache` (or `smoke --cache`)")
     if why is None and secret_name(value, strict=True):
         return None, f"{value!r} names a secret: {_SECRET_WAY}"
     return value, why

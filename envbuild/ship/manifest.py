@@ -14,10 +14,22 @@ from typing import Any, Callable, Mapping
 
 from envbuild.core.errors import InvalidInput, ManifestError
 from envbuild.core.files import exclusive, read_json, write_atomic
+from envbuild.core.text import shown
 from envbuild.core.imageref import DIGEST
+from envbuild.core.shape import Each, problem
 from envbuild.smoke.runner import result_problem
 
 SCHEMA = 1
+# What the manifest keeps of a smoke result (smoke_summary), and of each platform of an entry: the parts that are
+# read back (by publish --index-from, pull, pick, report and the site) are checked for shape when the file is loaded.
+SMOKE_SUMMARY = {"ok": bool, "passed?": int, "failed?": int, "failed_checks?": [str], "skipped_checks?": [str],
+                 "error?": (str, None), "image?": (str, None), "image_id?": (str, None), "seconds?": (float, None),
+                 "date?": (str, None), "platform?": (str, None), "emulated?": (bool, None)}
+PLATFORM_RECORD = {"digest": DIGEST, "smoke?": (SMOKE_SUMMARY, None), "ref?": (str, None), "image_id?": (str, None),
+                   "content_tag?": (str, None), "unchanged_since?": (str, None), "platform?": (str, None)}
+ENTRY = {"digest": DIGEST, "smoke?": (SMOKE_SUMMARY, None), "platforms?": (Each(PLATFORM_RECORD), None),
+         "tags?": ([str], None), "repository?": (str, None), "backend?": (str, None), "date?": (str, None),
+         "failed_platforms?": (Each(str), None)}
 DEFAULT = "envbuild-manifest.json"
 LABEL = "dev.envbuild."
 REVISION_LABEL = "org.opencontainers.image.revision"
@@ -35,8 +47,12 @@ def load(path: Path, *, must_exist: bool) -> dict[str, Any]:
     if doc.get("schema") != SCHEMA:
         raise InvalidInput(f"manifest {path}: schema {doc.get('schema')!r} is not supported (this envbuild reads schema {SCHEMA})")
     for name, entry in doc["images"].items():
-        if not isinstance(entry, dict) or not DIGEST.match(str(entry.get("digest", ""))):
-            raise InvalidInput(f"manifest {path}: images.{name}: expected an entry with a \"digest\" such as sha256:<64 hex>")
+        if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str) or not DIGEST.match(entry["digest"]):
+            raise InvalidInput(f"manifest {path}: images.{shown(name)}: expected an entry with a \"digest\" such as "
+                               "sha256:<64 hex>")
+        why = problem(entry, ENTRY, f"images.{shown(name)}")
+        if why:
+            raise InvalidInput(f"manifest {path}: {why} (as `envbuild publish` writes it; publish again to rewrite it)")
     return doc
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from envbuild.core.errors import PlatformError, PublishError, RegistryUnreachableError
+from envbuild.core.errors import PlatformError, PublishError, RegistryDeadlineError, RegistryUnreachableError
 from envbuild.core.errors import DigestMismatchError, EnvbuildError, InvalidInput, ManifestError
 from envbuild.ship import manifest as manifests
 from envbuild.core.imageref import TAG, Reference, check_repository
@@ -144,6 +144,8 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None
 
     try:
         top = Registry(ref, environ).manifest(ref)
+    except RegistryDeadlineError:
+        raise  # it answers, too slowly: the daemon's pull would wait on it as well
     except RegistryUnreachableError:
         if platform:
             raise

@@ -70,7 +70,8 @@ def result_problem(doc: Any) -> str | None:
     if not isinstance(doc, dict):
         return "a result must be a JSON object"
     for key, kinds in (("backend", (str,)), ("ok", (bool,)), ("checks", (list,)), ("image", (str, type(None))),
-                       ("error", (str, type(None))), ("seconds", (int, float, type(None))), ("date", (str, type(None)))):
+                       ("error", (str, type(None))), ("seconds", (int, float, type(None))), ("date", (str, type(None))),
+                       ("image_id", (str, type(None))), ("platform", (str, type(None))), ("emulated", (bool, type(None)))):
         if key in doc and not isinstance(doc[key], kinds) or key in ("backend", "ok", "checks") and key not in doc:
             return f"\"{key}\" must be {' or '.join('null' if k is type(None) else k.__name__ for k in kinds)}"
     for check in doc["checks"]:

@@ -95,14 +95,20 @@ backends:
 
 
 def _push(registry: testbed.Registry, ref: str, content: str, workdir: Path) -> str:
-    """Push a tiny artifact under `ref` (an OCI manifest: the registry only counts tags and digests)."""
-    import oras.provider
+    """Push a tiny artifact under `ref` (an OCI manifest: the registry only counts tags and digests), through the
+    registry client envbuild itself uses."""
+    import json
 
-    client = oras.provider.Registry(hostname=registry.host, insecure=True)
-    blob = workdir / "content.txt"
-    blob.write_text(content)
-    response = client.push(target=f"{registry.host}/{ref}", files=[str(blob)], disable_path_validation=True)
-    assert response.status_code == 201, response.text
+    from envbuild.core.regclient import OCI_MANIFEST, Registry, split
+
+    api = Registry(f"{registry.host}/{ref}")
+    repo, tag = split(f"{registry.host}/{ref}")
+    config = api.put_blob(repo, b"{}")
+    layer = api.put_blob(repo, content.encode())
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": config, "size": 2},
+                "layers": [{"mediaType": "text/plain", "digest": layer, "size": len(content.encode())}]}
+    api.put_manifest(repo, tag, json.dumps(manifest).encode(), OCI_MANIFEST)
     return _digest(registry, ref)
 
 

@@ -871,7 +871,7 @@ def _client(answer):
     from envbuild.tools.sources.index import IndexClient
 
     client = IndexClient()
-    client.session.get = lambda *a, **k: answer
+    client._open = lambda *a, **k: answer
     return client
 
 

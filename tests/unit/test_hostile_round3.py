@@ -211,7 +211,7 @@ def test_an_answer_that_trickles_is_cut_off(monkeypatch):
                 return
             time.sleep(0.2)
 
-    monkeypatch.setattr(regclient, "ANSWER_TIME", 1.0)
+    monkeypatch.setenv("ENVBUILD_NET_DEADLINE", "1")
     server = _Server(respond)
     try:
         started = time.monotonic()

@@ -453,3 +453,19 @@ def test_lock_check_refuses_a_cpu_lock_with_cuda_torch(invoke, tmp_path, closed_
     checked = invoke("lock", "--check", "--backend", "cpu", "--platform", AMD64, "--matrix", MATRIX_PATH,
                      "--locks", tmp_path / "locks", "--no-ca-bundle", "--set", f"backends.cpu.base_image={PINNED}")
     assert checked.exit_code == 1 and "wrong torch" in checked.stdout and "is not the CPU build" in checked.stdout
+
+
+def test_lock_check_writes_nothing_with_a_wheelhouse(invoke, tmp_path, closed_socket, monkeypatch):
+    """--wheelhouse hashes the wheels: the digest cache a build keeps is not written by a check."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr("envbuild.core.platform.host_platform", lambda *a: AMD64)
+    work = tmp_path / "work"
+    (work / "wheels").mkdir(parents=True)
+    (work / "wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    monkeypatch.chdir(work)
+    before = sorted(p for p in work.rglob("*"))
+    result = invoke("lock", "--check", "--backend", "cpu", "--platform", AMD64, "--matrix", MATRIX_PATH,
+                    "--locks", work / "locks", "--no-ca-bundle", "--wheelhouse", work / "wheels",
+                    "--set", f"backends.cpu.base_image={PINNED}")
+    assert result.exit_code == 1 and "missing" in result.stdout, result.output
+    assert sorted(p for p in work.rglob("*")) == before  # no .envbuild/context/cpu/.wheel-digests.json

@@ -401,3 +401,14 @@ def test_a_misspelt_name_gets_a_suggestion() -> None:
     with pytest.raises(UnknownBackendError) as info:
         matrix.load(FIXED).backend("nvida")
     assert "(did you mean cuda, the NVIDIA GPU?)" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["HF_HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "hf_hub_cache",
+                                  "TORCH_HOME", "TRANSFORMERS_CACHE"])
+def test_a_backend_env_cannot_move_a_cache_off_the_cache_volume(name, invoke):
+    for field in ("env", "run.env"):
+        result = invoke("validate", "--matrix", REPO_MATRIX, "--set", f"backends.cpu.{field}.{name}=/tmp/elsewhere")
+        assert result.exit_code == 2, result.output
+        assert f"'{name}' is reserved" in result.stderr and "bypass the cache volume" in result.stderr
+        assert "--cache" in result.stderr  # the way out: your own folder at /cache
+    assert invoke("validate", "--matrix", REPO_MATRIX, "--set", "backends.cpu.run.env.HF_HUB_OFFLINE=1").exit_code == 0

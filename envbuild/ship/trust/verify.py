@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 
 from envbuild.core.errors import InvalidInput
 from envbuild.core.imageref import DIGEST, TAG
+from envbuild.core.shape import problem
 from envbuild.core.text import shown
 from envbuild.ship.trust import TrustError, VerifyError
 from envbuild.ship.trust import dsse
@@ -19,6 +20,11 @@ from envbuild.ship.trust.oci import DOCKER_LIST, OCI_INDEX, Client, NotFound
 from envbuild.ship.trust.sign import DSSE_LAYER, PROVENANCE, SBOM, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, SMOKE, tag_for
 
 NAMES = {SBOM: "SBOM (CycloneDX)", PROVENANCE: "provenance (SLSA v1)", SMOKE: "smoke result"}
+# The shapes read back from a signed statement before anything is taken from it: signed is not well-formed.
+STATEMENT = {"predicateType": str}
+SMOKE_PREDICATE = {"ok": bool, "checks?": ([{"name": (str, None), "ok": (bool, None), "message?": (str, None)}], None),
+                   "error?": (str, None), "date?": (str, None), "image_id?": (str, None), "platform?": (str, None),
+                   "device?": (str, None), "device_name?": (str, None), "backend?": (str, None)}
 
 
 @dataclass
@@ -89,8 +95,15 @@ def _attestations(client: Client, path: str, digest: str, key: PublicKey) -> lis
     for i, layer in enumerate(doc.get("layers") if isinstance(doc.get("layers"), list) else []):
         if not isinstance(layer, dict) or layer.get("mediaType") != DSSE_LAYER:
             continue
-        where = f"attestation {i + 1} ({(layer.get('annotations') or {}).get('predicateType', 'no predicateType')})"
+        notes = layer.get("annotations") if isinstance(layer.get("annotations"), dict) else {}
+        where = f"attestation {i + 1} ({shown(str(notes.get('predicateType', 'no predicateType'))[:100])})"
         statement = dsse.open_envelope(client.blob(path, str(layer.get("digest"))), key, digest, where)
+        why = problem(statement, STATEMENT, "the statement")
+        if why is None and statement["predicateType"] == SMOKE:
+            why = problem(statement.get("predicate"), SMOKE_PREDICATE, "its smoke result")
+        if why:
+            raise VerifyError("attestation", f"{where} of {digest}: signed, but not of the shape envbuild writes ({why}); "
+                                             "attest the image again with `envbuild attest`")
         found.append(statement)
     return found
 

@@ -4,6 +4,7 @@ release requires (its core metadata: PEP 658 where the index serves it, else rea
 from __future__ import annotations
 
 import email.parser
+import http.client
 import json
 import os
 import re
@@ -19,7 +20,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from envbuild.core.errors import EnvbuildError
+from envbuild.core import netread
+from envbuild.core.errors import EnvbuildError, NetDeadline
 from envbuild.core.settings import mirror_url
 from envbuild.core.files import read_netrc, read_user
 from envbuild.core.paths import cache_dir
@@ -71,31 +73,36 @@ class _Links(HTMLParser):
 
 
 class IndexClient:
-    """One HTTP session for every index of a run, with the build's CA bundle and netrc."""
+    """Every index read of a run, with the build's CA bundle and netrc, through core/netread (the deadline on
+    every answer)."""
 
     def __init__(self, ca_bundle: Path | None = None, netrc: Path | None = None, timeout: float = TIMEOUT,
                  index_mirrors: tuple[tuple[str, str], ...] = ()):
-        import requests  # the docker SDK's dependency: no new one, and only loaded by outdated/bump
-
-        self._requests = requests
-        self.session = requests.Session()
-        self.session.headers["User-Agent"] = "envbuild-outdated"
-        if ca_bundle:
-            self.session.verify = str(ca_bundle)
+        self._ca_bundle = ca_bundle
+        self._context: Any = None  # made at the first https request: a run that asks no index reads no CA file
         self._netrc = read_netrc(netrc) if netrc else None
         self.timeout = timeout
         self._pages: dict[str, list[File]] = {}
         self.index_mirrors = index_mirrors  # the site's (core/settings.py): asked instead of the index
 
-    def _get(self, url: str, **kw: Any) -> Any:
+    def _open(self, url: str, headers: dict[str, str], authorization: str | None) -> Any:
+        """One GET, its status and headers read (the body not yet): the seam the tests replace."""
+        if url.startswith("https:") and self._context is None:
+            self._context = netread.tls_context(self._ca_bundle)  # an SSLError (an OSError): the source cannot be asked
+        return netread.open_url("GET", url, headers=headers, context=self._context, authorization=authorization,
+                                timeout=self.timeout, same_origin_redirects_auth=True)
+
+    def _get(self, url: str, headers: dict[str, str] | None = None) -> Any:
         url = mirror_url(url, self.index_mirrors)
         auth = None
         if self._netrc:
             found = self._netrc.authenticators(urlsplit(url).hostname or "")
-            auth = (found[0], found[2]) if found else None
+            auth = netread.basic_auth(found[0], found[2] or "") if found else None
         try:
-            response = self.session.get(url, timeout=self.timeout, auth=auth, stream=True, **kw)
-        except self._requests.RequestException as exc:
+            response = self._open(url, {"User-Agent": "envbuild-outdated", **(headers or {})}, auth)
+        except NetDeadline as exc:
+            raise SourceError(str(exc)) from None
+        except (OSError, ValueError) as exc:
             raise SourceError(f"{_host(url)} cannot be reached ({_reason(exc)})") from None
         if response.status_code == 404:
             response.close()
@@ -106,13 +113,13 @@ class IndexClient:
             raise SourceError(f"{url}: the index answered {response.status_code} {reason}".rstrip())
         return response
 
-    def _body(self, url: str, limit: int, **kw: Any) -> tuple[Any, bytes]:
+    def _body(self, url: str, limit: int, headers: dict[str, str] | None = None) -> tuple[Any, bytes]:
         """The response and its body, read up to `limit` bytes: an endless answer is cut off at the cap, never
         read whole."""
-        response = self._get(url, **kw)
+        response = self._get(url, headers)
         chunks: list[bytes] = []
         read_capped(response, limit, chunks.append, f"{url}: the index sent more than {limit >> 20} MiB; not read further",
-                    lambda exc: f"{_host(url)}: the answer broke off ({_reason(exc)})", self._requests.RequestException)
+                    lambda exc: f"{_host(url)}: the answer broke off ({_reason(exc)})", _BROKE_OFF)
         return response, b"".join(chunks)
 
     def files(self, index_url: str, name: str) -> list[File]:
@@ -174,8 +181,7 @@ class IndexClient:
         with tempfile.TemporaryFile() as tmp:
             read_capped(response, MAX_WHEEL, tmp.write,
                         f"{f.filename}: larger than {MAX_WHEEL >> 20} MiB; the index serves no .metadata for it",
-                        lambda exc: f"{_host(f.url)}: the answer broke off ({_reason(exc)})", self._requests.RequestException,
-                        chunk=1 << 20)
+                        lambda exc: f"{_host(f.url)}: the answer broke off ({_reason(exc)})", _BROKE_OFF, chunk=1 << 20)
             tmp.seek(0)
             try:
                 with zipfile.ZipFile(tmp) as z:
@@ -231,6 +237,7 @@ def _from_json(doc: Any, base: str) -> list[File]:
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_BROKE_OFF = (OSError, http.client.HTTPException)  # a body cut short, a reset
 
 
 def _cached(path: Path) -> str | None:
@@ -289,6 +296,8 @@ def read_capped(response: Any, limit: int, write: Callable[[bytes], Any], too_bi
             write(part)
     except SourceError:
         raise
+    except NetDeadline as exc:
+        raise SourceError(str(exc)) from None
     except errors as exc:
         raise SourceError(broke_off(exc)) from None
     finally:

@@ -1,0 +1,248 @@
+"""Every answer envbuild reads from the network (a registry, its token service, a package index) is opened here,
+and bounded in time twice: each read by a timeout, and the whole answer (connection, headers, body, redirects)
+by one deadline, `ENVBUILD_NET_DEADLINE` seconds. A server that drip-feeds a byte a second, or sends its headers
+and then nothing, is cut off at the deadline and named; the caller bounds the size.
+
+The standard library's client, not `requests`: the socket is wrapped so that every read gets the time left
+before the deadline as its timeout, which no per-read timeout alone can give."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import io
+import math
+import os
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+from urllib.parse import urljoin, urlsplit
+
+from envbuild.core.errors import InvalidInput, NetDeadline
+from envbuild.core.text import shown
+
+DEADLINE = 60.0  # seconds for one whole answer
+DEADLINE_ENV = "ENVBUILD_NET_DEADLINE"
+READ_TIMEOUT = 30.0  # seconds one read (or the connection) may wait
+MAX_REDIRECTS = 10
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+def deadline_seconds(environ: Mapping[str, str] | None = None) -> float:
+    """The deadline of one answer: $ENVBUILD_NET_DEADLINE, else DEADLINE. A value that is no positive number of
+    seconds is bad input (exit 2), named."""
+    raw = (os.environ if environ is None else environ).get(DEADLINE_ENV, "").strip()
+    if not raw:
+        return DEADLINE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 86400:
+        raise InvalidInput(f"{DEADLINE_ENV}={shown(raw[:40])} is not a number of seconds (more than 0, at most 86400); "
+                           f"unset it for the default of {DEADLINE:g}")
+    return value
+
+
+class _Clock:
+    def __init__(self, url: str, seconds: float):
+        self.host = urlsplit(url).netloc or url
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def error(self) -> NetDeadline:
+        return NetDeadline(f"{shown(self.host[:200])} did not finish its answer within {self.seconds:g} s; cut off "
+                           f"(a stalled server or proxy). Try again, or raise {DEADLINE_ENV} (seconds) for a slow link",
+                           host=self.host, seconds=self.seconds)
+
+    def check(self) -> float:
+        left = self.left()
+        if left <= 0:
+            raise self.error()
+        return left
+
+
+class _TimedRaw(io.RawIOBase):
+    """The socket's reads, each with the time left before the deadline (or the per-read timeout) as its timeout."""
+
+    def __init__(self, sock: socket.socket, clock: _Clock, per_read: float):
+        super().__init__()
+        self._sock, self._raw, self._clock, self._per_read = sock, sock.makefile("rb", buffering=0), clock, per_read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(min(self._per_read, self._clock.check()))
+        try:
+            return self._raw.readinto(buffer)
+        except TimeoutError:  # socket.timeout
+            if self._clock.left() <= 0:
+                raise self._clock.error() from None
+            raise
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def close(self) -> None:
+        self._raw.close()  # the socket itself closes when the connection and this file both let go
+        super().close()
+
+
+class _Guarded:
+    """A connected socket whose files read under the deadline; everything else is the socket's."""
+
+    def __init__(self, sock: socket.socket, clock: _Clock, per_read: float):
+        self._sock, self._clock, self._per_read = sock, clock, per_read
+
+    def makefile(self, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "w" in mode:
+            return self._sock.makefile(mode, *args, **kwargs)
+        return io.BufferedReader(_TimedRaw(self._sock, self._clock, self._per_read))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _connect(conn: http.client.HTTPConnection, connect: Callable[[], None], clock: _Clock, per_read: float) -> None:
+    """Connect (a proxy's CONNECT and the TLS handshake included: each read of them has only the per-read timeout)
+    under a watchdog that shuts the socket at the deadline; then every read of the answer keeps to it."""
+    made: list[socket.socket] = []
+    create = conn._create_connection  # type: ignore[attr-defined]
+
+    def created(*args: Any, **kwargs: Any) -> socket.socket:
+        made.append(create(*args, **kwargs))
+        return made[-1]
+
+    def cut() -> None:
+        for sock in made:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    conn._create_connection = created  # type: ignore[attr-defined]
+    watchdog = threading.Timer(max(0.0, clock.left()), cut)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        connect()
+    except OSError:
+        if clock.left() <= 0:
+            raise clock.error() from None
+        raise
+    finally:
+        watchdog.cancel()
+    clock.check()
+    conn.sock = _Guarded(conn.sock, clock, per_read)  # type: ignore[assignment]
+
+
+def _opener(clock: _Clock, per_read: float, context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+    class Plain(http.client.HTTPConnection):
+        def connect(self) -> None:
+            _connect(self, super().connect, clock, per_read)
+
+    class Tls(http.client.HTTPSConnection):
+        def connect(self) -> None:
+            _connect(self, super().connect, clock, per_read)
+
+    class PlainHandler(urllib.request.HTTPHandler):
+        def http_open(self, req: Any) -> Any:
+            return self.do_open(Plain, req)
+
+    class TlsHandler(urllib.request.HTTPSHandler):
+        def https_open(self, req: Any) -> Any:
+            return self.do_open(Tls, req, context=context or ssl.create_default_context())
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # followed by open(), which decides where the credentials go
+
+    return urllib.request.build_opener(PlainHandler(), TlsHandler(), NoRedirect())
+
+
+def tls_context(ca_bundle: Path | str | None = None) -> ssl.SSLContext:
+    """The system's CAs (which honour SSL_CERT_FILE), or a --ca-bundle's."""
+    return ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+
+
+def basic_auth(username: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+
+
+class Answer:
+    """One HTTP answer, its body not yet read: every read of it keeps to the deadline of the request."""
+
+    def __init__(self, status: int, reason: str, headers: Any, url: str, fp: Any):
+        self.status_code, self.reason, self.headers, self.url, self._fp = status, reason, headers, url, fp
+
+    def iter_content(self, size: int = 1 << 16) -> Iterator[bytes]:
+        while True:
+            chunk = self._fp.read1(size) if hasattr(self._fp, "read1") else self._fp.read(size)
+            if not chunk:
+                return
+            yield chunk
+
+    def read(self, limit: int) -> bytes:
+        """At most `limit` + 1 bytes of the body: the caller tells a capped answer by its length."""
+        chunks, size = [], 0
+        for chunk in self.iter_content(min(1 << 16, limit + 1)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                break
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        self._fp.close()
+
+    def __enter__(self) -> "Answer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_url(method: str, url: str, *, headers: Mapping[str, str] | None = None, data: bytes | None = None,
+             context: ssl.SSLContext | None = None, authorization: str | None = None,
+             timeout: float | None = None, same_origin_redirects_auth: bool = False) -> Answer:
+    """Send one request and read the answer's status and headers, within the deadline; an error status is an
+    answer, not an exception. Redirects of GET and HEAD are followed; `authorization` goes to the URL asked
+    for only (a registry's blob redirect gets none), or with `same_origin_redirects_auth` also to a redirect on the
+    same origin (an index's netrc login, as pip and requests send it), never elsewhere. OSError (and http.client's errors, as ConnectionError) when nothing usable answers; NetDeadline
+    when the deadline passes, now or while the body is read."""
+    clock = _Clock(url, deadline_seconds())
+    per_read = timeout or READ_TIMEOUT
+    origin = urlsplit(url)[:2]
+    for hop in range(MAX_REDIRECTS + 1):
+        req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+        if authorization and (hop == 0 or (same_origin_redirects_auth and urlsplit(url)[:2] == origin)):
+            req.add_unredirected_header("Authorization", authorization)
+        try:
+            resp: Any = _opener(clock, per_read, context if url.startswith("https:") else None).open(
+                req, timeout=min(per_read, clock.check()))
+            status = resp.status
+        except urllib.error.HTTPError as exc:
+            resp, status = exc, exc.code
+        except http.client.HTTPException as exc:  # a cut or garbled answer: unreachable, as a refused connection is
+            raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError) and clock.left() <= 0:
+                raise clock.error() from None
+            raise
+        location = resp.headers.get("Location") if status in _REDIRECTS and method in ("GET", "HEAD") else None
+        if location:
+            resp.close()
+            url = urljoin(url, location)
+            if urlsplit(url).scheme not in ("http", "https"):
+                raise ConnectionError(f"redirected to a URL that is not http(s): {shown(url[:100])}")
+            continue
+        return Answer(status, str(getattr(resp, "reason", "") or ""), resp.headers, url, resp)
+    raise ConnectionError(f"more than {MAX_REDIRECTS} redirects")

@@ -1,0 +1,80 @@
+"""The host readers (core/hostfacts.py) take what a host file or vendor tool says as hostile: a FIFO is never
+waited on, a link loop or a huge file is unknown, escapes never become a version, a tool's flood or hang is cut."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from envbuild.core import hostfacts
+
+NVRM = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+
+
+def _root(tmp_path, rel: str):
+    path = tmp_path / rel.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _read(driver, tmp_path):
+    return hostfacts.read(driver, tmp_path, path_env="", runner=lambda argv: None)
+
+
+def test_the_nvidia_version_is_read_from_procs_line(tmp_path):
+    _root(tmp_path, "/proc/driver/nvidia/version").write_text(NVRM)
+    assert _read("nvidia", tmp_path).version == "535.104.05"
+
+
+@pytest.mark.parametrize("make", ["fifo", "loop", "huge", "folder"])
+def test_a_host_file_that_is_no_small_file_is_unknown_at_once(make, tmp_path):
+    path = _root(tmp_path, "/proc/driver/nvidia/version")
+    if make == "fifo":
+        os.mkfifo(path)  # no writer: opening it must not wait
+    elif make == "loop":
+        os.symlink(path.parent / "b", path)
+        os.symlink(path, path.parent / "b")
+    elif make == "huge":
+        with open(path, "wb") as fh:
+            fh.truncate(1 << 30)  # sparse: a gigabyte that costs nothing
+    else:
+        path.mkdir()
+    started = time.monotonic()
+    found = _read("nvidia", tmp_path)
+    assert time.monotonic() - started < 5
+    assert found.version is None and found.notes
+
+
+@pytest.mark.parametrize("text", ["Version=24.1.rc2\x1b[2J\n", "Version=\x1b]8;;https://x\x07\n", "Version=24.1\u202e\n",
+                                  "Version=" + "9" * 5000 + "\n"])
+def test_escapes_never_become_a_version(text, tmp_path):
+    _root(tmp_path, "/usr/local/Ascend/driver/version.info").write_text(text)
+    _root(tmp_path, "/sys/module/habanalabs/version").write_text(text.removeprefix("Version="))
+    for driver in ("ascend", "habanalabs"):
+        version = _read(driver, tmp_path).version
+        assert version is None or version.isascii() and version.isprintable() and len(version) <= 64
+
+
+def test_a_kfd_node_with_a_number_too_long_for_int_is_no_gpu(tmp_path):
+    _root(tmp_path, "/sys/class/kfd/kfd/topology/nodes/1/properties").write_text("gfx_target_version " + "9" * 5000 + "\n")
+    assert _read("amdgpu", tmp_path).archs is None
+
+
+def test_compute_caps_take_ascii_digits_only():
+    assert hostfacts.compute_caps("9.0\n8.6\n") == ["sm_90", "sm_86"]
+    assert hostfacts.compute_caps("\u0669.\u0660\n9.0\x1b[2J\n[N/A]\n") == []
+
+
+def test_a_tool_that_floods_or_hangs_is_cut_off():
+    flood = [sys.executable, "-c", "import sys\nwhile True: sys.stdout.write('9.0\\n' * 10000)"]
+    started = time.monotonic()
+    assert hostfacts.run_tool(flood, timeout=20, limit=1 << 20) is None
+    hang = [sys.executable, "-c", "import time; print('9.0', flush=True); time.sleep(60)"]
+    assert hostfacts.run_tool(hang, timeout=1) is None
+    assert time.monotonic() - started < 15
+    assert hostfacts.run_tool([sys.executable, "-c", "print('9.0')"]) == "9.0\n"
+    assert hostfacts.run_tool([sys.executable, "-c", "raise SystemExit(3)"]) is None
+    assert hostfacts.run_tool(["/nonexistent/nvidia-smi"]) is None

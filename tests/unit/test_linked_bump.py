@@ -177,11 +177,14 @@ def test_bump_moves_linked_facts_together_or_proposes_nothing_and_every_ci_check
     if world["cu133"]:
         assert (cuda.base_image, cuda.host.version, cuda.torch.index_url) == (
             "nvidia/cuda:13.3.0-base-ubuntu24.04", "13.3", world["index"].url_of("whl") + "/cu133")
-        assert 'dev.envbuild.requires.driver="nvidia>=610.43.02"' in dockerfile  # the label follows the base
-        assert "nvidia >= 610.43.02 (cuda 13.3)" in (world["project"] / "COMPATIBILITY.md").read_text()
+        # the label follows the base: 13.x's floor under minor version compatibility, 13.3's own minimum natively
+        assert 'dev.envbuild.requires.driver="nvidia>=580.65.06; native>=610.43.02"' in dockerfile
+        assert 'NVIDIA_REQUIRE_CUDA="cuda>=13.0"' in dockerfile
+        assert "nvidia >= 580.65.06 (cuda 13.3; minor version compatibility; >= 610.43.02 native)" in (
+            world["project"] / "COMPATIBILITY.md").read_text()
     else:
         assert (cuda.base_image, cuda.host.version) == ("nvidia/cuda:13.2.1-base-ubuntu24.04", "13.2")
-        assert 'dev.envbuild.requires.driver="nvidia>=595.45.04"' in dockerfile
+        assert 'dev.envbuild.requires.driver="nvidia>=580.65.06; native>=595.45.04"' in dockerfile
     cache = facts.read(facts.path_for(path))
     assert "5.20.2" in cache.releases("transformers")  # the cache knows the new pin: validate checks it offline
     assert str(facts.path_for(path)) in result.written or cache.text() == facts.path_for(path).read_text()

@@ -8,6 +8,7 @@ published minimum, no declared architectures) is a warning that says what was no
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -286,7 +287,7 @@ class Choice:
         """Each distinct device of the host: which variants carry it (as this driver runs them), and whether the
         chosen one does."""
         out = []
-        for arch in sorted(set(self.host.archs or ())) if self.host else ():
+        for arch in _arch_order(self.host.archs) if self.host else ():
             carried = [f.backend.name for f in self.fits if f.mode in (NATIVE, MINOR, None) and f.backend.host
                        and _image_archs(needs(f.backend)) and _runs(needs(f.backend), arch, f.mode != MINOR)]
             ok = self.chosen is not None and self.chosen.name in carried
@@ -294,6 +295,15 @@ class Choice:
                         "verdict": "runs" if ok else "not carried by any variant this driver runs",
                         "carried_by": carried})
         return out
+
+
+def _arch_order(archs: Any) -> list[str]:
+    """Distinct architectures, oldest first (sm_50 before sm_120; gfx by name)."""
+    def key(a: str) -> tuple[int, str]:
+        m = re.fullmatch(r"(?:sm|compute)_(\d+)[af]?", a)
+        return (int(m.group(1)), a) if m else (0, a)
+
+    return sorted(set(archs or ()), key=key)
 
 
 def _newest_first(variants: list[Backend]) -> list[Backend]:
@@ -387,7 +397,7 @@ def refusal(fits: tuple[Fit, ...], host: drivers.HostDriver | None, upgrade: Upg
     newest = stacks.newest_supported(st, host.version) if st.minimum and host.version else None
     said = (f"its {st.driver_title} is {host.version}" if host.version else
             f"its {st.driver_title} version is not known") + (f" (up to {st.title} {newest})" if newest else "")
-    bad = sorted({a for a in host.archs or () if not any(
+    bad = _arch_order({a for a in host.archs or () if not any(
         f.mode in (NATIVE, MINOR) and _runs(needs(f.backend), a, f.mode != MINOR) for f in fits)})
     if bad and any(f.mode in (NATIVE, MINOR) for f in fits):
         said += (f"; its {', '.join(stacks.arch_title(a) for a in bad)} GPU{'s are' if len(bad) > 1 else ' is'} "
@@ -410,7 +420,7 @@ def refusal(fits: tuple[Fit, ...], host: drivers.HostDriver | None, upgrade: Upg
         carried = {a: [f.backend.name for f in fits if _image_archs(needs(f.backend)) and _runs(needs(f.backend), a)]
                    for a in bad}
         none = [a for a, c in carried.items() if not c]
-        every = sorted(set(host.archs or ()))
+        every = _arch_order(host.archs)
         each = "; ".join(f"{stacks.arch_title(a)}: " + (", ".join(
             f.backend.name for f in fits if _image_archs(needs(f.backend)) and _runs(needs(f.backend), a)) or "none")
             for a in every)

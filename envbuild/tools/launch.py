@@ -47,7 +47,7 @@ def podman(b: Backend, ref: str) -> str:
     args += [a for f in spec.flags() if f.kind in runspec.PODMAN_SAME and not (spec.cdi and f.kind == "device")
              for a in f.argv]
     return "\n".join([shlex.join(["podman", "pull", f"docker://{ref}"]),
-                      shlex.join(["podman", "run", "--rm", *args, f"docker://{ref}", *PROBE])])
+                      shlex.join(["podman", "run", "--rm", *args, ref, *PROBE])])  # run: the image just pulled
 
 
 def _sif(ref: str) -> str:

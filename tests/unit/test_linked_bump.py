@@ -177,9 +177,11 @@ def test_bump_moves_linked_facts_together_or_proposes_nothing_and_every_ci_check
     if world["cu133"]:
         assert (cuda.base_image, cuda.host.version, cuda.torch.index_url) == (
             "nvidia/cuda:13.3.0-base-ubuntu24.04", "13.3", world["index"].url_of("whl") + "/cu133")
-        # the label follows the base: 13.x runs from R580 on (minor version compatibility), natively from 610.43.02
+        # the label follows the base: 13.x's floor under minor version compatibility, 13.3's own minimum natively
         assert 'dev.envbuild.requires.driver="nvidia>=580.65.06; native>=610.43.02"' in dockerfile
-        assert "nvidia >= 580.65.06 (cuda 13.3; minor version compatibility; >= 610.43.02 native)" in (world["project"] / "COMPATIBILITY.md").read_text()
+        assert 'NVIDIA_REQUIRE_CUDA="cuda>=13.0"' in dockerfile
+        assert "nvidia >= 580.65.06 (cuda 13.3; minor version compatibility; >= 610.43.02 native)" in (
+            world["project"] / "COMPATIBILITY.md").read_text()
     else:
         assert (cuda.base_image, cuda.host.version) == ("nvidia/cuda:13.2.1-base-ubuntu24.04", "13.2")
         assert 'dev.envbuild.requires.driver="nvidia>=580.65.06; native>=595.45.04"' in dockerfile

@@ -180,6 +180,7 @@ def test_for_podman_uses_cdi_names(invoke):
     assert lines[0] == ["podman", "pull", f"docker://{REPO}:cuda"]
     run = lines[1]
     assert run[run.index("--device") + 1] == "nvidia.com/gpu=all" and "--gpus=all" not in run
+    assert run[-2:] == [f"{REPO}:cuda", "envbuild-probe"]
     run = shlex.split(run_for(invoke, "podman", "--gpu", "gfx942").splitlines()[1])
     assert run[run.index("--device") + 1] == "amd.com/gpu=all" and "/dev/kfd" not in run
     assert ["--group-add", "video"] == run[run.index("--group-add"):run.index("--group-add") + 2]

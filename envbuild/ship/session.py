@@ -20,7 +20,7 @@ from envbuild.core.credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrub
 from envbuild.core.imageref import DIGEST, Reference, api_host
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
 
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|forbidden|\b40[13]\b", re.IGNORECASE)
 _NETWORK = re.compile(
@@ -97,7 +97,7 @@ def registry_error(host: str, message: str, scrub: Scrubber, action: str, creds:
 class Session:
     """One registry (the host of `repository`) and the credentials publish and pull use for it."""
 
-    def __init__(self, engine: Engine, repository: str, environ: Mapping[str, str] | None = None):
+    def __init__(self, engine: EngineAPI, repository: str, environ: Mapping[str, str] | None = None):
         self.engine = engine
         # The registry Docker pushes `repository` to, and so the only one its credentials may go to.
         self.host = Reference.parse(repository).registry
@@ -109,7 +109,7 @@ class Session:
     def check_reachable(self) -> None:
         """Fail in seconds, naming the cause, when the registry cannot be reached at all. Only where the daemon
         shares this machine's network and no proxy is set (then the daemon may know a way this process does not)."""
-        local = self.engine.host.startswith(("unix://", "npipe://"))
+        local = self.engine.host.startswith(("unix://", "npipe://", "podman://local"))
         if self._reachable or not local or any(self.environ.get(k) for k in _PROXY_ENV):
             return
         why = unreachable_reason(self.host)

@@ -72,6 +72,17 @@ def executable() -> str | None:
     return shutil.which(os.environ.get("ENVBUILD_PODMAN") or "podman")
 
 
+CATATONIT = "/usr/libexec/podman/catatonit"  # where Podman looks for its --init binary unless configured
+
+
+def init_path() -> str | None:
+    """An init for `--init` where Podman's own (catatonit) is missing but tini is installed (Debian's podman is
+    satisfied by either, Docker's packages bring tini); None: Podman's default (or its containers.conf) holds."""
+    if Path(CATATONIT).exists():
+        return None
+    return shutil.which("catatonit") or shutil.which("tini") or shutil.which("docker-init")
+
+
 def cdi_kinds(root: Path = Path("/")) -> dict[str, Path]:
     """The CDI device kinds the host's specs declare (e.g. {'nvidia.com/gpu': /etc/cdi/nvidia.yaml}). Specs are
     YAML or JSON; only the top-level `kind:` line is read (no YAML parser needed for one key)."""
@@ -297,7 +308,10 @@ class Podman(EngineAPI):
 
     def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
         """`podman run ...` on this terminal (for `envbuild run`): Docker's run flags, GPUs in Podman's words."""
-        return engines.terminal_run(self._argv(device_args(args)), env)
+        args = device_args(args)
+        if "--init" in args and (init := init_path()):
+            args.insert(args.index("--init") + 1, f"--init-path={init}")
+        return engines.terminal_run(self._argv(args), env)
 
     def container_list(self, label: str) -> list[Container]:
         found = self._json("cannot list containers", ["ps", "--all", "--filter", f"label={label}", "--format", "json"]) or []

@@ -483,7 +483,7 @@ def image_answer(attrs: dict[str, Any]) -> Image:
 def containers_answer(found: list[dict[str, Any]]) -> list[Container]:
     """`podman ps --all --format json` as the contract's Containers (name, state, labels)."""
     return [Container(str((c.get("Names") or [c.get("Id", "")])[0]).lstrip("/"), str(c.get("State") or "").lower(),
-                      dict(c.get("Labels") or {})) for c in found]
+                      dict(c.get("Labels") or {})) for c in found if isinstance(c, dict)]
 
 
 def _tls(host: str) -> list[str]:

@@ -152,7 +152,7 @@ _SAYS_WHY = re.compile(r"^\s*(?:error|ERROR|cause|Caused by|×|╰─▶)\b|\ber
 # "--> Using cache ID" / "--> ID" when a step ends, "Error: building at STEP ..." when one failed.
 _PSTEP = re.compile(r"^(?:\[(\d+)/\d+\] )?STEP (\d+/\d+): (.*)$")
 _PDONE = re.compile(r"^--> (Using cache )?[0-9a-f]{6,}$")
-_PERROR = re.compile(r"^(?:Error|error): ")
+_PERROR = re.compile(r"^Error: (?:error )?(?:building at STEP|creating build container|while running runtime)")
 _PSTAGE = re.compile(r"^FROM \S+ AS ([\w.-]+)", re.IGNORECASE)
 _MOUNT = re.compile(r"--mount=\S+\s*")
 _OPTION = re.compile(r"\s(?:--(?:python|find-links|index-url|extra-index-url|constraint|link-mode|target))[ =]\S+"

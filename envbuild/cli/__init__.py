@@ -388,8 +388,7 @@ def _engine_option(command: click.Command) -> None:
 
     command.params.append(click.Option(
         ["--engine"], type=click.Choice(["docker", "podman", "auto"]), expose_value=False, callback=keep,
-        help="The container engine: docker, podman, or auto (a Docker daemon that answers, else Podman) [default: "
-             "$ENVBUILD_ENGINE, else auto]."))
+        help="docker, podman, or auto (Docker if it answers). Default: $ENVBUILD_ENGINE, else auto."))
 
 
 def _packaged(matrix_path: str | None) -> bool:
@@ -687,7 +686,7 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--verbose", is_flag=True, help="Show the builder's full output.")
 def build(backends, variant, matrix_path, overrides, inputs, locked, build_args, tags, labels,
           no_cache, platform, builder, cache_from, cache_to, jobs, as_json, json_path, verbose) -> None:
-    """Build the image of one backend (or all) with BuildKit on the local Docker engine.
+    """Build the image of one backend (or all) on the local Docker or Podman engine.
 
     The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt); a missing or stale lock is resolved first
     (--locked refuses instead). Tags move only after a build succeeded; the full log is kept under .envbuild/logs/.

@@ -230,3 +230,54 @@ def test_doctor_says_which_engine_and_why(tmp_path):
     assert checks["podman"]["ok"] and "Podman 4.3.1" in checks["podman"]["detail"]
     assert "--engine podman chose Podman" in checks["podman"]["detail"]
     assert "docker daemon" not in checks
+
+
+def _script(tmp_path: Path, body: str) -> str:
+    exe = tmp_path / "podman"
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_a_push_reports_the_digest_podman_wrote_and_credentials_go_to_a_file(tmp_path):
+    """What the session reads from a push: progress, then the digest `podman push --digestfile` wrote; the password
+    reaches podman in an auth file (mode 0600) that is gone afterwards, never on its command line."""
+    exe = _script(tmp_path, f"""echo "$@" > {tmp_path}/argv
+while [ $# -gt 0 ]; do
+  case $1 in
+    --digestfile) echo sha256:{'ab' * 32} > "$2"; shift;;
+    --authfile) cat "$2" > {tmp_path}/auth; stat -c %a "$2" > {tmp_path}/mode; echo "$2" > {tmp_path}/authpath; shift;;
+  esac; shift
+done
+echo "Copying blob 1234"; echo "Writing manifest to image destination"
+""")
+    engine = podman.Podman(exe=exe)
+    lines = list(engine.push("127.0.0.1:5000/envbuild/envbuild:cpu", {"username": "u", "password": "pw-secret"}))
+    assert lines[-1]["aux"]["Digest"] == "sha256:" + "ab" * 32
+    assert all(line.get("progressDetail") for line in lines[:-1]) and len(lines) == 3
+    argv = (tmp_path / "argv").read_text()
+    assert "pw-secret" not in argv and "--tls-verify=false" in argv and "docker://127.0.0.1:5000/envbuild/envbuild:cpu" in argv
+    assert json.loads((tmp_path / "auth").read_text())["auths"]["127.0.0.1:5000"]["auth"] == "dTpwdy1zZWNyZXQ="
+    assert (tmp_path / "mode").read_text().strip() == "600"
+    assert not Path((tmp_path / "authpath").read_text().strip()).exists()
+
+
+def test_a_failed_push_ends_in_podmans_error():
+    engine = podman.Podman(exe="/bin/sh")  # `sh push ...`: fails, saying why
+    lines = list(engine.push("ghcr.io/o/envbuild:cpu", None))
+    assert lines[-1].get("error") and "aux" not in lines[-1]
+
+
+def test_a_missing_image_is_none_and_other_refusals_say_podmans_words(tmp_path):
+    exe = _script(tmp_path, 'case $1 in image) echo "Error: inspecting object: x: image not known" >&2; exit 125;;\n'
+                            '  *) echo "Error: short-name resolution enforced" >&2; exit 125;; esac\n')
+    engine = podman.Podman(exe=exe)
+    assert engine.image("x") is None
+    with pytest.raises(Exception, match="cannot list containers: short-name resolution enforced"):
+        engine.container_list("dev.envbuild.owned")
+
+
+def test_no_podman_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("ENVBUILD_PODMAN", str(tmp_path / "absent"))
+    with pytest.raises(podman.PodmanMissing, match="apt-get install podman"):
+        podman.Podman().ping()

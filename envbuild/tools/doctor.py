@@ -47,7 +47,9 @@ DISK_GIB = {"base": 30, "accelerator": 20, "cpu": 10}
 # What each check is for: building the image, running it here (the default), publishing it. Building needs no
 # accelerator, so a host without the GPU can build its image (and a CI runner does).
 PURPOSES = {"docker daemon": ("build", "run"), "buildkit": ("build",), "disk": ("build",), "base registry": ("build",),
-            "platforms": ("build", "run"), "publish registry": ("publish",), "registry credentials": ("publish",)}
+            "platforms": ("build", "run"), "publish registry": ("publish",), "registry credentials": ("publish",),
+            "podman": ("build", "run"), "podman build": ("build",), "podman storage": ("build", "run"),
+            "podman rootless": ("build", "run"), "podman ulimits": ("build", "run")}
 
 
 def purposes(check: Check) -> tuple[str, ...]:
@@ -148,9 +150,12 @@ def connect(timeout: int = DOCTOR_TIMEOUT, engine_name: str | None = None) -> tu
 def check_builder(kind: str = "docker") -> Check:
     from envbuild.imagebuild.builder import find_builder, podman_builder
 
+    name = "podman build" if kind == "podman" else "buildkit"
     try:
         builder = podman_builder() if kind == "podman" else find_builder()
     except DockerError as exc:
+        if kind == "podman":
+            return Check(name, False, str(exc))
         return Check(
             "buildkit", False, str(exc).split(":")[0],
             "install the buildx plugin (Debian/Ubuntu: `sudo apt-get install docker-buildx`; Docker's repository: "
@@ -159,7 +164,7 @@ def check_builder(kind: str = "docker") -> Check:
         )
     how = ("the buildx plugin" if builder.buildx else "buildah, in Podman" if builder.kind == "podman"
            else "a client older than 23.0, which builds with BuildKit itself")
-    return Check("buildkit", True, f"`{builder.describe()}` ({how})")
+    return Check(name, True, f"`{builder.describe()}` ({how})")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -281,3 +281,12 @@ def test_no_podman_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setenv("ENVBUILD_PODMAN", str(tmp_path / "absent"))
     with pytest.raises(podman.PodmanMissing, match="apt-get install podman"):
         podman.Podman().ping()
+
+
+def test_podmans_checks_block_building_as_dockers_do():
+    from envbuild.core.checks import Check
+    from envbuild.tools import doctor
+
+    for name in ("podman", "podman storage", "podman rootless", "podman ulimits"):
+        assert doctor.purposes(Check(name, False, "x")) == ("build", "run"), name
+    assert doctor.purposes(Check("podman build", False, "x")) == ("build",)

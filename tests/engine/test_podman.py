@@ -30,6 +30,7 @@ from envbuild.core.runspec import RunSpec
 pytestmark = pytest.mark.docker
 MATRIX = str(MATRIX_PATH)
 LOCK = "/opt/envbuild/lock.txt"
+PROBE = "/opt/envbuild/probe.py"
 UID = uuid.uuid4().hex[:8]
 
 
@@ -125,8 +126,24 @@ class PodmanBuild:
     tag: str
 
 
+@dataclass
+class Facts:
+    labels: dict
+    user: str
+    lock: bytes
+    probe: bytes
+
+
 @pytest.fixture(scope="module")
-def podman_cpu(podman_ok, cpu_image, wheelhouse, ca_bundle, no_docker, tmp_path_factory) -> PodmanBuild:
+def docker_cpu(cpu_image) -> Facts:
+    """What the session's Docker build holds, read at once (the shared daemon's tags move under other sessions)."""
+    doc = _inspect("docker", cpu_image.image_id)
+    return Facts(doc["Config"]["Labels"], doc["Config"]["User"], Engine().read_file(cpu_image.image_id, LOCK),
+                 Engine().read_file(cpu_image.image_id, PROBE))
+
+
+@pytest.fixture(scope="module")
+def podman_cpu(podman_ok, docker_cpu, cpu_image, wheelhouse, ca_bundle, no_docker, tmp_path_factory) -> PodmanBuild:
     """The cpu image built with Podman through the CLI, auto-chosen (no Docker daemon answers), from the very lock
     the session's Docker build used (--locked: nothing resolved again); then built again (up to date)."""
     cwd = tmp_path_factory.mktemp("podman-build")
@@ -144,15 +161,15 @@ def _inspect(exe: str, ref: str) -> dict:
     return json.loads(proc.stdout)[0]
 
 
-def test_podman_builds_the_same_image_as_docker(podman_cpu, cpu_image, no_docker):
+def test_podman_builds_the_same_image_as_docker(podman_cpu, docker_cpu, no_docker):
     assert "[cpu] building" in podman_cpu.proc.stderr
     assert any(line.startswith("[cpu] ") and " ... DONE" in line for line in podman_cpu.proc.stderr.splitlines())
-    podman_side, docker_side = _inspect("podman", podman_cpu.tag), _inspect("docker", cpu_image.image_id)
+    podman_side = _inspect("podman", podman_cpu.tag)
     labels = {k: v for k, v in podman_side["Config"]["Labels"].items() if k != "io.buildah.version"}
-    assert labels == docker_side["Config"]["Labels"]  # content key, pins, what it needs of the host, base
-    assert podman_side["Config"]["User"] == docker_side["Config"]["User"] == "1000:0"
-    assert Podman().read_file(podman_cpu.tag, LOCK) == Engine().read_file(cpu_image.image_id, LOCK)
-    assert Podman().read_file(podman_cpu.tag, "/opt/envbuild/probe.py") == Engine().read_file(cpu_image.image_id, "/opt/envbuild/probe.py")
+    assert labels == docker_cpu.labels  # content key, pins, what it needs of the host, base
+    assert podman_side["Config"]["User"] == docker_cpu.user == "1000:0"
+    assert Podman().read_file(podman_cpu.tag, LOCK) == docker_cpu.lock and b"torch" in docker_cpu.lock
+    assert Podman().read_file(podman_cpu.tag, PROBE) == docker_cpu.probe
     assert "up to date" in podman_cpu.again.stderr + podman_cpu.again.stdout  # the same rule as Docker's
     assert not Path(no_docker["SPY"]).exists(), "a docker process was started"
 

@@ -573,10 +573,15 @@ def storage_checks(info: dict[str, Any], root: Path, uid: int | None = None, use
         for tool in ("newuidmap", "newgidmap"):
             if not shutil.which(tool):
                 missing.append(f"no {tool} on PATH")
+        tun = root / "dev/net/tun"
+        if not os.access(tun, os.R_OK | os.W_OK):
+            missing.append(f"no access to {'/dev/net/tun' if root == Path('/') else tun} (slirp4netns gives rootless containers "
+                           "their network through it; without it only --network=none works)")
         if missing:
             checks.append(Check("podman rootless", False, "rootless Podman needs: " + "; ".join(missing),
                                 f"`sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}` and "
-                                "`sudo apt-get install uidmap` (RHEL/Fedora: shadow-utils), then `podman system migrate`"))
+                                "`sudo apt-get install uidmap` (RHEL/Fedora: shadow-utils), then `podman system migrate`; "
+                                "in a container, the host must pass /dev/net/tun (and /dev/fuse for fuse-overlayfs)"))
         else:
             checks.append(Check("podman rootless", True, f"rootless as {user}: subordinate uids and gids, newuidmap and "
                                 "newgidmap are there"))

@@ -117,6 +117,7 @@ def test_rootless_check_names_what_is_missing(tmp_path, monkeypatch):
     assert not rootless.ok
     assert "no range of 65536 subgids for alice in /etc/subgid" in rootless.detail and "subuid" not in rootless.detail.split(";")[0]
     assert "no newuidmap on PATH" in rootless.detail and "usermod --add-subuids" in rootless.fix
+    assert "no access to" in rootless.detail and "dev/net/tun" in rootless.detail  # tried here: slirp4netns needs it
     assert checks["podman storage"].ok
     vfs = podman.storage_checks({**podman.info_answer(INFO), "Driver": "vfs"}, root, uid=0)
     assert not vfs[0].ok and "fuse-overlayfs" in vfs[0].fix
@@ -130,7 +131,7 @@ def test_rootless_check_passes_with_ranges_and_tools(tmp_path, monkeypatch):
         (bin_ / tool).write_text("#!/bin/sh\n")
         (bin_ / tool).chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_))
-    root = _host(tmp_path, specs={"etc/subuid": "1000:100000:65536\n", "etc/subgid": "alice:100000:65536\n"})
+    root = _host(tmp_path, ["net/tun"], {"etc/subuid": "1000:100000:65536\n", "etc/subgid": "alice:100000:65536\n"})
     rootless = next(c for c in podman.storage_checks(podman.info_answer(INFO), root, uid=1000, user="alice")
                     if c.name == "podman rootless")
     assert rootless.ok, rootless.detail

@@ -79,7 +79,8 @@ def unreachable_reason(host: str, timeout: float = CONNECT_TIMEOUT) -> str | Non
     return last
 
 
-def registry_error(host: str, message: str, scrub: Scrubber, action: str, creds: Credentials | None = None) -> PublishError:
+def registry_error(host: str, message: str, scrub: Scrubber, action: str, creds: Credentials | None = None,
+                   client: str = "docker") -> PublishError:
     """A daemon/registry message -> the error class and a message that says what to do."""
     msg = scrub(" ".join(message.split()))[:400]
     if _AUTH.search(msg):
@@ -87,7 +88,7 @@ def registry_error(host: str, message: str, scrub: Scrubber, action: str, creds:
         ghcr = " (GHCR takes GITHUB_ACTOR and a GITHUB_TOKEN with packages: write)" if host == "ghcr.io" else ""
         return RegistryAuthError(
             f"authentication failed for {host} while {action} ({msg}); used {used}. Check {USER_ENV} and {PASSWORD_ENV}"
-            f"{ghcr}, or run `docker login {host}`"
+            f"{ghcr}, or run `{client} login {host}`"
         )
     if _NETWORK.search(msg):
         return RegistryUnreachableError(f"registry {host} unreachable while {action} ({msg}): is it running, and is the address right?")
@@ -146,7 +147,7 @@ class Session:
         return self.creds.auth_config() if self.creds else None
 
     def error(self, message: str, action: str) -> PublishError:
-        return registry_error(self.host, message, self.scrub, action, self.creds)
+        return registry_error(self.host, message, self.scrub, action, self.creds, getattr(self.engine, "kind", "docker"))
 
     def login(self, echo: Callable[[str], None]) -> None:
         """Check the credentials against the registry up front, before anything is pushed or pulled."""

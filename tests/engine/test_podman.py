@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -232,7 +233,8 @@ def test_publish_and_pull_with_podman_record_the_registrys_digest(podman_cpu, po
                            "--insecure-skip-verify"], env, work)
         assert pulled.returncode == 0, pulled.stdout + pulled.stderr
         assert entry["digest"] in pulled.stdout + pulled.stderr
-        pulled_tag = next(t for t in entry["tags"] if t in pulled.stdout + pulled.stderr)
+        pulled_tag = re.search(r"pulled (\S+) \(sha256:", pulled.stdout + pulled.stderr).group(1)
+        assert pulled_tag in entry["tags"]
         assert any(d.endswith(entry["digest"]) for d in _inspect("podman", pulled_tag)["RepoDigests"])
         assert not Path(no_docker["SPY"]).exists(), "a docker process was started"
     finally:

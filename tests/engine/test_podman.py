@@ -221,7 +221,7 @@ def test_publish_and_pull_with_podman_record_the_registrys_digest(podman_cpu, po
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert reg.password not in proc.stdout + proc.stderr
         entry = json.loads((work / "envbuild-manifest.json").read_text())["images"]["cpu"]
-        made += [*entry["tags"], entry["content_tag"]]
+        made += [*entry["tags"], entry["content_tag"], f"{repo}@{entry['digest']}"]  # the pull's by-digest name too
         served = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", "--creds", f"{user}:{reg.password}",
                                  f"docker://{repo}:cpu"], capture_output=True, timeout=120, check=True).stdout
         import hashlib
@@ -240,4 +240,4 @@ def test_publish_and_pull_with_podman_record_the_registrys_digest(podman_cpu, po
     finally:
         reg.stop()
         for ref in made:  # by name: the image stays under the session's tags
-            subprocess.run(["podman", "untag", ref, ref], capture_output=True, timeout=60)
+            subprocess.run(["podman", "rmi", ref], capture_output=True, timeout=60)

@@ -98,7 +98,10 @@ def write_matrix(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture
 def closed_socket(tmp_path, monkeypatch) -> str:
-    """DOCKER_HOST pointing at a unix socket nobody listens on: a host where Docker does not run."""
+    """DOCKER_HOST pointing at a unix socket nobody listens on: a host where Docker does not run (and no Podman is
+    installed, so that auto has no engine to fall back on)."""
+    monkeypatch.setenv("ENVBUILD_PODMAN", str(tmp_path / "no-podman"))
+    monkeypatch.delenv("ENVBUILD_ENGINE", raising=False)
     path = tmp_path / "docker.sock"
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))

@@ -381,7 +381,7 @@ def _input_options(f):
     options = [
         click.option("--mirror", "mirrors", multiple=True, metavar="FROM=TO", help="Pull base images from a mirror, e.g. docker.io=mirror.corp:5000 (repeatable)" + _SITE_NOTE + "."),
         click.option("--index-mirror", "index_mirrors", multiple=True, metavar="URL=MIRROR", help="Ask a mirror instead of a package index, e.g. https://download.pytorch.org/whl/cpu=https://pypi-mirror.corp/whl/cpu (repeatable; the lock still names the index)" + _SITE_NOTE + "."),
-        click.option("--wheelhouse", type=_PathArg(file_okay=False, exists=True), help="A folder of wheels pip may use besides the indexes" + _SITE_NOTE + "."),
+        click.option("--wheelhouse", type=_PathArg(file_okay=False, exists=True), help="A folder of wheels to take files from: a locked file of the same name and sha256 is taken from it, and the resolver may take wheels from it" + _SITE_NOTE + "."),
         click.option("--ca-bundle", type=_PathArg(dir_okay=False, exists=True), help="CA bundle for pip inside the build, passed as a BuildKit secret [default: the site's settings, else $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE or $PIP_CERT]."),
         click.option("--no-ca-bundle", is_flag=True, help="Do not pass any CA bundle."),
         click.option("--netrc", type=_PathArg(dir_okay=False, exists=True), help="A netrc file with package index credentials, passed as a BuildKit secret" + _SITE_NOTE + "."),
@@ -401,16 +401,33 @@ def _input_options(f):
     return wrapper
 
 
-def _engine():
-    """The engine the command works on; where none answers (Debian, Ubuntu), offer to install and start one."""
-    from envbuild.core.engine import Engine
+def _engine(setup: bool = True):
+    """The engine the command works on (--engine, $ENVBUILD_ENGINE, else a Docker daemon that answers, else Podman);
+    with `setup`, where no Docker engine answers (Debian, Ubuntu), offer to install and start one."""
+    from envbuild.core.engine_select import choose
     from envbuild.tools.engine_setup import ensure_engine
 
-    engine = Engine()
     ctx = click.get_current_context()
-    ask = (lambda question: click.confirm(question, err=True)) if sys.stdin.isatty() else None
-    ensure_engine(engine, yes=bool(ctx.obj and ctx.obj.get("yes")), ask=ask, echo=lambda line: click.echo(line, err=True))
+    engine = choose(ctx.find_root().obj.get("engine") if ctx.find_root().obj else None).engine
+    if setup:
+        ask = (lambda question: click.confirm(question, err=True)) if sys.stdin.isatty() else None
+        ensure_engine(engine, yes=bool(ctx.obj and ctx.obj.get("yes")), ask=ask, echo=lambda line: click.echo(line, err=True))
     return engine
+
+
+ENGINE_COMMANDS = ("build", "lock", "bump", "smoke", "clean", "run", "doctor", "publish", "pull", "sbom")
+
+
+def _engine_option(command: click.Command) -> None:
+    """--engine on each command that works on images: kept for _engine() (and doctor) to read."""
+    def keep(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value:
+            ctx.ensure_object(dict)
+            ctx.find_root().obj["engine"] = value
+
+    command.params.append(click.Option(
+        ["--engine"], type=click.Choice(["docker", "podman", "auto"]), expose_value=False, callback=keep,
+        help="docker, podman, or auto (Docker if it answers). Default: $ENVBUILD_ENGINE, else auto."))
 
 
 def _packaged(matrix_path: str | None) -> bool:
@@ -717,7 +734,7 @@ def _write_output(path: str, text: str) -> None:
 @click.option("--verbose", is_flag=True, help="Show the builder's full output.")
 def build(backends, variant, matrix_path, overrides, inputs, locked, build_args, tags, labels,
           no_cache, platform, builder, cache_from, cache_to, jobs, as_json, json_path, verbose) -> None:
-    """Build the image of one backend (or all) with BuildKit on the local Docker engine.
+    """Build the image of one backend (or all) on the local Docker or Podman engine.
 
     The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt); a missing or stale lock is resolved first
     (--locked refuses instead). Tags move only after a build succeeded; the full log is kept under .envbuild/logs/.
@@ -1253,14 +1270,13 @@ def run_(backend, variant, image, cache, volumes, env, workdir, no_workdir, tty,
     # Shared memory from the matrix; your uid and group 0 in the container; Ctrl-C and SIGTERM reach the command.
     # The host is checked first as for `smoke`; with --key (or $ENVBUILD_VERIFY_KEY) the image must verify
     # (signature, attestations, passed smoke) before it starts.
-    from envbuild.core.engine import Engine
 
     m = _load(matrix_path, overrides)
     b = _choose(m, (backend,), variant, for_host=True)[0]
     opts = runner.RunOptions(image=image, cache=cache, volumes=volumes, env=env, workdir=workdir,
                              mount_workdir=not no_workdir, command=command, tty=tty)
     public = None if dry_run else _verify_key(key, insecure_skip_verify, m)
-    sys.exit(runner.run(m, b, opts, Engine() if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
+    sys.exit(runner.run(m, b, opts, _engine(setup=False) if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
 
 
 def _variant_fits(m, root: Path | None) -> list[dict[str, Any]]:
@@ -1421,7 +1437,8 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
         registry = _site(matrix_path).get("registry") or m.image.repository
     if registry:
         registry = check_repository(registry)
-    report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=_site(matrix_path))
+    report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=_site(matrix_path),
+                          connector=functools.partial(doc.connect, engine_name=(click.get_current_context().find_root().obj or {}).get("engine")))
     if as_json:
         _emit_json({**report.to_json(), **reports.root_facts(root)})
     else:
@@ -1556,7 +1573,6 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     # git revision, date and the smoke result. An image whose labels disagree with the matrix, or whose smoke failed,
     # is refused unless --force. For ghcr.io GITHUB_ACTOR + GITHUB_TOKEN also serve; credential helpers too.
     from envbuild.tools import report
-    from envbuild.core.engine import Engine
     from envbuild.ship import publish as p
 
     m = _load(matrix_path, overrides)
@@ -1574,7 +1590,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
                             smoke_json=smoke_json[0] if smoke_json else None, smoke_jsons=tuple(smoke_json[1:]),
                             force=force, platforms=wanted, no_index=no_index, index_from=tuple(index_from),
                             sign_key=_signing_key(sign_key), rebuild=rebuild)
-    results = p.publish(m, chosen, opts, Engine(), echo=lambda line: click.echo(line, err=True))
+    results = p.publish(m, chosen, opts, _engine(setup=False), echo=lambda line: click.echo(line, err=True))
     for r in results:
         for line in report.published_lines(r, opts.manifest):
             click.echo(line, err=as_json)
@@ -1613,7 +1629,6 @@ def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platf
     # The digest is checked before and after the pull; a mismatch is refused and nothing is tagged. Credentials as
     # for `publish`.
     from envbuild.tools import report
-    from envbuild.core.engine import Engine
     from envbuild.ship import pull as p
 
     registry = registry or _site(matrix_path).get("registry")
@@ -1623,7 +1638,7 @@ def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platf
     if tag and len(chosen) > 1:
         raise click.UsageError("--tag needs a single backend")
     results = []
-    engine = Engine()
+    engine = _engine(setup=False)
     public = _verify_key(key, insecure_skip_verify, m)
     for backend in chosen:
         r = p.pull(m, backend, engine, registry=registry, tag=tag, manifest=manifest, echo=lambda line: click.echo(line, err=True),
@@ -1651,12 +1666,11 @@ def sbom_(backend, image, output, matrix_path, overrides) -> None:
     Examples:
       envbuild sbom --backend cpu -o sbom.json
     """
-    from envbuild.core.engine import Engine
     from envbuild.ship.sbom import sbom
 
     m = _load(matrix_path, overrides)
     b = m.select([backend])[0]
-    text = sbom(Engine(), image or m.tags(b)[0])
+    text = sbom(_engine(setup=False), image or m.tags(b)[0])
     if output:
         _write_output(output, text)
     else:
@@ -1895,3 +1909,7 @@ def docs_(check, repo) -> None:
         click.echo(line, err=True)
     if problems:
         sys.exit(1)
+
+
+for _name in ENGINE_COMMANDS:  # after every command is declared
+    _engine_option(cli.commands[_name])

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Mapping, Protocol
 from urllib.parse import quote
 
+from envbuild.core.checks import Check
 from envbuild.core.errors import DockerError
 from envbuild.core.imageref import Reference
 from envbuild.core.owner import Container
@@ -150,6 +151,28 @@ def start_client(argv: list[str], env: dict[str, str]) -> Any:
                             errors="replace", stdin=subprocess.DEVNULL)
 
 
+def terminal_run(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run a client (docker or podman) on this terminal: its stdin and stdout are ours, its stderr is copied through
+    to ours and its tail kept. SIGTERM and SIGHUP are passed on; Ctrl-C reaches it from the terminal. Returns
+    (exit status, stderr tail)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = subprocess.Popen(argv, env={**os.environ, **env}, stderr=subprocess.PIPE)
+    forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the client too
+    tail = b""
+    try:
+        while chunk := os.read(child.stderr.fileno(), 65536):
+            os.write(sys.stderr.fileno(), chunk)
+            tail = (tail + chunk)[-8192:]
+        status = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return (128 - status if status < 0 else status), tail.decode("utf-8", "replace")
+
+
 def unreachable(text: str) -> bool:
     """Whether a client's or the SDK's message says that no engine answered."""
     return bool(_UNREACHABLE.search(text))
@@ -209,7 +232,7 @@ class Exited:
     timed_out: bool
 
 
-def _timestamp(text: str | None) -> datetime | None:
+def timestamp(text: str | None) -> datetime | None:
     """Docker's '2026-12-01T15:00:10.123456789Z' (nanoseconds) as a datetime."""
     m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)?$", text or "")
     if not m:
@@ -270,6 +293,7 @@ class EngineAPI(Protocol):
     caller asks which one it holds and a call with a wrong name fails in the unit tests too."""
 
     host: str
+    kind: str  # "docker" or "podman": which builder builds for it (imagebuild/builder.py), how it is named to people
 
     def ping(self) -> None: ...
     def version(self) -> dict[str, Any]: ...
@@ -300,12 +324,15 @@ class EngineAPI(Protocol):
     def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]: ...
     def pull(self, ref: str, auth: dict[str, str] | None, platform: str | None = None) -> Iterator[dict[str, Any]]: ...
     def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str: ...
+    def host_checks(self) -> list[Check]: ...
     def close(self) -> None: ...
 
 
 class Engine(EngineAPI):
     """A Docker engine, reached through the SDK. Connects on first use; every SDK error becomes a DockerError
     (EngineError when the engine refused, the unreachable message when it did not answer)."""
+
+    kind = "docker"
 
     def __init__(self, timeout: float | None = None, client: Any = None):
         self.host = host()
@@ -332,6 +359,10 @@ class Engine(EngineAPI):
             except docker.errors.DockerException as exc:
                 raise unreachable_error(str(exc), self.host) from None
         return self._client
+
+    def host_checks(self) -> list[Check]:
+        """What this engine needs of the host besides answering (doctor): for Docker, nothing more."""
+        return []
 
     def close(self) -> None:
         if self._client is not None:
@@ -420,7 +451,7 @@ class Engine(EngineAPI):
         config = attrs.get("Config") or {}
         return Image(attrs["Id"], dict(config.get("Labels") or {}), attrs.get("Os") or "linux",
                      attrs.get("Architecture") or "unknown", tuple(attrs.get("RepoDigests") or ()), int(attrs.get("Size") or 0),
-                     _timestamp(attrs.get("Created")), tuple((attrs.get("RootFS") or {}).get("Layers") or ()))
+                     timestamp(attrs.get("Created")), tuple((attrs.get("RootFS") or {}).get("Layers") or ()))
 
     def image_id(self, ref: str) -> str | None:
         image = self.image(ref)
@@ -524,22 +555,7 @@ class Engine(EngineAPI):
         exe = next(iter(client_executables()), None)
         if not exe:
             raise DockerError("no `docker` client on PATH: install Docker's CLI (Debian/Ubuntu: `apt-get install docker.io`)")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        child = subprocess.Popen([exe, *args], env={**os.environ, **env}, stderr=subprocess.PIPE)
-        forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731
-        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the client too
-        tail = b""
-        try:
-            while chunk := os.read(child.stderr.fileno(), 65536):
-                os.write(sys.stderr.fileno(), chunk)
-                tail = (tail + chunk)[-8192:]
-            status = child.wait()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return (128 - status if status < 0 else status), tail.decode("utf-8", "replace")
+        return terminal_run([exe, *args], env)
 
     def container_list(self, label: str) -> list[Container]:
         """The containers (running or not) that carry this label: name, state and labels."""

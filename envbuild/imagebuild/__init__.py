@@ -26,7 +26,7 @@ from envbuild.imagebuild.plan import (BuildOptions, BuildPlan, content_key, defa
                                       write_context)
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.matrix import Backend, Matrix
     from envbuild.imagebuild.status import StatusBoard
 
@@ -61,7 +61,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine, *,
+def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: EngineAPI, *,
           echo: Callable[[str], None] = _stderr, verbose: bool = False, locked: bool = False,
           status: Callable[[str], None] | None = None) -> BuildResult:
     """Build one backend's image from its lock and tag it; the old tags stay put when anything fails.
@@ -120,7 +120,7 @@ def check_platform(backend: Backend, platform: str | None, what: str = "building
     return require_runnable(platform, f"{what} {backend.name} for {platform}")
 
 
-def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: Engine, *, jobs: int = 1,
+def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: EngineAPI, *, jobs: int = 1,
                echo: Callable[[str], None] = _stderr, verbose: bool = False, locked: bool = False,
                board: StatusBoard | None = None) -> list[BuildResult]:
     """Build several backends, `jobs` at a time (threads, one builder process each); results in input order.

@@ -1,4 +1,5 @@
-"""The builder process: `docker buildx build`, or `DOCKER_BUILDKIT=1 docker build` with a client older than 23.0.
+"""The builder process: `docker buildx build`, or `DOCKER_BUILDKIT=1 docker build` with a client older than 23.0;
+with the Podman engine, `podman build` (buildah: the same Dockerfile, secrets and cache mounts).
 
 Only this module builds; the client process is found and started by the engine (envbuild/core/engine.py). It streams
 BuildKit's plain output into one line per step (or everything with -v), keeps the full log, and tells a failed
@@ -36,6 +37,7 @@ class Builder:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     buildx: bool
+    kind: str = "docker"  # the engine it builds for: "docker" (BuildKit) or "podman" (buildah)
 
     def describe(self) -> str:
         prefix = " ".join(f"{k}={v}" for k, v in self.env)
@@ -79,6 +81,21 @@ def _remember(key: list, found: Builder) -> None:
                                                             "buildx": found.buildx}) + "\n")
     except OSError:  # a cache that cannot be written: asked again next time
         pass
+
+
+def podman_builder() -> Builder:
+    """The Podman engine's builder: `podman build` (buildah), which reads the same Dockerfile features."""
+    from envbuild.core.podman import INSTALL_HINT, executable
+
+    exe = executable()
+    if not exe:
+        raise DockerError(f"no `podman` command on PATH: {INSTALL_HINT}")
+    return Builder(argv=(exe, "build"), env=(), buildx=False, kind="podman")
+
+
+def builder_for(kind: str) -> Builder:
+    """The builder of an engine kind (EngineAPI.kind)."""
+    return podman_builder() if kind == "podman" else find_builder()
 
 
 @lru_cache(maxsize=1)
@@ -134,6 +151,12 @@ _DONE = re.compile(r"^#(\d+) (DONE [\d.]+s|CACHED|ERROR.*)$")
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # a step's own output: "#11 0.157 error: ..."
 _WARNS = re.compile(r"\b(?:WARNING|Retrying|retry|timed out|unreachable)\b", re.IGNORECASE)
 _SAYS_WHY = re.compile(r"^\s*(?:error|ERROR|cause|Caused by|×|╰─▶)\b|\berror:", re.IGNORECASE)
+# buildah's (podman build) plain output: "[1/2] STEP 3/7: RUN ..." (a stage of several), "STEP 3/7: RUN ..." (one),
+# "--> Using cache ID" / "--> ID" when a step ends, "Error: building at STEP ..." when one failed.
+_PSTEP = re.compile(r"^(?:\[(\d+)/\d+\] )?STEP (\d+/\d+): (.*)$")
+_PDONE = re.compile(r"^--> (Using cache )?[0-9a-f]{6,}$")
+_PERROR = re.compile(r"^Error: (?:error )?(?:building at STEP|creating build container|while running runtime)")
+_PSTAGE = re.compile(r"^FROM \S+ AS ([\w.-]+)", re.IGNORECASE)
 _MOUNT = re.compile(r"--mount=\S+\s*")
 _OPTION = re.compile(r"\s(?:--(?:python|find-links|index-url|extra-index-url|constraint|link-mode|target))[ =]\S+"
                      r"|\s--(?:compile-bytecode|no-deps|break-system-packages)\b")
@@ -179,6 +202,9 @@ class Progress:
         self.warning: dict[str, str] = {}  # each step's latest warning or retry not yet shown
         self.failed: str | None = None  # the number of the step that failed
         self.failed_name = "a step"
+        self._open: tuple[str, float] | None = None  # buildah: the step running now, since when
+        self._count = 0
+        self._stages: dict[str, str] = {}  # buildah's stage number -> its name (FROM ... AS name)
         self.said = clock()  # when a line was last shown
         self.lock = threading.Lock()  # feed() and tick() come from two threads
 
@@ -193,6 +219,10 @@ class Progress:
     def _feed(self, line: str) -> None:
         if self.verbose:
             self._say(f"[{self.backend}] {line}")
+        if not self._buildah(line):
+            self._buildkit(line)
+
+    def _buildkit(self, line: str) -> None:
         out = _OUTPUT.match(line)
         if out:
             self.output[out.group(1)] = (self.output.get(out.group(1), []) + [out.group(2)])[-40:]
@@ -234,6 +264,33 @@ class Progress:
             self._say(f"[{self.backend}] {self.names[step]} ... {now - self.started.get(step, now):.0f}s"
                       f"{': ' + said if said else ' (no output yet)'}")
 
+    def _buildah(self, line: str) -> bool:
+        """One line of buildah's output (podman build), read into the same steps; False: not buildah's."""
+        import time
+
+        step, done = _PSTEP.match(line), _PDONE.match(line)
+        if step or done or (self._open and _PERROR.match(line)):
+            if self._open:
+                number, since = self._open
+                how = "CACHED" if done and done.group(1) else ("ERROR" if _PERROR.match(line) else f"DONE {time.monotonic() - since:.1f}s")
+                self._buildkit(f"#{number} {how}")
+                self._open = None
+            if step:
+                self._count += 1
+                number = str(100000 + self._count)  # apart from BuildKit's numbers
+                self._open = (number, time.monotonic())
+                named = _PSTAGE.match(step.group(3))
+                if named and step.group(1):
+                    self._stages[step.group(1)] = named.group(1)
+                stage = self._stages.get(step.group(1) or "", "")
+                self._buildkit(f"#{number} [{stage + ' ' if stage else ''}{step.group(2)}] {step.group(3)}")
+            return True
+        if self._open and not line.startswith(("COMMIT ", "Successfully tagged ")):
+            number = self._open[0]
+            self.output[number] = (self.output.get(number, []) + [line])[-40:]
+            return True
+        return False
+
     def why(self) -> str | None:
         """What the failed step itself said went wrong (an installer's error and its cause), if it said."""
         said = [ln.strip() for ln in self.output.get(self.failed or "", []) if _SAYS_WHY.search(ln)]
@@ -246,7 +303,8 @@ class Progress:
 
 # BuildKit's words when the base image cannot be had (no registry answers, no access, no such tag).
 _BASE = re.compile(r"failed to create LLB definition|failed to resolve source metadata for|"
-                   r"failed to do request: Head|pull access denied|failed to authorize", re.IGNORECASE)
+                   r"failed to do request: Head|pull access denied|failed to authorize|"
+                   r"initializing source docker://|creating build container", re.IGNORECASE)  # the last two: buildah's
 _BASE_WHY = (("no such host", "no DNS answer for its registry"), ("i/o timeout", "its registry does not answer"),
              ("connection refused", "its registry refused the connection"), ("tls handshake timeout", "its registry does not answer"),
              ("pull access denied", "access denied"), ("unauthorized", "access denied"), ("not found", "no such image or tag"),
@@ -279,20 +337,20 @@ def cache_failure(error: str) -> str | None:
             "removes envbuild's own build caches (nobody else's); then build again")
 
 
-def environment(keep: tuple[str, ...] = ()) -> dict[str, str]:
+def environment(keep: tuple[str, ...] = (), kind: str = "docker") -> dict[str, str]:
     """The builder's environment: this process's without envbuild's registry credentials (unless a --build-arg
     names one, in `keep`), with what the client needs to build with BuildKit."""
     env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_ENV or k in keep}
-    return {**env, **dict(find_builder().env)}
+    return {**env, **dict((podman_builder() if kind == "podman" else find_builder()).env)}
 
 
 def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress: Progress,
-              engine_: engine.Engine | None = None) -> str | None:
+              engine_: engine.EngineAPI | None = None) -> str | None:
     """run() with the environment and the masking that the build args call for: a bare NAME takes its value
     from this environment (as docker does: never on a command line), and no value reaches the log."""
     given = dict(a.split("=", 1) for a in build_args if "=" in a)
     keep = tuple(a for a in build_args if "=" not in a)
-    env = environment(keep + tuple(given))
+    env = environment(keep + tuple(given), engine_.kind if engine_ is not None else "docker")
     env.update(given)  # NAME=VALUE: the argv says --build-arg NAME; the value is here, never on a command line
     secrets = tuple(given.values()) + tuple(env.get(k, "") for k in keep)
     if engine_ is None:
@@ -300,7 +358,7 @@ def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress:
     return run(argv, env, log, progress, secrets, alive=lambda: answers(engine_), start=engine_.start_client)
 
 
-def answers(engine_: engine.Engine) -> bool:
+def answers(engine_: engine.EngineAPI) -> bool:
     """Whether the engine answers a ping now."""
     try:
         engine_.ping()

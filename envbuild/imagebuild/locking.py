@@ -33,7 +33,7 @@ from envbuild.imagebuild import reach
 from envbuild.imagebuild.plan import DIGESTS, lock_command, make_plan, wheels, write_context
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.matrix import Backend, Matrix
     from envbuild.imagebuild.plan import BuildOptions, BuildPlan
 
@@ -65,7 +65,7 @@ class LockResult:
 
 def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, lock_opts: LockOptions,
             previous: LockFile | None, echo: Callable[[str], None], verbose: bool = False,
-            engine: Engine | None = None, *, platform: str, digest: str) -> LockFile:
+            engine: EngineAPI | None = None, *, platform: str, digest: str) -> LockFile:
     """Run the Dockerfile's `lock` target on the engine (for `platform`: the plan's --platform) and turn pip's
     report into the lock."""
     require_runnable(platform, f"locking {backend.name} for {platform}")
@@ -133,7 +133,7 @@ def _platform_opts(opts: BuildOptions, platform: str) -> BuildOptions:
     return opts if platform == target(opts.platform) else dataclasses.replace(opts, platform=platform)
 
 
-def made_base_digest(engine: Engine | None, base_image: str) -> str | None:
+def made_base_digest(engine: EngineAPI | None, base_image: str) -> str | None:
     """Where no registry serves the base, a base `envbuild base` made and loaded here stands for it: its one
     layer's digest (the same wherever it is made from the same archive state) is what the lock records."""
     image = engine.image(base_image) if engine is not None else None
@@ -142,7 +142,7 @@ def made_base_digest(engine: Engine | None, base_image: str) -> str | None:
     return image.layers[0]
 
 
-def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, engine: Engine, *, locked: bool,
+def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, engine: EngineAPI, *, locked: bool,
            echo: Callable[[str], None], verbose: bool = False) -> LockFile:
     """The lock to build from (the platform's: --platform, else this host's): the current one, or (unless
     --locked) a fresh one, written and said so. A GPU backend's lock whose torch is a CPU-only build is refused."""
@@ -177,7 +177,7 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
     return new
 
 
-def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts: LockOptions, engine: Engine, *,
+def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts: LockOptions, engine: EngineAPI, *,
          echo: Callable[[str], None] = lambda s: None, verbose: bool = False) -> list[LockResult]:
     """Write each backend's lock for each of its platforms (or --platform's) when it is missing or stale, or when
     asked to upgrade."""

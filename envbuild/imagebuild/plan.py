@@ -23,16 +23,16 @@ from envbuild.core.engine import buildx_selection
 from envbuild.core.errors import BuildError, InvalidInput
 from envbuild.core.files import read_netrc, write_atomic
 from envbuild.core.paths import PROBE
-from envbuild.core.imageref import InvalidReference, Reference, mirror, parse_mirror
+from envbuild.core.imageref import InvalidReference, Reference, is_loopback, mirror, parse_mirror
 from envbuild.core.platform import foreign_arch
 from envbuild.core.text import unsafe_char, unsafe_message
-from envbuild.imagebuild.builder import Builder, find_builder
+from envbuild.imagebuild.builder import Builder, find_builder, podman_builder
 from envbuild.imagebuild.records import RECORD
 from envbuild.lock.lockfile import LAYERS, parse
 from envbuild.render import ENTRYPOINT, UV_STEP, render_backend
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.matrix import Backend, Matrix
 
 WHEEL_SUFFIXES = (".whl", ".gz", ".zip")
@@ -254,7 +254,7 @@ def _canonical(value: Any) -> Any:
 # --- making a plan -------------------------------------------------------------------------------------------
 
 
-def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engine | None,
+def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: EngineAPI | None,
               environ: Mapping[str, str] | None = None, lock: bytes = b"", write_cache: bool = True) -> BuildPlan:
     """Read every input of one backend's build, once. Without an engine the base image's id is unknown;
     without write_cache nothing is written (`lock --check`)."""
@@ -268,7 +268,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     for what, path in (("--ca-bundle", opts.ca_bundle), ("--netrc", opts.netrc)):
         if path and not path.is_file():
             raise BuildError(f"{what} {path}: no such file")
-    builder = find_builder()
+    builder = podman_builder() if engine is not None and engine.kind == "podman" else find_builder()
 
     tags: tuple[str, ...] = tuple(opts.tags) or tuple(matrix.tags(backend, foreign_arch(opts.platform)))
     context = (opts.context_dir / backend.name).resolve()
@@ -292,7 +292,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
         lock=lock,
         index_mirrors=tuple(opts.index_mirrors),
         context=str(context),
-        argv=tuple(command(builder, context, opts, tags)),
+        argv=tuple(command(builder, context, opts, tags, base)),
         environment=tuple(environment),
         tags=tags,
     )
@@ -312,9 +312,24 @@ def fresh_cache_file(context: Path) -> Path:
     return path
 
 
-def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str, ...]) -> list[str]:
+# What BuildKit does that `podman build` (buildah) cannot: refused by name, never dropped.
+PODMAN_CANNOT = {
+    "--builder": "names a buildx builder; Podman builds with buildah in its own process",
+    "--cache-to": "exports a BuildKit cache; Podman keeps its layers in its own storage (push the image and pass "
+                  "--cache-from REPOSITORY to reuse them elsewhere)",
+}
+
+
+def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str, ...], base: str = "") -> list[str]:
     """The builder's argv for these options (secrets as files, never values)."""
     argv = [*builder.argv, "--progress=plain", "-f", str(context / "Dockerfile")]
+    if builder.kind == "podman":
+        for option, value in (("--builder", opts.builder), ("--cache-to", opts.cache_to)):
+            if value:
+                raise BuildError(f"{option} is BuildKit's, and the Podman engine cannot do it: it {PODMAN_CANNOT[option]}. "
+                                 "Leave it out, or build with --engine docker")
+        if base and is_loopback(Reference.parse(base).registry):
+            argv.append("--tls-verify=false")  # a base on loopback is plain HTTP, as Docker treats it
     for tag in tags:  # BuildKit names the image only when the build succeeded
         argv += ["-t", tag]
     if opts.ca_bundle:
@@ -350,9 +365,10 @@ def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str
             argv += ["--cache-to", spec]
     for spec in opts.cache_from:
         if not builder.buildx and spec.startswith("type=") and not spec.startswith("type=registry,"):
-            raise BuildError(f"--cache-from {spec}: the legacy `docker build` reads only registry caches; local caches need buildx")
+            who = "`podman build`" if builder.kind == "podman" else "the legacy `docker build`"
+            raise BuildError(f"--cache-from {spec}: {who} reads only registry caches; local caches need buildx")
         if not builder.buildx and spec.startswith("type=registry,"):
-            # The legacy client takes an image reference, not a buildx cache spec.
+            # The legacy client and podman take an image reference (podman: a repository), not a buildx cache spec.
             ref = dict(kv.split("=", 1) for kv in spec.split(",") if "=" in kv).get("ref")
             if not ref:
                 raise BuildError(f"--cache-from {spec}: no ref=IMAGE in the spec")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, ContextManager
 from envbuild.core.files import exclusive, write_atomic
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.imagebuild.plan import BuildPlan
 
 RECORD = "last-build.json"  # in the backend's context folder
@@ -36,7 +36,7 @@ def read(context: Path) -> Record | None:
         return None
 
 
-def answer(plan: BuildPlan, engine: Engine) -> str | None:
+def answer(plan: BuildPlan, engine: EngineAPI) -> str | None:
     """The image id of the last good build when this plan is the one it was made from, else None."""
     if not plan.answerable:
         return None

@@ -20,7 +20,7 @@ from envbuild.core.credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrub
 from envbuild.core.imageref import DIGEST, Reference, api_host
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
 
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|forbidden|\b40[13]\b", re.IGNORECASE)
 _NETWORK = re.compile(
@@ -79,7 +79,8 @@ def unreachable_reason(host: str, timeout: float = CONNECT_TIMEOUT) -> str | Non
     return last
 
 
-def registry_error(host: str, message: str, scrub: Scrubber, action: str, creds: Credentials | None = None) -> PublishError:
+def registry_error(host: str, message: str, scrub: Scrubber, action: str, creds: Credentials | None = None,
+                   client: str = "docker") -> PublishError:
     """A daemon/registry message -> the error class and a message that says what to do."""
     msg = scrub(" ".join(message.split()))[:400]
     if _AUTH.search(msg):
@@ -87,7 +88,7 @@ def registry_error(host: str, message: str, scrub: Scrubber, action: str, creds:
         ghcr = " (GHCR takes GITHUB_ACTOR and a GITHUB_TOKEN with packages: write)" if host == "ghcr.io" else ""
         return RegistryAuthError(
             f"authentication failed for {host} while {action} ({msg}); used {used}. Check {USER_ENV} and {PASSWORD_ENV}"
-            f"{ghcr}, or run `docker login {host}`"
+            f"{ghcr}, or run `{client} login {host}`"
         )
     if _NETWORK.search(msg):
         return RegistryUnreachableError(f"registry {host} unreachable while {action} ({msg}): is it running, and is the address right?")
@@ -97,7 +98,7 @@ def registry_error(host: str, message: str, scrub: Scrubber, action: str, creds:
 class Session:
     """One registry (the host of `repository`) and the credentials publish and pull use for it."""
 
-    def __init__(self, engine: Engine, repository: str, environ: Mapping[str, str] | None = None):
+    def __init__(self, engine: EngineAPI, repository: str, environ: Mapping[str, str] | None = None):
         self.engine = engine
         # The registry Docker pushes `repository` to, and so the only one its credentials may go to.
         self.host = Reference.parse(repository).registry
@@ -109,7 +110,7 @@ class Session:
     def check_reachable(self) -> None:
         """Fail in seconds, naming the cause, when the registry cannot be reached at all. Only where the daemon
         shares this machine's network and no proxy is set (then the daemon may know a way this process does not)."""
-        local = self.engine.host.startswith(("unix://", "npipe://"))
+        local = self.engine.host.startswith(("unix://", "npipe://", "podman://local"))
         if self._reachable or not local or any(self.environ.get(k) for k in _PROXY_ENV):
             return
         why = unreachable_reason(self.host)
@@ -146,7 +147,7 @@ class Session:
         return self.creds.auth_config() if self.creds else None
 
     def error(self, message: str, action: str) -> PublishError:
-        return registry_error(self.host, message, self.scrub, action, self.creds)
+        return registry_error(self.host, message, self.scrub, action, self.creds, getattr(self.engine, "kind", "docker"))
 
     def login(self, echo: Callable[[str], None]) -> None:
         """Check the credentials against the registry up front, before anything is pushed or pulled."""

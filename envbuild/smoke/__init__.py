@@ -9,14 +9,14 @@ from envbuild.core.errors import SmokeError
 from envbuild.smoke.runner import MODEL_MOUNT, OWNED_LABEL, SMOKE_LABEL, SmokeResult, leftover_containers, model_args, smoke
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.matrix import Backend, Matrix
 
 __all__ = ["MODEL_MOUNT", "OWNED_LABEL", "SMOKE_LABEL", "SmokeError", "SmokeResult", "leftover_containers", "model_args",
            "smoke", "smoke_each"]
 
 
-def smoke_each(matrix: Matrix, backends: list[Backend], engine: Engine, *, keep_going: bool,
+def smoke_each(matrix: Matrix, backends: list[Backend], engine: EngineAPI, *, keep_going: bool,
                failed: Callable[[SmokeError], None] = lambda exc: None,
                done: Callable[[SmokeResult], None] = lambda result: None, image: str | None = None,
                platform: str | None = None, **options: Any) -> list[SmokeResult]:

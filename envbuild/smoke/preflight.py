@@ -12,7 +12,7 @@ from envbuild.core.errors import DockerError, HostMismatch, SmokeError
 from envbuild.core.files import read_host
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.matrix import Backend
 
 # How to register each container runtime a matrix backend names (run.runtime, or nvidia for run.gpus).
@@ -105,7 +105,7 @@ def groups(backend: Backend, root: Path) -> Check | None:
     return Check("groups", True, ", ".join(f"{g} (gid {gid})" for g, gid in found.items()))
 
 
-def daemon_runtimes(engine: Engine | None) -> set[str] | None:
+def daemon_runtimes(engine: EngineAPI | None) -> set[str] | None:
     """The daemon's runtimes, or None when there is no engine to ask or it does not answer."""
     if engine is None:
         return None
@@ -115,7 +115,7 @@ def daemon_runtimes(engine: Engine | None) -> set[str] | None:
         return None
 
 
-def require(backend: Backend, engine: Engine, root: Path = Path("/")) -> None:
+def require(backend: Backend, engine: EngineAPI, root: Path = Path("/")) -> None:
     """Refuse early, with the fix, when the host cannot expose the device the way the matrix says."""
     runtimes = engine.runtimes() if wanted_runtime(backend) else set()
     for check in (runtime(backend, runtimes, root), device_nodes(backend, root)):

@@ -24,7 +24,7 @@ from envbuild.core.text import shown, unsafe_char
 from envbuild.smoke import preflight
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.matrix import Backend, Matrix
 
 SMOKE_LABEL = "dev.envbuild.smoke"
@@ -113,7 +113,7 @@ EMULATED_SKIPS = {
 }
 
 
-def smoke(matrix: Matrix, backend: Backend, engine: Engine, *, image: str | None = None, model: str = "synthetic",
+def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | None = None, model: str = "synthetic",
           timeout: float = 600, extra_env: dict[str, str] | None = None,
           echo: Callable[[str], None] = lambda s: None, ignore_host: bool = False,
           root: Path = Path("/"), cache: str | None = None, platform: str | None = None) -> SmokeResult:
@@ -223,7 +223,7 @@ def cache_source(cache: str) -> str:
     return cache_mount(cache).rsplit(":", 1)[0]
 
 
-def leftover_containers(engine: Engine) -> list[str]:
+def leftover_containers(engine: EngineAPI) -> list[str]:
     """Containers envbuild started (smoke, run) and did not remove (for tests and `doctor`)."""
     return engine.containers(OWNED_LABEL)
 

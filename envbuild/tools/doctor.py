@@ -30,7 +30,7 @@ from envbuild.core.platform import can_run, emulation_fix, host_platform
 from envbuild.tools.detect import detect
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.core.settings import Settings
 
 DOCTOR_TIMEOUT = 20  # seconds for each question to the daemon: a doctor must not hang on a dead engine
@@ -49,7 +49,9 @@ DISK_GIB = {"base": 30, "accelerator": 20, "cpu": 10}
 # accelerator, so a host without the GPU can build its image (and a CI runner does).
 PURPOSES = {"docker daemon": ("build", "run"), "buildkit": ("build",), "disk": ("build",), "base registry": ("build",),
             "package index": ("build",),
-            "platforms": ("build", "run"), "publish registry": ("publish",), "registry credentials": ("publish",)}
+            "platforms": ("build", "run"), "publish registry": ("publish",), "registry credentials": ("publish",),
+            "podman": ("build", "run"), "podman build": ("build",), "podman storage": ("build", "run"),
+            "podman rootless": ("build", "run"), "podman ulimits": ("build", "run")}
 
 
 def purposes(check: Check) -> tuple[str, ...]:
@@ -109,47 +111,62 @@ def _daemon_fix(exc: DockerError, where: str) -> str:
     return "; ".join(parts)
 
 
-def connect(timeout: int = DOCTOR_TIMEOUT) -> tuple[Engine | None, Check]:
-    """(engine, check): an engine that answered, or None with the failed check and its fix."""
-    engine = engines.Engine(timeout)
+ENGINE_CHECK = {"docker": "docker daemon", "podman": "podman"}  # each engine's check, by the name people know
+
+
+def connect(timeout: int = DOCTOR_TIMEOUT, engine_name: str | None = None) -> tuple[EngineAPI | None, Check]:
+    """(engine, check): an engine that answered, or None with the failed check and its fix. The engine is the one
+    commands would use (--engine, $ENVBUILD_ENGINE, else auto), and the check says which and why."""
+    from envbuild.core.engine_select import choose
+
+    choice = choose(engine_name, timeout=timeout)
+    engine = choice.engine
+    name = ENGINE_CHECK.get(engine.kind, engine.kind)
     try:
         version = engine.version()
     except engines.Unreachable as exc:
-        return None, Check("docker daemon", False, f"cannot reach the Docker daemon at {exc.where}: {exc.reason or 'no answer'}",
+        if engine.kind != "docker":
+            return None, Check(name, False, f"{exc} ({choice.why})", str(exc).split(": ", 1)[-1])
+        return None, Check(name, False, f"cannot reach the Docker daemon at {exc.where}: {exc.reason or 'no answer'}",
                            _daemon_fix(exc, exc.where))
     except DockerError as exc:
-        return None, Check("docker daemon", False, f"the Docker daemon at {engine.host} did not answer: {exc}",
-                           _daemon_fix(exc, engine.host))
+        return None, Check(name, False, f"the engine at {engine.host} did not answer: {exc} ({choice.why})",
+                           _daemon_fix(exc, engine.host) if engine.kind == "docker" else None)
     server = str(version.get("Version", "unknown"))
-    detail = (f"reachable at {engine.host}: Docker {server} (API {version.get('ApiVersion', '?')}), "
-              f"{version.get('Os', '?')}/{version.get('Arch', '?')}")
+    product = (version.get("Platform") or {}).get("Name") or "Docker"
+    detail = (f"reachable at {engine.host}: {product} {server} (API {version.get('ApiVersion', '?')}), "
+              f"{version.get('Os', '?')}/{version.get('Arch', '?')}; {choice.why}")
     try:
-        too_old = Version(server.split("+")[0].split("-")[0]) < Version(MIN_SERVER)
+        too_old = product == "Docker" and Version(server.split("+")[0].split("-")[0]) < Version(MIN_SERVER)
     except InvalidVersion:
         too_old = False
     if too_old:
-        return engine, Check("docker daemon", False, detail + f"; BuildKit needs Docker {MIN_SERVER} or later",
+        return engine, Check(name, False, detail + f"; BuildKit needs Docker {MIN_SERVER} or later",
                              "upgrade Docker (Debian/Ubuntu: `sudo apt-get install docker.io`)")
     if version.get("Os") not in (None, "linux"):
-        return engine, Check("docker daemon", False, detail + "; envbuild's images are Linux images",
+        return engine, Check(name, False, detail + "; envbuild's images are Linux images",
                              "switch the engine to Linux containers")
-    return engine, Check("docker daemon", True, detail)
+    return engine, Check(name, True, detail)
 
 
-def check_builder() -> Check:
-    from envbuild.imagebuild.builder import find_builder
+def check_builder(kind: str = "docker") -> Check:
+    from envbuild.imagebuild.builder import find_builder, podman_builder
 
+    name = "podman build" if kind == "podman" else "buildkit"
     try:
-        builder = find_builder()
+        builder = podman_builder() if kind == "podman" else find_builder()
     except DockerError as exc:
+        if kind == "podman":
+            return Check(name, False, str(exc))
         return Check(
             "buildkit", False, str(exc).split(":")[0],
             "install the buildx plugin (Debian/Ubuntu: `sudo apt-get install docker-buildx`; Docker's repository: "
             "docker-buildx-plugin), or set ENVBUILD_DOCKER=/usr/bin/docker (Debian's docker.io 20.10 client "
             "builds with BuildKit itself)",
         )
-    how = "the buildx plugin" if builder.buildx else "a client older than 23.0, which builds with BuildKit itself"
-    return Check("buildkit", True, f"`{builder.describe()}` ({how})")
+    how = ("the buildx plugin" if builder.buildx else "buildah, in Podman" if builder.kind == "podman"
+           else "a client older than 23.0, which builds with BuildKit itself")
+    return Check(name, True, f"`{builder.describe()}` ({how})")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,7 +210,7 @@ def check_devices(matrix: Matrix, backend: Backend, root: Path, path_env: str | 
     return checks
 
 
-def check_disk(backend: Backend, engine: Engine | None) -> Check:
+def check_disk(backend: Backend, engine: EngineAPI | None) -> Check:
     need = needed_gib(backend)
     if engine is None:
         return _skip("disk", "Docker's data root is unknown while the daemon is unreachable")
@@ -213,7 +230,7 @@ def check_disk(backend: Backend, engine: Engine | None) -> Check:
                  "move Docker's \"data-root\" in /etc/docker/daemon.json to a larger disk and restart Docker")
 
 
-def check_leftovers(engine: Engine | None) -> Check | None:
+def check_leftovers(engine: EngineAPI | None) -> Check | None:
     if engine is None:
         return None
 
@@ -247,7 +264,7 @@ def check_credentials(registry: str, environ: dict[str, str] | None = None) -> C
 REGISTRY_TIMEOUT = 5.0  # seconds: a doctor says a registry does not answer rather than wait for it
 
 
-def made_base(engine: Engine | None, ref: str) -> Check | None:
+def made_base(engine: EngineAPI | None, ref: str) -> Check | None:
     """A base `envbuild base` made and loaded here: lock and build use it without asking a registry."""
     from envbuild.core.distbase import MADE_LABEL
 
@@ -357,7 +374,7 @@ def diagnose(
     registry: str | None = None,
     root: str | os.PathLike[str] = "/",
     path_env: str | None = None,
-    connector: Callable[[], tuple[Engine | None, Check]] = connect,
+    connector: Callable[[], tuple[EngineAPI | None, Check]] = connect,
     site: Settings | None = None,
 ) -> Report:
     """Every check for `backend`, in order; never raises for what it finds."""
@@ -366,7 +383,8 @@ def diagnose(
         return Report(backend.name, backend.description, native_checks(backend), containerizable=False)
     engine, daemon = connector()
     runtimes = preflight.daemon_runtimes(engine) if preflight.wanted_runtime(backend) else set()
-    checks = [daemon, check_builder(), preflight.runtime(backend, runtimes, rootp)]
+    checks = [daemon, check_builder(engine.kind if engine else "docker"), *(engine.host_checks() if engine else []),
+              preflight.runtime(backend, runtimes, rootp)]
     checks += check_devices(matrix, backend, rootp, path_env)
     checks += [c for c in (preflight.device_nodes(backend, rootp), preflight.groups(backend, rootp)) if c]
     # smoke, run, pull refuse on it; a family (cuda) is checked as `pick` chooses among its variants: one answer

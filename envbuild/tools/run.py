@@ -29,7 +29,7 @@ from envbuild.ship.trust import VerifyError
 from envbuild.smoke import preflight
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.matrix import Backend, Matrix
 
 WORKDIR = "/workspace"
@@ -152,13 +152,13 @@ def invocation(matrix: Matrix, backend: Backend, opts: RunOptions, *, interactiv
     return Invocation(tuple(args), tuple(given))
 
 
-def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, dry_run: bool = False,
+def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: EngineAPI, *, dry_run: bool = False,
         out=None, ignore_host: bool = False, key=None) -> int:
     """Run `docker run ...` on this terminal and return the command's exit status (the terminal and the signals
     are the command's); with dry_run, print that line instead. A flag the host refuses is explained."""
     call = invocation(matrix, backend, opts, interactive=sys.stdin.isatty() and sys.stdout.isatty(), books=not dry_run)
     if dry_run:
-        print(call.display(), file=out or sys.stdout)
+        print(call.display(engine.kind), file=out or sys.stdout)
         return 0
     preflight.require(backend, engine)
     if not ignore_host:
@@ -185,7 +185,7 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: Engine, *, d
     return status
 
 
-def verify_local(engine: Engine, image: str, key) -> object:
+def verify_local(engine: EngineAPI, image: str, key) -> object:
     """A local image verifies when one of its registry digests does (signature, attestations, smoke passed)."""
     from envbuild.ship.trust.verify import verify
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from envbuild.core.checks import Check
 from envbuild.core.engine import EngineAPI, EngineError, Exited, Image
 from envbuild.core.imageref import Reference
 from envbuild.core.owner import OWNED_LABEL, Container
@@ -69,6 +70,7 @@ class FakeEngine(EngineAPI):
     take EngineAPI's parameters exactly (tests/unit/test_engine.py checks); add_image sets the scene."""
 
     host = "fake://engine"  # not a local socket: sessions skip their network reachability check
+    kind = "docker"  # builds with the docker client's BuildKit (the scripted builder answers)
 
     def __init__(self, runtimes: tuple[str, ...] = ("runc",), root: str = "/", containers: tuple[str, ...] = (),
                  version: dict[str, Any] | None = None):
@@ -228,6 +230,9 @@ class FakeEngine(EngineAPI):
 
     def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
         raise NotImplementedError("the fake starts no docker client: test_run binds Engine.client_run to it")
+
+    def host_checks(self) -> list[Check]:
+        return []
 
     def close(self) -> None:
         self.closed = True

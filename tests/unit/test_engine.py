@@ -185,8 +185,10 @@ def test_engine_and_fake_take_the_contracts_parameters(name):
 
     from support.fakes import FakeEngine
 
+    from envbuild.core.podman import Podman
+
     want = inspect.signature(_contract()[name]).parameters
-    for cls in (engine.Engine, FakeEngine):
+    for cls in (engine.Engine, Podman, FakeEngine):
         assert engine.EngineAPI in cls.__mro__  # declared, not merely shaped alike
         own = next((vars(c)[name] for c in cls.__mro__ if c is not engine.EngineAPI and name in vars(c)), None)
         assert own is not None, f"{cls.__name__} does not define {name} (it would inherit the contract's empty body)"
@@ -197,6 +199,9 @@ def test_neither_has_public_methods_beyond_the_contract():
     """What a stage may call is the contract; the fake's extras only set the scene, the engine's only connect."""
     from support.fakes import FakeEngine
 
+    from envbuild.core.podman import Podman
+
     contract = set(_contract())
     assert _public(engine.Engine) - contract == {"connect"}
+    assert _public(Podman) - contract == {"connect"}
     assert _public(FakeEngine) - contract == {"add_image"}

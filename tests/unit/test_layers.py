@@ -151,6 +151,7 @@ def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
 # Who may start processes, and why: none of them a docker client (the engine starts those).
 PROCESSES = {
     "envbuild.core.engine": "the docker client: builds, `envbuild run`, its version",
+    "envbuild.core.podman": "the podman command: every question to Podman, its containers, pushes and pulls",
     "envbuild.tools.engine_setup": "installing and starting a daemon: apt-get, systemctl, dockerd",
     "envbuild.core.hostfacts": "the vendors' tools (nvidia-smi, ...) where no file says the driver version",
     "envbuild.tools.venv": "python -m venv and pip for `envbuild env`",

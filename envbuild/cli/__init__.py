@@ -1364,6 +1364,11 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
     if tool:
         from envbuild.tools import launch
 
+        if tool == "enroot":  # older pyxis cannot read an image index: the platform's own image
+            from envbuild.core.platform import host_platform, platform_arch
+
+            ref = picking.single_platform_ref(m, picked.backend, host_arch or platform_arch(host_platform()),
+                                              Path(manifest) if manifest else None)
         click.echo(launch.how_to_run(picked.backend, ref, tool))
     else:
         click.echo(ref)

@@ -161,6 +161,22 @@ def resolve(m: Matrix, b: Backend, *, variant_text: str | None = None, root: str
     return Picked(choice.chosen, choice.why, choice, tuple(choice.warnings), described)
 
 
+def single_platform_ref(m: Matrix, b: Backend, arch: str, manifest: Path | None = None) -> str:
+    """For a tool that cannot read an image index (an older pyxis/enroot answers 404 for one): the image of one
+    platform. With a manifest, the digest it records for that platform; else, where the backend lists several
+    platforms (published as an index, beside a REPO:<backend>-<arch> tag for each), that tag; else the one tag,
+    which is a single image already."""
+    if manifest is not None:
+        from envbuild.ship import manifest as manifests
+
+        entry = manifests.load(manifest, must_exist=True)["images"].get(b.name) or {}
+        record = (entry.get("platforms") or {}).get(f"linux/{arch}")
+        if record:
+            return f"{entry.get('repository') or m.image.repository}@{record['digest']}"
+        return image_ref(m, b, manifest)
+    return m.tags(b, arch)[0] if len(b.platforms) > 1 else m.tags(b)[0]
+
+
 def image_ref(m: Matrix, b: Backend, manifest: Path | None = None) -> str:
     """The moving tag (REPO:cuda-cu130), or with a manifest the digest it records (REPO@sha256:...)."""
     if manifest is None:

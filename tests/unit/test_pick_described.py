@@ -198,7 +198,10 @@ def test_for_apptainer(invoke):
 def test_for_enroot_takes_registry_hash_image(invoke):
     words = shlex.split(run_for(invoke, "enroot", "--driver", "550.54.15", "--gpu", "A100"))
     registry, _, path = REPO.partition("/")
-    assert words[0] == "srun" and f"--container-image={registry}#{path}:cuda-cu126" in words and "--gpus=1" in words
+    # cuda lists amd64 and arm64, published as an index: an older pyxis reads only the platform's own tag
+    assert words[0] == "srun" and f"--container-image={registry}#{path}:cuda-cu126-amd64" in words and "--gpus=1" in words
+    words = shlex.split(run_for(invoke, "enroot", "--driver", "550.54.15", "--gpu", "GH200", "--arch", "arm64"))
+    assert f"--container-image={registry}#{path}:cuda-cu126-arm64" in words
 
 
 def test_for_kubernetes_is_yaml_with_the_limit_and_a_non_root_context(invoke):
@@ -219,6 +222,12 @@ def test_for_a_manifest_digest_and_hostile_references_stay_one_word(invoke, tmp_
     manifest.write_text(json.dumps({"schema": 1, "images": {"cuda": {"digest": digest, "repository": "reg.example:5000/a/b"}}}))
     words = shlex.split(run_for(invoke, "enroot", "--driver", "600.1.2", "--manifest", str(manifest)))
     assert f"--container-image=reg.example:5000#a/b@{digest}" in words
+    # a manifest that records the platforms of an index: enroot gets the platform's own image
+    child = "sha256:" + "cd" * 32
+    manifest.write_text(json.dumps({"schema": 1, "images": {"cuda": {
+        "digest": digest, "repository": "reg.example:5000/a/b", "platforms": {"linux/amd64": {"digest": child}}}}}))
+    words = shlex.split(run_for(invoke, "enroot", "--driver", "600.1.2", "--manifest", str(manifest)))
+    assert f"--container-image=reg.example:5000#a/b@{child}" in words
     for tool in ("docker", "podman", "apptainer"):
         lines = run_for(invoke, tool, "--driver", "600.1.2", "--manifest", str(manifest)).splitlines()
         assert any(w.endswith(f"reg.example:5000/a/b@{digest}") for w in shlex.split(lines[0]))

@@ -317,12 +317,17 @@ class Podman(EngineAPI):
         """The builder process (`podman build`: imagebuild/builder.py makes its argv and reads its output)."""
         return engines.start_client(argv, env)
 
-    def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
-        """`podman run ...` on this terminal (for `envbuild run`): Docker's run flags, GPUs in Podman's words."""
+    def client_args(self, args: list[str]) -> list[str]:
+        """Docker's run flags as podman takes them: GPUs in Podman's words (CDI names or device nodes), and the
+        init binary named where Podman's own is missing. `run --dry-run` prints this very line."""
         args = device_args(args)
         if "--init" in args and (init := init_path()):
             args.insert(args.index("--init") + 1, f"--init-path={init}")
-        return engines.terminal_run(self._argv(args), env)
+        return args
+
+    def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+        """`podman run ...` on this terminal (for `envbuild run`), with client_args' flags."""
+        return engines.terminal_run(self._argv(self.client_args(args)), env)
 
     def container_list(self, label: str) -> list[Container]:
         found = self._json("cannot list containers", ["ps", "--all", "--filter", f"label={label}", "--format", "json"]) or []

@@ -65,9 +65,10 @@ class Invocation:
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]  # NAME=VALUE given on envbuild's command line: passed by name
 
-    def display(self, client: str = "docker") -> str:
-        """The line, shell-quoted, as a person can run it; no value of a secret-looking variable in it."""
-        shown = [client, *self.args]
+    def display(self, client: str = "docker", args: list[str] | None = None) -> str:
+        """The line, shell-quoted, as a person can run it; no value of a secret-looking variable in it. `args`: what
+        the engine's client is given instead (EngineAPI.client_args: Podman's words for the devices)."""
+        shown = [client, *(self.args if args is None else args)]
         given = dict(self.env)
         for i, arg in enumerate(shown[:-1]):
             name = shown[i + 1]
@@ -158,7 +159,7 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: EngineAPI, *
     are the command's); with dry_run, print that line instead. A flag the host refuses is explained."""
     call = invocation(matrix, backend, opts, interactive=sys.stdin.isatty() and sys.stdout.isatty(), books=not dry_run)
     if dry_run:
-        print(call.display(engine.kind), file=out or sys.stdout)
+        print(call.display(engine.kind, engine.client_args(list(call.args))), file=out or sys.stdout)
         return 0
     preflight.require(backend, engine)
     if not ignore_host:

@@ -228,6 +228,9 @@ class FakeEngine(EngineAPI):
         self.builds.append(list(argv))
         return FakeBuild(argv, self.build_lines, self.build_rc)
 
+    def client_args(self, args: list[str]) -> list[str]:
+        return list(args)
+
     def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
         raise NotImplementedError("the fake starts no docker client: test_run binds Engine.client_run to it")
 

@@ -291,3 +291,30 @@ def test_podmans_checks_block_building_as_dockers_do():
     for name in ("podman", "podman storage", "podman rootless", "podman ulimits"):
         assert doctor.purposes(Check(name, False, "x")) == ("build", "run"), name
     assert doctor.purposes(Check("podman build", False, "x")) == ("build",)
+
+
+def test_run_dry_run_prints_the_line_podman_is_given(tmp_path, monkeypatch):
+    """`envbuild run --dry-run` under Podman: `podman run` with the GPUs in Podman's words (what client_run would
+    hand podman), never Docker's --gpus."""
+    import io
+
+    from envbuild.matrix import load
+    from envbuild.tools import run as runs
+
+    root = _host(tmp_path, ["nvidia0", "nvidiactl"], {"etc/cdi/nvidia.yaml": NVIDIA_SPEC})
+    real = podman.device_args
+    monkeypatch.setattr(podman, "device_args", lambda args, r=root: real(args, r))
+    monkeypatch.setattr(podman, "init_path", lambda: None)
+    m = load(MATRIX_PATH)
+    out = io.StringIO()
+    runs.run(m, m.backend("cuda"), runs.RunOptions(mount_workdir=False, command=["nvidia-smi"]),
+             podman.Podman(exe="/bin/false"), dry_run=True, out=out)
+    line = out.getvalue()
+    assert line.startswith("podman run ") and "--device nvidia.com/gpu=all" in line and "--gpus" not in line, line
+    # Docker's own line is unchanged
+    from envbuild.core.engine import Engine
+
+    out = io.StringIO()
+    runs.run(m, m.backend("cuda"), runs.RunOptions(mount_workdir=False, command=["nvidia-smi"]), Engine(), dry_run=True,
+             out=out)
+    assert out.getvalue().startswith("docker run ") and "--gpus" in out.getvalue()

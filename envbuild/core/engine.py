@@ -307,7 +307,7 @@ class EngineAPI(Protocol):
 
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
-            user: str | None = None) -> Exited: ...
+            user: str | None = None, read_only: bool = False) -> Exited: ...
 
     def volume(self, name: str, labels: dict[str, str]) -> ContextManager[str]: ...
     def read_file(self, image: str, path: str, limit: int = 64 << 20) -> bytes | None: ...
@@ -486,7 +486,7 @@ class Engine(EngineAPI):
     # -- containers ---------------------------------------------------------------------------------------
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
-            user: str | None = None) -> Exited:
+            user: str | None = None, read_only: bool = False) -> Exited:
         """Run a container to its end with the backend's `docker run` needs; it is removed whatever happens
         (success, failure, timeout, KeyboardInterrupt)."""
         import requests
@@ -497,6 +497,8 @@ class Engine(EngineAPI):
         kw["environment"] = {**kw.get("environment", {}), **(environment or {})}
         if user:
             kw["user"] = user
+        if read_only:  # as clusters run images: the root filesystem read-only, a fresh /tmp
+            kw["read_only"], kw["tmpfs"] = True, {"/tmp": ""}
         container = None
         try:
             container = self._call(f"cannot run {image}", lambda: self.client.containers.create(

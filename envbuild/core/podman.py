@@ -260,7 +260,7 @@ class Podman(EngineAPI):
 
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
-            user: str | None = None) -> Exited:
+            user: str | None = None, read_only: bool = False) -> Exited:
         """Run a container to its end with the backend's run settings; removed whatever happens. Environment values
         go by name (never on a command line)."""
         args = ["run", "--name", name, *[a for k, v in labels.items() for a in ("--label", f"{k}={v}")]]
@@ -272,6 +272,8 @@ class Podman(EngineAPI):
             args += ["-e", k]
         if user:
             args += ["--user", user]
+        if read_only:  # as clusters run images: the root filesystem read-only, a fresh /tmp
+            args += ["--read-only", "--tmpfs", "/tmp"]
         args += [image, *command]
         try:
             proc = subprocess.Popen(self._argv(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,

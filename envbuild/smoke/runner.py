@@ -110,7 +110,10 @@ def _refusal(backend: Backend) -> Iterator[None]:
 EMULATED_SKIPS = {
     "timings": "skipped: under QEMU emulation the seconds measure the emulator, not the image",
     "compile": "skipped: under QEMU emulation Inductor's C++ build takes many minutes; a native runner checks it",
+    "read_only_any_uid": "skipped: under QEMU emulation a second run would double minutes; a native runner checks it",
 }
+# Who the second run of a smoke runs as: a uid and a group the image does not know, as Apptainer runs images.
+CLUSTER_USER = "4242:4242"
 
 
 def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | None = None, model: str = "synthetic",
@@ -188,11 +191,52 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
         result.error = failed or (None if done.status == 0 else f"exit code {done.status}")
         return result
 
+    def as_clusters_run_it() -> dict:
+        """A second, short run as clusters run images (Apptainer, `docker run --user`): the root filesystem
+        read-only, a uid:gid the image does not know (not group 0), HOME elsewhere, no /cache volume. The model
+        still loads and runs, with the caches moved by the image's entrypoint; compile is the first run's."""
+        started = time.monotonic()
+        done = engine.run(
+            image, ["envbuild-probe", "--backend", backend.name, *args, "--no-compile"],
+            name=f"envbuild-smoke-{backend.name}-{tag}-ro",
+            labels={SMOKE_LABEL: "1", **owner.labels(), "dev.envbuild.backend": backend.name}, run=backend.run,
+            volumes=list(volumes), environment={**env, **(extra_env or {}), "ENVBUILD_ARBITRARY_UID": "1", "HOME": "/tmp"},
+            timeout=timeout, user=CLUSTER_USER, read_only=True,
+        )
+        how = f"read-only, as {CLUSTER_USER} with HOME=/tmp (as Apptainer and `docker run --user` run images)"
+        check = {"name": "read_only_any_uid", "ok": False, "seconds": round(time.monotonic() - started, 3)}
+        try:
+            doc = json.loads(done.stdout.decode("utf-8", "replace"))
+            checks = [c for c in doc.get("checks", []) if isinstance(c, dict)]
+        except (json.JSONDecodeError, AttributeError):
+            checks = []
+        failed = next((f"{c.get('name')}: {c.get('message')}" for c in checks if not c.get("ok")), None)
+        if done.timed_out:
+            failed = f"timed out after {timeout:g}s"
+        elif not checks:
+            failed = f"the probe printed no JSON report (exit code {done.status}): {_tail(done.stderr)}"
+        elif failed is None and done.status != 0:
+            failed = f"exit code {done.status}"
+        moved = next((c.get("message") for c in checks if c.get("name") == "arbitrary_uid"), "")
+        check["ok"] = failed is None
+        check["message"] = f"{how}: {failed}" if failed else f"{how}: the model loaded and ran; {moved}"
+        return check
+
     if mounted_cache is not None:  # the user's: what the probe downloads and compiles stays for the next run
         result = probe(mounted_cache)
     else:  # a cache of its own, gone with the smoke test
         with engine.volume(f"envbuild-smoke-{backend.name}-{tag}", owner.labels()) as volume:
             result = probe(volume)
+    if check_uid and result.error is None and result.probe is not None:
+        if emulated:  # said, never silently dropped
+            result.checks.append({"name": "read_only_any_uid", "ok": True, "skipped": True, "seconds": 0.0,
+                                  "message": EMULATED_SKIPS["read_only_any_uid"]})
+        else:
+            with _refusal(backend):
+                check = as_clusters_run_it()
+            result.checks.append(check)
+            if not check["ok"]:
+                result.error = f"read_only_any_uid: {check['message']}"
     result.platform, result.emulated = ran, emulated
     if emulated and result.probe is not None:  # said, never silently dropped
         for name, message in EMULATED_SKIPS.items():

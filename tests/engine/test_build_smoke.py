@@ -77,13 +77,16 @@ def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_left
     assert doc["ok"] is True and doc["image"] == cpu_image.tag
     names = [c["name"] for c in doc["checks"]]
     assert names == ["import_torch", "import_plugin", "device", "versions", "load", "forward", "generate", "cpu_match",
-                     "compile", "arbitrary_uid"]
+                     "compile", "arbitrary_uid", "read_only_any_uid"]
     assert all(c["ok"] and c["seconds"] >= 0 for c in doc["checks"])
     # One run: torch.compile built a kernel in the image, and every check ran as an arbitrary uid with group 0
     assert doc["checks"][8]["message"].startswith("a kernel generated and compiled (/cache/torchinductor)")
     assert "max abs diff to eager" in doc["checks"][8]["message"]
     said = doc["checks"][9]["message"]
     assert said.startswith("every check ran as uid ") and ", group 0; writable: HOME /home/envbuild, work folder /workspace" in said
+    # then as clusters run images: read-only, as 4242:4242, HOME elsewhere; the entrypoint moved the caches
+    said = doc["checks"][10]["message"]
+    assert said.startswith("read-only, as 4242:4242 with HOME=/tmp") and "the model loaded and ran" in said, said
     assert doc["probe"]["timings"]["compile"] == doc["checks"][8]["seconds"]
     assert doc["probe"]["model"]["class"].endswith("ForCausalLM")
     assert doc["probe"]["versions"]["torch"].startswith(TORCH)

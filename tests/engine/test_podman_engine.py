@@ -187,7 +187,7 @@ def podman_smoke(podman_cpu, no_docker, cpu_image) -> Path:
 
 def test_smoke_run_and_doctor_with_podman(podman_cpu, podman_smoke, no_docker, cpu_image):
     doc = json.loads(podman_smoke.read_text())
-    assert doc["ok"] and doc["image"] == cpu_image.tag and [c["name"] for c in doc["checks"]][-1] == "arbitrary_uid"
+    assert doc["ok"] and doc["image"] == cpu_image.tag and [c["name"] for c in doc["checks"]][-2:] == ["arbitrary_uid", "read_only_any_uid"]
     run = envbuild(["run", "--engine", "podman", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--no-workdir",
                     "--", "python", "-c", "import os, torch; print(torch.__version__, os.getuid())"], no_docker, podman_cpu.cwd, 300)
     assert run.returncode == 0, run.stdout + run.stderr

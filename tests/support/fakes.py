@@ -206,13 +206,13 @@ class FakeEngine(EngineAPI):
 
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
-            user: str | None = None) -> Exited:
+            user: str | None = None, read_only: bool = False) -> Exited:
         if self.start_error:
             raise EngineError(f"cannot run {image}", self.start_error)
         if self.exited is None:
             raise NotImplementedError("the fake runs no container: tests/engine/ does")
         self.runs.append({"image": image, "command": command, "name": name, "labels": labels, "run": run,
-                          "volumes": volumes, "environment": environment, "timeout": timeout, "user": user,
+                          "volumes": volumes, "environment": environment, "timeout": timeout, "user": user, "read_only": read_only,
                           "volumes_alive": [v for v in self.volumes if v not in self.volumes_removed]})
         return self.exited
 

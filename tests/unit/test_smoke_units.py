@@ -142,20 +142,40 @@ ALL = ("import_torch", "import_plugin", "device", "versions", "load", "forward",
        "arbitrary_uid")
 
 
-def test_smoke_runs_the_probe_once_as_an_arbitrary_uid_with_group_0():
+def test_smoke_runs_the_probe_as_an_arbitrary_uid_with_group_0_then_read_only_as_clusters_do():
     engine = _engine_with(_probe_report(*ALL))
     result = smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True)
     assert result.ok and result.error is None
-    assert len(engine.runs) == 1  # every check, compile included, in one container
-    run = engine.runs[0]
+    assert len(engine.runs) == 2  # every check, compile included, in one container; then the cluster's way
+    run, ro = engine.runs
+    assert not run["read_only"]
+    # read-only, a uid and group the image does not know, HOME elsewhere, no cache volume: the caches must move
+    assert ro["read_only"] and ro["user"] == "4242:4242" and ro["volumes"] == []
+    assert ro["environment"]["HOME"] == "/tmp" and ro["environment"]["ENVBUILD_ARBITRARY_UID"] == "1"
+    assert ro["command"][-1] == "--no-compile"  # compile is the first run's
     uid, gid = run["user"].split(":")
     assert gid == "0" and int(uid) not in (0, 1000)  # not root, not the image's own user
     assert run["environment"]["ENVBUILD_ARBITRARY_UID"] == "1"  # the probe checks its folders as that user
     volume = engine.volumes[0]
     assert run["volumes"] == [f"{volume}:/cache"] and run["volumes_alive"] == [volume]
     assert engine.volumes_removed == [volume]  # a cache of its own, gone with the smoke test
-    assert [c["name"] for c in result.checks] == list(ALL)
-    assert all(c["seconds"] == 0.5 for c in result.checks)  # one entry per check, with its time
+    assert [c["name"] for c in result.checks] == [*ALL, "read_only_any_uid"]
+    assert all(c["seconds"] == 0.5 for c in result.checks[:-1])  # one entry per check, with its time
+    assert result.checks[-1]["ok"] and "read-only, as 4242:4242" in result.checks[-1]["message"]
+
+
+def test_a_read_only_run_that_fails_is_the_smoke_s_error():
+    from envbuild.core.engine import Exited
+
+    engine = _engine_with(_probe_report(*ALL))
+    first = engine.exited
+    failing = Exited(1, _probe_report(*ALL, failed="load"), b"PermissionError: /cache/torchinductor\n", False)
+    runs = iter([first, failing])
+    real = engine.run
+    engine.run = lambda *a, **k: (real(*a, **k), next(runs))[1]
+    result = smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True)
+    assert not result.ok and result.error.startswith("read_only_any_uid: read-only, as 4242:4242")
+    assert "load: broken" in result.error and result.checks[-1] == {**result.checks[-1], "name": "read_only_any_uid", "ok": False}
 
 
 def test_a_failed_check_is_the_smoke_s_error():
@@ -168,8 +188,8 @@ def test_a_failed_check_is_the_smoke_s_error():
 def test_an_image_whose_probe_predates_the_uid_check_still_says_who_ran_it():
     engine = _engine_with(_probe_report(*ALL[:-1]))
     result = smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True)
-    assert result.ok and result.checks[-1]["name"] == "arbitrary_uid"
-    assert result.checks[-1]["message"].startswith(f"every check ran as user {engine.runs[0]['user']}")
+    assert result.ok and result.checks[-2]["name"] == "arbitrary_uid"
+    assert result.checks[-2]["message"].startswith(f"every check ran as user {engine.runs[0]['user']}")
 
 
 def test_the_user_s_cache_is_mounted_and_kept(tmp_path):
@@ -178,11 +198,12 @@ def test_the_user_s_cache_is_mounted_and_kept(tmp_path):
     assert engine.runs[0]["volumes"] == [f"{tmp_path / 'cache'}:/cache"] and (tmp_path / "cache").is_dir()
     assert engine.runs[0]["user"] == f"{os.getuid()}:0"  # a folder of yours: the probe runs as you
     smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, cache="envbuild-cache")
-    assert engine.runs[1]["volumes"] == ["envbuild-cache:/cache"]
+    probes = [r for r in engine.runs if not r["read_only"]]  # each smoke's first run (as root here: no second)
+    assert probes[1]["volumes"] == ["envbuild-cache:/cache"]
     assert engine.volumes == []  # no volume of its own was made, none removed
     with pytest.raises(InvalidInput, match="--cache"):
         smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, cache="no good")
-    assert len(engine.runs) == 2
+    assert len([r for r in engine.runs if not r["read_only"]]) == 2  # the refused one started none
 
 
 def test_with_a_model_folder_mounted_the_probe_runs_as_you(tmp_path, monkeypatch):

@@ -61,6 +61,14 @@ def start_registry(workdir: Path, *, auth: tuple[str, str] | None = None) -> Reg
         raise
 
 
+@pytest.fixture(scope="module")
+def engineless_registry(tmp_path_factory) -> Iterator[Registry]:
+    """A registry of the module's own, for tests that need no engine (tests/unit): a loopback docker-registry."""
+    reg = start_registry(tmp_path_factory.mktemp("registry"))
+    yield reg
+    reg.stop()
+
+
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory, docker_client) -> Iterator[Registry]:
     reg = start_registry(tmp_path_factory.mktemp("registry"))

@@ -19,15 +19,8 @@ from envbuild.core.regclient import DOCKER_LIST, Registry
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    try:
-        reg = testbed.start_registry(tmp_path_factory.mktemp("registry"))
-    except testbed.Unavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    yield reg
-    reg.stop()
+def registry(engineless_registry):
+    return engineless_registry
 
 
 def rootfs(path, text: str):

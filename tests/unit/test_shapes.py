@@ -5,10 +5,8 @@ with a message naming where (exit 1 for what a registry serves, exit 2 for a fil
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-from support import testbed
 from support.constants import MATRIX
 
 from envbuild.core.errors import InvalidInput
@@ -31,15 +29,8 @@ def test_the_shape_helper_names_where_a_value_is_wrong():
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    try:
-        reg = testbed.start_registry(tmp_path_factory.mktemp("registry"))
-    except testbed.Unavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    yield reg
-    reg.stop()
+def registry(engineless_registry):
+    return engineless_registry
 
 
 def _signed_image(registry, repo: str, predicate) -> tuple[str, bytes]:

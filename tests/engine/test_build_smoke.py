@@ -95,7 +95,7 @@ def test_smoke_synthetic_passes_with_json_and_junit(cpu_image, tmp_path, no_left
     suites = ET.parse(tmp_path / "smoke.xml").getroot()
     suite = suites.find("testsuite")
     assert suite.get("name") == "envbuild.smoke.cpu" and suite.get("failures") == "0"
-    assert len(suite.findall("testcase")) == 10
+    assert len(suite.findall("testcase")) == 11  # one per check, the read-only run's included
     # The user's cache kept the model and the kernel: the next smoke (another arbitrary uid) finds both.
     again = envbuild("smoke", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--cache", cache_volume,
                      "--json-file", str(tmp_path / "again.json"))

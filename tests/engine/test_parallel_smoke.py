@@ -29,7 +29,7 @@ def test_four_smokes_of_one_image_at_once_all_pass(cpu_image, tmp_path, no_lefto
 
 
 def test_clean_removes_a_gone_run_s_container_and_keeps_a_live_one_s(cpu_image, docker_client, tmp_path):
-    from envbuild.core.owner import OWNED_LABEL, OWNER_LABEL, Owner, me
+    from envbuild.core.owner import CHECKOUT_LABEL, OWNED_LABEL, OWNER_LABEL, Owner, checkout, me
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -42,7 +42,8 @@ def test_clean_removes_a_gone_run_s_container_and_keeps_a_live_one_s(cpu_image, 
         made = {}
         for what, who in owners.items():  # created, never started: as a smoke's container between create and start
             c = docker_client.api.create_container(cpu_image.tag, command=["true"], name=f"envbuild-test-{what}-{live.pid}",
-                                                   labels={OWNED_LABEL: "1", OWNER_LABEL: str(who)})
+                                                   labels={OWNED_LABEL: "1", OWNER_LABEL: str(who),
+                                                           CHECKOUT_LABEL: checkout()})  # clean's default scope: here
             made[what] = c["Id"]
         try:
             proc = subprocess.run(["envbuild", "clean", "--containers-only", "--json"], capture_output=True, text=True,

@@ -123,7 +123,7 @@ def test_publish_pushes_the_matrix_tags_and_records_the_digest(published, cpu_im
     assert entry["image_id"] == cpu_image.image_id
     assert entry["versions"] == {"torch": TORCH, "plugin": None, "transformers": PINS.transformers, "accelerate": PINS.accelerate}
     assert len(entry["git_revision"]) == 40 and entry["date"].endswith("Z")
-    assert entry["smoke"]["ok"] is True and entry["smoke"]["passed"] == 10 and entry["smoke"]["failed"] == 0
+    assert entry["smoke"]["ok"] is True and entry["smoke"]["passed"] == 11 and entry["smoke"]["failed"] == 0
     assert entry["digest"] in proc.stdout
     assert entry["digest"] in (published.manifest.parent / "summary.md").read_text()
     # the image's SBOM, beside the manifest, recorded by its digest

@@ -557,7 +557,7 @@ def _fmt(value: float | None, unit: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    from envbuild.tools.report import table as render_table
+    from envbuild.report.report import table as render_table
 
     out = []
     for r in rows:

@@ -16,7 +16,7 @@ def _no_outside_registry(monkeypatch) -> None:
     """doctor asks only a registry on this machine in a test (a fake /v2/ on 127.0.0.1, a closed port): another
     registry's check says it was not asked, as a test never depends on the network."""
     from envbuild.core.checks import skip
-    from envbuild.tools import doctor
+    from envbuild.host import doctor
 
     real = doctor.check_registry
 

@@ -23,7 +23,7 @@ from envbuild.core.output import OutputFault, capped, guarded, safe, scrub
 from envbuild.core.text import shown
 from envbuild import smoke as smoking
 from envbuild.ship import manifest as manifests
-from envbuild.tools import clean as cleaning, run as runner
+from envbuild.workspace import clean as cleaning, run as runner
 
 MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
 SET_HELP = "Override a matrix field for this run (repeatable), e.g. backends.cpu.base_image=IMAGE."
@@ -405,7 +405,7 @@ def _engine(setup: bool = True):
     """The engine the command works on (--engine, $ENVBUILD_ENGINE, else a Docker daemon that answers, else Podman);
     with `setup`, where no Docker engine answers (Debian, Ubuntu), offer to install and start one."""
     from envbuild.core.engine_select import choose
-    from envbuild.tools.engine_setup import ensure_engine
+    from envbuild.host.engine_setup import ensure_engine
 
     ctx = click.get_current_context()
     engine = choose(ctx.find_root().obj.get("engine") if ctx.find_root().obj else None).engine
@@ -588,7 +588,7 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
       envbuild list --json | jq '.[].backend'
     """
 
-    from envbuild.tools import report
+    from envbuild.report import report
 
     m = _load(matrix_path, overrides)
     if (markdown or manifest or check_path) and not compat:
@@ -631,7 +631,7 @@ def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: b
       envbuild show --backend nvidia --json
       envbuild show cpu --verbose
     """
-    from envbuild.tools import report
+    from envbuild.report import report
 
     if backend_arg and backend and backend_arg != backend:
         raise click.UsageError(f"two backends: {backend_arg} and --backend {backend}; show takes one")
@@ -649,7 +649,7 @@ def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: b
 def _auto(m, *, native: bool = False) -> str:
     """`--backend auto`: the backend detected on this host (cpu when none), said on stderr with the evidence.
     Several accelerators, or (unless native) only a non-containerizable one, are errors that ask for a choice."""
-    from envbuild.tools import detect as d
+    from envbuild.host import detect as d
 
     runtimes = None if native else d.docker_runtimes_from_engine()
     name, reason = d.choose(d.detect(m, docker_runtimes=runtimes), m, native=native)
@@ -678,7 +678,7 @@ def _choose(m, backends: tuple[str, ...], variant: str | None = None, *, for_hos
         if variant:
             raise click.UsageError("--variant chooses within one backend: name it (--backend cuda --variant 12.6)")
         return m.select(names)
-    from envbuild.tools import pick
+    from envbuild.host import pick
 
     chosen: dict[str, Any] = {}
     for n in names:
@@ -798,7 +798,7 @@ def _offer_base(backend, error: str, engine, opts, echo) -> bool:
                 f"(`envbuild base --backend {backend.name}`, 1 to 3 minutes)?")
     if not (ctx.obj and ctx.obj.get("yes")) and not (sys.stdin.isatty() and click.confirm(question, err=True)):
         return False
-    from envbuild.tools import base as bases
+    from envbuild.workspace import base as bases
 
     for line in _error_lines(_scrub(error))[:1]:
         echo(f"{backend.name}: {shown(line)[:300]}")
@@ -830,7 +830,7 @@ def base_(backend, suite, archive, output, dry_run, no_cache, as_json, matrix_pa
       envbuild base --backend cpu --archive http://debian.mirror.example.com/debian
       envbuild base --backend cpu --output bookworm-slim.tar
     """
-    from envbuild.tools import base as bases
+    from envbuild.workspace import base as bases
 
     m = _load(matrix_path, overrides)
     chosen = m.select([backend])[0]
@@ -878,7 +878,7 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
     # pip runs in the vendor's base, so its torch and plugin are kept, never replaced. Same inputs, same bytes. The
     # header records the platform and the base's registry digest for it (asked of the registry, or given by a base
     # pinned by digest), so a lock made on one machine is current on every other.
-    from envbuild.tools import report
+    from envbuild.report import report
     from envbuild.imagebuild import locking
 
     m = _load(matrix_path, overrides)
@@ -919,7 +919,7 @@ def _source_options(f):
 
 def _sources(mirrors, ca_bundle, netrc, matrix_path=None, index_mirrors=None):
     """outdated, bump and metadata ask through the site's settings (mirrors, CA bundle, netrc), as build does."""
-    from envbuild.tools.sources import Sources
+    from envbuild.maintain.sources import Sources
 
     site = _site(matrix_path, registry_mirrors=mirrors, ca_bundle=ca_bundle, netrc=netrc)
     return Sources.checked(site.registry_mirrors, site.path("ca_bundle"), site.path("netrc"),
@@ -927,7 +927,7 @@ def _sources(mirrors, ca_bundle, netrc, matrix_path=None, index_mirrors=None):
 
 
 def _outdated(m, backends, sources, quiet: bool):
-    from envbuild.tools.sources import outdated
+    from envbuild.maintain.sources import outdated
 
     chosen = _choose(m, backends) if backends else m.containerizable()
     say = None if quiet else (lambda line: click.echo(f"envbuild: {line}", err=True))
@@ -957,7 +957,7 @@ def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc,
       envbuild outdated --backend cuda --json
       envbuild outdated --exit-code --markdown > outdated.md   # CI
     """
-    from envbuild.tools import report
+    from envbuild.report import report
 
     m = _load(matrix_path, overrides)
     findings = _outdated(m, backends, _sources(mirrors, ca_bundle, netrc, matrix_path), quiet=as_json)
@@ -995,7 +995,7 @@ def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> Non
         raise click.UsageError("metadata reads the matrix file itself: it takes no --set")
     path = matrix_path or matrix_mod.default_path()
     if refresh:
-        from envbuild.tools.sources import metadata
+        from envbuild.maintain.sources import metadata
 
         sources = _sources(mirrors, ca_bundle, netrc, matrix_path)
         cache, errors, changed = metadata.update(path, sources.index, say=lambda line: click.echo(f"envbuild: {line}", err=True))
@@ -1041,7 +1041,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
       envbuild bump --only transformers --to VERSION
     """
     from envbuild import matrix as matrix_mod
-    from envbuild.tools.sources import bump as bumping
+    from envbuild.maintain.sources import bump as bumping
 
     if overrides:
         raise click.UsageError("bump edits the matrix file itself: it takes no --set")
@@ -1084,7 +1084,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 
 
 def _report_builds(results: list, json_path: str | None, as_json: bool = False) -> None:
-    from envbuild.tools import report
+    from envbuild.report import report
 
     for result in results:
         if result.ok:
@@ -1131,7 +1131,7 @@ def smoke(backends, variant, image, model, timeout, as_json, json_path, junit_pa
     # One container, one run, as a uid the image does not know with group 0 (as OpenShift runs images); always
     # removed. A causal LM also generates greedy tokens; torch.compile is checked where the matrix asks. Under QEMU
     # (another architecture) the result says so and timings and torch.compile are skipped with the reason.
-    from envbuild.tools import report
+    from envbuild.report import report
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends, variant, for_host=True)
@@ -1321,7 +1321,7 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
       envbuild pick --gpu gfx942 --for kubernetes > pod.yaml
       envbuild pick --backend cuda --manifest envbuild-manifest.json --json
     """
-    from envbuild.tools import detect as d, pick as picking
+    from envbuild.host import detect as d, pick as picking
 
     m = _load(matrix_path, overrides)
     described = picking.describe(driver, gpus, f"linux/{host_arch}" if host_arch else None)
@@ -1362,7 +1362,7 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
     if picked.note:
         click.echo(f"note: {picked.note}", err=True)
     if tool:
-        from envbuild.tools import launch
+        from envbuild.host import launch
 
         if tool == "enroot":  # older pyxis cannot read an image index: the platform's own image
             from envbuild.core.platform import host_platform, platform_arch
@@ -1392,8 +1392,8 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
       envbuild detect --json
     """
 
-    from envbuild.tools import report
-    from envbuild.tools import detect as d
+    from envbuild.report import report
+    from envbuild.host import detect as d
 
     m = _load(matrix_path, overrides)
     det = d.detect_host(m, root)
@@ -1433,8 +1433,8 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     """
     # For mps (no container can reach it) it checks the platform and Python's venv instead.
 
-    from envbuild.tools import report as reports
-    from envbuild.tools import doctor as doc
+    from envbuild.report import report as reports
+    from envbuild.host import doctor as doc
 
     m = _load(matrix_path, overrides)
     name = _auto(m, native=True) if backend == "auto" else backend
@@ -1473,7 +1473,7 @@ def config_(as_json: bool, matrix_path: str | None) -> None:
       ENVBUILD_WHEELHOUSE=/srv/wheels envbuild config --json
     """
     from envbuild.core import settings
-    from envbuild.tools import report
+    from envbuild.report import report
 
     site = _site(matrix_path)
     files = {"user": str(settings.user_file()), "project": str(settings.project_file(matrix_path))}
@@ -1513,8 +1513,8 @@ def env(backend: str, directory: Path, python: str | None, force: bool, no_probe
       envbuild env --backend cpu --dir .venv-cpu
     """
 
-    from envbuild.tools import report
-    from envbuild.tools import venv
+    from envbuild.report import report
+    from envbuild.workspace import venv
 
     m = _load(matrix_path, overrides)
     b = m.backend(_auto(m, native=True) if backend == "auto" else backend)
@@ -1577,7 +1577,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
     # The entry: backend, tags, digest, torch / plugin / transformers / accelerate versions (from the image's labels),
     # git revision, date and the smoke result. An image whose labels disagree with the matrix, or whose smoke failed,
     # is refused unless --force. For ghcr.io GITHUB_ACTOR + GITHUB_TOKEN also serve; credential helpers too.
-    from envbuild.tools import report
+    from envbuild.report import report
     from envbuild.ship import publish as p
 
     m = _load(matrix_path, overrides)
@@ -1633,7 +1633,7 @@ def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platf
     """
     # The digest is checked before and after the pull; a mismatch is refused and nothing is tagged. Credentials as
     # for `publish`.
-    from envbuild.tools import report
+    from envbuild.report import report
     from envbuild.ship import pull as p
 
     registry = registry or _site(matrix_path).get("registry")
@@ -1795,7 +1795,8 @@ def matrix_(fmt, backends, per_platform, changed, registry, build_args, inputs, 
       envbuild matrix
       envbuild matrix --format github --per-platform
     """
-    from envbuild.tools import ci, report
+    from envbuild.maintain import ci
+    from envbuild.report import report
 
     m = _load(matrix_path, overrides)
     chosen = _choose(m, backends) if backends else None
@@ -1828,7 +1829,7 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
       envbuild summary results/ --backend all --format markdown \\
           >> "$GITHUB_STEP_SUMMARY"
     """
-    from envbuild.tools import report
+    from envbuild.report import report
 
     docs = report.read_smoke_results(results)
     expected = [b.name for b in _choose(_load(matrix_path, overrides), backends)] if backends else []
@@ -1862,7 +1863,7 @@ def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -
           --history history --output site
     """
     from envbuild import matrix as matrices
-    from envbuild.tools import site
+    from envbuild.report import site
 
     if not (manifest or smoke_json or history):
         raise click.UsageError("give something to show: --manifest, --smoke-json or --history")
@@ -1899,7 +1900,7 @@ def docs_(check, repo) -> None:
     docs/reference/matrix.md from the matrix schema), and the check that every `envbuild ...` line in the
     README and docs/ is a real command with real options. CI runs `envbuild docs --check`.
     """
-    from envbuild.tools import docgen
+    from envbuild.maintain import docgen
 
     pages = docgen.generated(cli)
     problems = docgen.check_files(cli, docgen.doc_files(repo), repo)

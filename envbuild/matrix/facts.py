@@ -3,7 +3,7 @@ from its index (PEP 691/658 metadata, else the wheel) and kept in the repository
 `validate` holds every backend to them with no network.
 
 The cache is `<matrix stem>.metadata.json` beside the matrix (matrix.yaml -> matrix.metadata.json). It is written by
-`envbuild metadata --refresh` and by `envbuild bump` (envbuild/tools/sources/metadata.py), never by hand. Per distribution
+`envbuild metadata --refresh` and by `envbuild bump` (envbuild/maintain/sources/metadata.py), never by hand. Per distribution
 it lists releases newest first, down to the oldest pinned one and to the newest that fits each backend, so that an
 error can name the newest release that would fit. A fact the cache lacks is unknown, never an error here
 (`envbuild metadata --check` names what is missing).

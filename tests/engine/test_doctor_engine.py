@@ -15,7 +15,7 @@ pytestmark = pytest.mark.docker
 def roomy(docker_client) -> bool:
     """Whether Docker's data root has the 10 GiB doctor asks of a cpu build: a fact of the host, not of envbuild
     (where it lacks them, the disk check must fail and say so)."""
-    from envbuild.tools.doctor import DISK_GIB
+    from envbuild.host.doctor import DISK_GIB
 
     return shutil.disk_usage(docker_client.info()["DockerRootDir"]).free >= DISK_GIB["cpu"] * 2**30
 

@@ -114,7 +114,7 @@ def _push(registry: testbed.Registry, ref: str, content: str, workdir: Path) -> 
 
 def _digest(registry: testbed.Registry, ref: str) -> str:
     from envbuild.core.imageref import Reference
-    from envbuild.tools.sources.tags import RegistryClient
+    from envbuild.maintain.sources.tags import RegistryClient
 
     parsed = Reference.parse(f"{registry.host}/{ref}")
     return RegistryClient().digest(parsed, parsed.tag)

@@ -13,7 +13,7 @@ import pytest
 
 from support.constants import CPU_SET, MATRIX, TORCH, VENDOR_TORCH
 
-from envbuild.tools import venv
+from envbuild.workspace import venv
 from envbuild.matrix import load
 from envbuild.core.paths import PROBE
 
@@ -253,7 +253,7 @@ def test_auto_accepts_mps_on_a_mac(invoke, tmp_path, monkeypatch):
 
     from support.hosts import make_root
 
-    from envbuild.tools import detect
+    from envbuild.host import detect
 
     (tmp_path / "bin").mkdir()
     monkeypatch.setattr(detect, "detect", functools.partial(detect.detect, root=make_root(tmp_path), path_env=str(tmp_path / "bin"),

@@ -14,7 +14,7 @@ from envbuild import matrix
 from envbuild.core import distbase
 from envbuild.core.distbase import CannotMake, base_ways_out, makeable, suite_for
 from envbuild.core.errors import InvalidInput
-from envbuild.tools import base
+from envbuild.workspace import base
 
 RELEASE = b"""-----BEGIN PGP SIGNED MESSAGE-----
 Hash: SHA256

@@ -12,7 +12,7 @@ import pytest
 from support.fakes import FakeEngine
 from test_render import RENDERED, runs
 
-from envbuild.tools import clean
+from envbuild.workspace import clean
 from envbuild.imagebuild import builder
 from envbuild.render import UV_STEP as SCRIPT
 

@@ -12,14 +12,14 @@ from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 from support.hosts import VENDORS, make_root
 
-from envbuild.tools import report
+from envbuild.report import report
 from envbuild import smoke
 from envbuild.imagebuild import locking, plan
-from envbuild.tools import detect
+from envbuild.host import detect
 from envbuild.core.errors import BuildError, DockerError, EnvbuildError, InvalidInput
 from envbuild.matrix import load
-from envbuild.tools.sources import Sources
-from envbuild.tools.sources import bump as bumping
+from envbuild.maintain.sources import Sources
+from envbuild.maintain.sources import bump as bumping
 from envbuild.ship.trust.verify import split_image
 
 MATRIX = load(MATRIX_PATH)
@@ -105,7 +105,7 @@ def test_published_summary():
 
 
 def test_ci_rows():
-    from envbuild.tools import ci
+    from envbuild.maintain import ci
 
     doc = ci.github_matrix(MATRIX, [MATRIX.backend("cpu")])
     (row,) = report.ci_rows(doc)

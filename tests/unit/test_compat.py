@@ -11,7 +11,7 @@ from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 from support.hosts import VENDORS, add_driver, kfd_nodes, make_root, nvidia_version, own_path
 
-from envbuild.tools import report
+from envbuild.report import report
 from envbuild.core.errors import HostMismatch, MatrixError
 from envbuild.matrix import compat
 from envbuild.core import hostfacts as drivers
@@ -222,7 +222,7 @@ def test_pull_refuses_before_downloading(tmp_path):
 
 
 def test_doctor_lists_the_same_check(tmp_path):
-    from envbuild.tools import doctor
+    from envbuild.host import doctor
     from envbuild.core.checks import Check
 
     root = host(tmp_path, "cuda", nvidia_version("535.104.05"))
@@ -242,7 +242,7 @@ def test_doctor_lists_the_same_check(tmp_path):
 
 
 def test_detect_reports_the_driver_and_architectures(tmp_path):
-    from envbuild.tools.detect import detect
+    from envbuild.host.detect import detect
 
     root = host(tmp_path, "cuda", nvidia_version("580.95.05"), tool="9.0")
     f = detect(M, root, path_env=str(root / "usr/bin")).finding("cuda")
@@ -304,7 +304,7 @@ VARIANT = ('backends.cuda-cu126={variant_of: cuda, description: "NVIDIA GPU (CUD
 
 
 def test_a_variant_shares_its_base_backend_and_overrides_what_it_sets():
-    from envbuild.tools import ci
+    from envbuild.maintain import ci
 
     m = load(MATRIX_PATH, [VARIANT])
     base, v = m.backend("cuda"), m.backend("cuda-cu126")
@@ -345,7 +345,7 @@ def test_a_variant_keeps_its_base_device():
     ({}, "cuda", "cuda, the newest variant (cannot tell the host's NVIDIA driver version: not a refusal)"),  # unknown is never a refusal
 ])
 def test_auto_picks_the_newest_variant_the_hosts_driver_runs(tmp_path, files, chosen, said):
-    from envbuild.tools import detect as d
+    from envbuild.host import detect as d
 
     m = load(MATRIX_PATH, [VARIANT])
     root = host(tmp_path, "cuda", files)
@@ -357,7 +357,7 @@ def test_auto_picks_the_newest_variant_the_hosts_driver_runs(tmp_path, files, ch
 
 def test_auto_refuses_when_no_variant_fits_naming_the_driver_and_the_upgrade(tmp_path):
     from envbuild.core.errors import NoVariantFitsError
-    from envbuild.tools import detect as d
+    from envbuild.host import detect as d
 
     root = host(tmp_path, "cuda", nvidia_version("525.60.12"))
     with pytest.raises(NoVariantFitsError) as err:
@@ -368,7 +368,7 @@ def test_auto_refuses_when_no_variant_fits_naming_the_driver_and_the_upgrade(tmp
 
 
 def test_variants_of_two_devices_are_still_a_choice_to_make(tmp_path):
-    from envbuild.tools import detect as d
+    from envbuild.host import detect as d
 
     m = load(MATRIX_PATH, [VARIANT])
     root = make_root(tmp_path, ["/dev/nvidiactl", "/dev/nvidia0", "/dev/dri/renderD128", "/dev/dri/renderD129"],

@@ -11,7 +11,7 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.hosts import VENDORS, make_root
 
-from envbuild.tools.detect import (
+from envbuild.host.detect import (
     AmbiguousBackendError,
     Detection,
     PciDevice,
@@ -20,7 +20,7 @@ from envbuild.tools.detect import (
     detect,
     docker_runtimes_from_engine,
 )
-from envbuild.tools.report import detect_text
+from envbuild.report.report import detect_text
 from envbuild.core.errors import EnvbuildError, NotContainerizableError
 from envbuild.matrix import load
 
@@ -305,7 +305,7 @@ def test_docker_runtimes_from_engine(monkeypatch):
 def test_import_is_light():
     import subprocess
 
-    code = "import sys, envbuild.tools.detect; print('docker' in sys.modules, 'click' in sys.modules)"
+    code = "import sys, envbuild.host.detect; print('docker' in sys.modules, 'click' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 

@@ -16,7 +16,7 @@ from support.constants import REPO
 
 from envbuild.cli import cli
 from envbuild.matrix import schema
-from envbuild.tools import docgen
+from envbuild.maintain import docgen
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -183,7 +183,7 @@ def test_every_page_is_in_the_nav_and_there_are_the_pages_the_reader_needs() -> 
                    "explanation/design.md", "explanation/performance.md"):
         assert needed in pages
     assert "https://envbuild.github.io/envbuild/" in str(config["nav"])  # the status page, from the docs
-    assert 'docs/index.html">documentation' in (REPO / "envbuild/tools/site/base.html.j2").read_text()  # and back
+    assert 'docs/index.html">documentation' in (REPO / "envbuild/report/site/base.html.j2").read_text()  # and back
 
 
 def test_ci_builds_the_docs_strictly_and_checks_them() -> None:

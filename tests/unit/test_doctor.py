@@ -17,8 +17,8 @@ from support.hosts import VENDORS, add_driver, make_root, nvidia_version
 from envbuild.core import engine
 from envbuild.imagebuild import builder
 from envbuild.core.errors import DockerError
-from envbuild.tools import doctor
-from envbuild.tools.report import doctor_text as report_text
+from envbuild.host import doctor
+from envbuild.report.report import doctor_text as report_text
 from envbuild.matrix import load
 from envbuild.smoke import preflight
 

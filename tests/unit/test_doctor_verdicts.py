@@ -16,8 +16,8 @@ from support.hosts import make_root
 
 from envbuild.imagebuild import builder
 from envbuild.matrix import load
-from envbuild.tools import doctor
-from envbuild.tools.report import doctor_text
+from envbuild.host import doctor
+from envbuild.report.report import doctor_text
 
 
 class _V2(http.server.BaseHTTPRequestHandler):

@@ -8,7 +8,7 @@ import subprocess
 
 from support.constants import FIXED
 
-from envbuild.tools.run import pasteable
+from envbuild.workspace.run import pasteable
 
 
 def test_list_fits_100_columns_with_description_and_transformers(invoke) -> None:

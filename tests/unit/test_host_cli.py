@@ -12,7 +12,7 @@ import pytest
 from support.constants import MATRIX
 from support.hosts import VENDORS, make_root
 
-from envbuild.tools import detect as d
+from envbuild.host import detect as d
 from envbuild.matrix import load
 
 MIXED = (

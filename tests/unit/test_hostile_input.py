@@ -652,7 +652,7 @@ def test_render_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tm
 @pytest.mark.parametrize("k", range(1, 12))
 def test_bump_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tmp_path):
     from envbuild.core.errors import EnvbuildError
-    from envbuild.tools.sources.bump import bump
+    from envbuild.maintain.sources.bump import bump
 
     path = tmp_path / "matrix.yaml"
     path.write_text(MATRIX.read_text())
@@ -692,7 +692,7 @@ BUMP_ONE = """
 import sys
 from pathlib import Path
 from envbuild.core.errors import EnvbuildError
-from envbuild.tools.sources.bump import bump
+from envbuild.maintain.sources.bump import bump
 try:
     bump(Path(sys.argv[1]), {f"backends.{sys.argv[2]}.description": f"Edited {sys.argv[2]}"}, Path(sys.argv[3]))
 except EnvbuildError as exc:
@@ -722,7 +722,7 @@ def test_concurrent_bumps_keep_every_change(tmp_path):
 def test_shared_caches_use_names_of_their_own(tmp_path):
     import threading
 
-    from envbuild.tools.sources.index import _store
+    from envbuild.maintain.sources.index import _store
 
     target = tmp_path / "cache" / "x.METADATA"
     errors = []
@@ -744,7 +744,7 @@ def test_shared_caches_use_names_of_their_own(tmp_path):
 
 def test_a_held_edit_lock_makes_a_bump_refuse_busy(tmp_path, monkeypatch):
     from envbuild.core.errors import EnvbuildError
-    from envbuild.tools.sources import bump as bumping
+    from envbuild.maintain.sources import bump as bumping
 
     path = tmp_path / "matrix.yaml"
     path.write_text(MATRIX.read_text())
@@ -798,8 +798,8 @@ TO_PAYLOADS = ["5.24.0\n  env: {LD_PRELOAD: /tmp/x.so}", '5.24.0"', "5.24.0'", "
 @pytest.mark.parametrize("payload", TO_PAYLOADS, ids=range(len(TO_PAYLOADS)))
 def test_bump_to_is_validated_like_the_matrix_before_anything_is_written(payload, tmp_path):
     from envbuild.core.errors import InvalidInput
-    from envbuild.tools.sources import Finding
-    from envbuild.tools.sources.bump import changes
+    from envbuild.maintain.sources import Finding
+    from envbuild.maintain.sources.bump import changes
 
     found = [Finding("transformers.version", None, "src", "5.23.0", "5.24.0", "5.24.0")]
     with pytest.raises(InvalidInput) as err:
@@ -868,7 +868,7 @@ class _Answer:
 
 
 def _client(answer):
-    from envbuild.tools.sources.index import IndexClient
+    from envbuild.maintain.sources.index import IndexClient
 
     client = IndexClient()
     client._open = lambda *a, **k: answer
@@ -880,7 +880,7 @@ def _client(answer):
                                   b"\xff\xfe", b"[" * 100000, b'{"files": [{"filename": "x-1.0-py3-none-any.whl", "url": "u", '
                                   b'"hashes": {"sha256": "../../../../etc/x"}}]}'])
 def test_malformed_index_answers_are_source_errors(body):
-    from envbuild.tools.sources.index import SourceError
+    from envbuild.maintain.sources.index import SourceError
 
     try:
         files = _client(_Answer(body=body)).files("https://idx.example/simple", "x")
@@ -890,7 +890,7 @@ def test_malformed_index_answers_are_source_errors(body):
 
 
 def test_an_endless_index_answer_is_cut_at_the_cap(monkeypatch):
-    from envbuild.tools.sources import index
+    from envbuild.maintain.sources import index
 
     monkeypatch.setattr(index, "MAX_PAGE", 1 << 20)
     answer = _Answer(endless=True)
@@ -903,7 +903,7 @@ def test_an_endless_index_answer_is_cut_at_the_cap(monkeypatch):
                                     "x" * 10000])
 def test_an_index_reason_phrase_reaches_no_terminal_raw(reason):
     from envbuild.core.output import SafeStream, Scrubber
-    from envbuild.tools.sources.index import SourceError
+    from envbuild.maintain.sources.index import SourceError
 
     with pytest.raises(SourceError) as err:
         _client(_Answer(status=503, reason=reason)).files("https://idx.example/simple", "x")
@@ -918,8 +918,8 @@ def test_an_index_reason_phrase_reaches_no_terminal_raw(reason):
 @pytest.mark.parametrize("body", [b"{", b"[]", b'{"tags": 5}', b'{"tags": [1, null, "ok-1", "bad tag", "-x"]}', b"\xff",
                                   b"[" * 100000])
 def test_malformed_registry_answers_are_source_errors(body):
-    from envbuild.tools.sources.index import SourceError
-    from envbuild.tools.sources.tags import _tag_list
+    from envbuild.maintain.sources.index import SourceError
+    from envbuild.maintain.sources.tags import _tag_list
 
     try:
         tags = _tag_list(body, "reg.example")
@@ -1046,7 +1046,7 @@ def test_lock_check_through_the_cli_leaves_the_folder_as_it_was(invoke, tmp_path
 
 @pytest.mark.parametrize("garbage", [b"\xff\xfe\x00", b"", os.urandom(512)])
 def test_a_corrupt_metadata_cache_is_fetched_again(garbage, tmp_path):
-    from envbuild.tools.sources.index import _cached
+    from envbuild.maintain.sources.index import _cached
 
     path = tmp_path / ("a" * 64 + ".METADATA")
     path.write_bytes(garbage)

@@ -1,7 +1,8 @@
 """The folders are the layers: each top-level folder of envbuild is one, in the order data flows, and a folder
 imports only the folders below it. No table re-cuts the tree: the unit of a module is its top-level folder.
 
-    core (shared pieces) < matrix < render < lock < imagebuild < smoke < ship < tools < cli
+    core (shared pieces) < matrix < render < lock < imagebuild < smoke < ship   (the stages)
+        < host < workspace < report < maintain   (beside the stages, using them)   < cli
 
 Every import of every envbuild module is read (ast: at top level, inside functions and under `if TYPE_CHECKING:`,
 which is a dependency all the same) and each edge between folders is held to the order; nothing closes a cycle.
@@ -20,9 +21,13 @@ ROOT = Path(envbuild.__file__).parent
 LAYERS: dict[str, int] = {
     "core": 0,  # errors, files, output, imageref, platform, hostfacts, regclient, credentials, the engine
     "matrix": 1, "render": 2, "lock": 3, "imagebuild": 4, "smoke": 5, "ship": 6,  # the stages, as data flows
-    "tools": 7,  # beside the stages, using them: detect, doctor, pick, venv, run, sources, site, report, ci, clean
-    "cli": 8,
-    "envbuild": 9, "__main__": 9,  # the package itself and `python -m envbuild`
+    # beside the stages, using them, each named for what it serves:
+    "host": 7,  # questions about a host, this one or one described: detect, doctor, pick, launch, engine_setup
+    "workspace": 8,  # what envbuild keeps on the user's machine: run, venv (`env`), base, clean
+    "report": 9,  # what commands print at length: report, site
+    "maintain": 10,  # keeping the matrix current: sources (outdated, bump), ci, docgen
+    "cli": 11,
+    "envbuild": 12, "__main__": 12,  # the package itself and `python -m envbuild`
 }
 BUILD_OUTPUT_NAMES = {"build", "dist", "out", "target"}  # ignore templates and tools take these for build output
 
@@ -136,8 +141,8 @@ def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
     assert "envbuild.core.platform" in edges["envbuild.lock"]  # ... and imports inside functions
     wrong = {**edges, "envbuild.render": edges["envbuild.render"] | {"envbuild.ship.publish"}}
     assert any("render" in p and "ship" in p for p in problems(wrong))
-    cycle = {**edges, "envbuild.smoke.runner": edges["envbuild.smoke.runner"] | {"envbuild.tools.doctor"}}
-    assert any(p.startswith("import cycle") and "smoke" in p and "tools" in p for p in problems(cycle))
+    cycle = {**edges, "envbuild.smoke.runner": edges["envbuild.smoke.runner"] | {"envbuild.host.doctor"}}
+    assert any(p.startswith("import cycle") and "smoke" in p and "host" in p for p in problems(cycle))
     compat = {**edges, "envbuild.matrix.compat": edges["envbuild.matrix.compat"] | {"envbuild.smoke.preflight"}}
     assert problems(compat)
     assert "envbuild.lock" in edges["envbuild.imagebuild.locking"]  # the build resolves locks ...
@@ -152,10 +157,10 @@ def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
 PROCESSES = {
     "envbuild.core.engine": "the docker client: builds, `envbuild run`, its version",
     "envbuild.core.podman": "the podman command: every question to Podman, its containers, pushes and pulls",
-    "envbuild.tools.engine_setup": "installing and starting a daemon: apt-get, systemctl, dockerd",
+    "envbuild.host.engine_setup": "installing and starting a daemon: apt-get, systemctl, dockerd",
     "envbuild.core.hostfacts": "the vendors' tools (nvidia-smi, ...) where no file says the driver version",
-    "envbuild.tools.venv": "python -m venv and pip for `envbuild env`",
-    "envbuild.tools.base": "mmdebstrap, making a base image from a distribution's archive",
+    "envbuild.workspace.venv": "python -m venv and pip for `envbuild env`",
+    "envbuild.workspace.base": "mmdebstrap, making a base image from a distribution's archive",
     "envbuild.ship.manifest": "git, for the revision the manifest records",
     "envbuild.lock.resolve": "pip inside the image being locked (runs there, not here)",
 }
@@ -207,4 +212,4 @@ def test_no_module_that_starts_processes_starts_a_docker_client_but_the_engine()
 def test_setting_up_a_daemon_is_the_cli_s_alone():
     """host.engine_setup administers the system (apt-get, systemctl, dockerd): no stage, and nothing of the library
     but the command line, reaches it."""
-    assert [m for m, targets in imports().items() if "envbuild.tools.engine_setup" in targets] == ["envbuild.cli"]
+    assert [m for m, targets in imports().items() if "envbuild.host.engine_setup" in targets] == ["envbuild.cli"]

@@ -11,13 +11,13 @@ import pytest
 from support.pyindex import SimpleIndex
 
 from envbuild import render
-from envbuild.tools import report
+from envbuild.report import report
 from envbuild.core.errors import InvalidInput, MatrixError
 from envbuild.matrix import facts, load
-from envbuild.tools.sources import Sources, outdated
-from envbuild.tools.sources.bump import bump, changes, working
-from envbuild.tools.sources.index import IndexClient
-from envbuild.tools.sources.metadata import update
+from envbuild.maintain.sources import Sources, outdated
+from envbuild.maintain.sources.bump import bump, changes, working
+from envbuild.maintain.sources.index import IndexClient
+from envbuild.maintain.sources.metadata import update
 from envbuild.core.imageref import Reference
 
 X86 = "cp312-cp312-manylinux_2_28_x86_64"
@@ -295,7 +295,7 @@ def test_the_bump_command_s_library_run(world):
     """sources.bump.run, as `envbuild bump` calls it: a dry run writes nothing and says what it would do; a real one
     writes the matrix and names the locks it leaves (--no-lock), asking no engine."""
     from envbuild.imagebuild import plan
-    from envbuild.tools.sources import bump as bumping
+    from envbuild.maintain.sources import bump as bumping
 
     path, project = world["path"], world["project"]
     lock = project / "locks" / "old" / "linux-amd64.txt"

@@ -144,8 +144,8 @@ def test_a_token_service_is_cut_off_at_the_deadline(server):
 
 def test_tag_listing_for_outdated_is_cut_off(server):
     from envbuild.core.imageref import Reference
-    from envbuild.tools.sources.index import SourceError
-    from envbuild.tools.sources.tags import RegistryClient
+    from envbuild.maintain.sources.index import SourceError
+    from envbuild.maintain.sources.tags import RegistryClient
 
     ref = Reference.parse(f"{server.host}/team/base:1.0")
     _cut_off(lambda: RegistryClient().tags(ref), SourceError)
@@ -154,7 +154,7 @@ def test_tag_listing_for_outdated_is_cut_off(server):
 
 
 def test_a_package_index_read_is_cut_off(server):
-    from envbuild.tools.sources.index import File, IndexClient, SourceError
+    from envbuild.maintain.sources.index import File, IndexClient, SourceError
     from packaging.version import Version
 
     message = _cut_off(lambda: IndexClient().files(f"http://{server.host}/simple", "torch"), SourceError)
@@ -238,7 +238,7 @@ def test_publishs_content_query_gives_up_at_the_deadline_and_says_so(server):
 def test_a_tls_handshake_that_never_completes_is_cut_off_at_the_deadline(monkeypatch):
     """The server takes the connection and says nothing: each read of the handshake has the per-read timeout
     (30 s), the whole answer only the deadline."""
-    from envbuild.tools.sources.index import IndexClient, SourceError
+    from envbuild.maintain.sources.index import IndexClient, SourceError
 
     monkeypatch.setenv("ENVBUILD_NET_DEADLINE", str(DEADLINE))
     server = FaultServer("silent")

@@ -8,7 +8,7 @@ import sys
 import pytest
 from support.fakes import FakeEngine
 
-from envbuild.tools import clean
+from envbuild.workspace import clean
 from envbuild.core import owner
 from envbuild.core.owner import OWNED_LABEL, OWNER_LABEL, Container, Owner
 

@@ -41,8 +41,8 @@ def test_the_wheel_holds_only_what_users_run(tmp_path):
     for needed in ("envbuild/cli/__init__.py", "envbuild/core/engine.py", "envbuild/render/templates/Dockerfile.j2",
                    "envbuild/render/scripts/uv-step.sh",
                    "envbuild/smoke/probe.py", "envbuild/lock/resolve.py", "envbuild/ship/sbom.py",
-                   "envbuild/imagebuild/plan.py", "envbuild/ship/publish.py", "envbuild/tools/doctor.py",
-                   "envbuild/tools/site/base.html.j2"):
+                   "envbuild/imagebuild/plan.py", "envbuild/ship/publish.py", "envbuild/host/doctor.py",
+                   "envbuild/report/site/base.html.j2"):
         assert needed in names
     assert packaged_matrix == MATRIX.read_bytes()  # the checkout's matrix itself, not a link to it
     assert packaged_facts == MATRIX.with_name("matrix.metadata.json").read_bytes()  # validate reads it beside the matrix

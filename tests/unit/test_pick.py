@@ -101,7 +101,7 @@ def test_below_every_floor_is_refused_naming_the_lowest_driver_and_what_is_left(
 
 def test_doctor_and_pick_name_the_same_lowest_driver(invoke, tmp_path):
     from envbuild.core.checks import Check
-    from envbuild.tools import doctor
+    from envbuild.host import doctor
     from support.fakes import FakeEngine
 
     for driver in ("470.82.01", "535.104.05"):

@@ -286,7 +286,7 @@ def test_no_podman_says_how_to_install_it(monkeypatch, tmp_path):
 
 def test_podmans_checks_block_building_as_dockers_do():
     from envbuild.core.checks import Check
-    from envbuild.tools import doctor
+    from envbuild.host import doctor
 
     for name in ("podman", "podman storage", "podman rootless", "podman ulimits"):
         assert doctor.purposes(Check(name, False, "x")) == ("build", "run"), name
@@ -299,7 +299,7 @@ def test_run_dry_run_prints_the_line_podman_is_given(tmp_path, monkeypatch):
     import io
 
     from envbuild.matrix import load
-    from envbuild.tools import run as runs
+    from envbuild.workspace import run as runs
 
     root = _host(tmp_path, ["nvidia0", "nvidiactl"], {"etc/cdi/nvidia.yaml": NVIDIA_SPEC})
     real = podman.device_args

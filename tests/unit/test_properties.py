@@ -247,7 +247,7 @@ def test_a_manifest_loads_or_is_refused_and_an_index_joins_or_is_refused(tmp_pat
 @given(JSON)
 def test_a_registry_index_and_a_package_index_page_of_any_shape_are_read_or_refused(doc):
     from envbuild.core.regclient import Manifest, sha256
-    from envbuild.tools.sources.index import _from_json
+    from envbuild.maintain.sources.index import _from_json
 
     raw = json.dumps({"manifests": doc} if not isinstance(doc, dict) else doc).encode()
     platforms = own_error(lambda: Manifest("application/vnd.oci.image.index.v1+json", sha256(raw), raw).platforms())

@@ -19,8 +19,8 @@ from envbuild.core import netprobe
 from envbuild.core.errors import UnreachableError
 from envbuild.imagebuild import builder, reach
 from envbuild.matrix import load
-from envbuild.tools import doctor
-from envbuild.tools.report import doctor_text
+from envbuild.host import doctor
+from envbuild.report.report import doctor_text
 
 BUDGET = 2.0
 

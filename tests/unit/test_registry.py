@@ -13,7 +13,8 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 
-from envbuild.tools import ci, report
+from envbuild.maintain import ci
+from envbuild.report import report
 from envbuild.core.engine import StreamBroken
 from envbuild.core.errors import (
     DigestMismatchError,

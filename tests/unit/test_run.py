@@ -10,10 +10,10 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 
 from envbuild.core import engine as engines, owner
-from envbuild.tools import run as runner
+from envbuild.workspace import run as runner
 from envbuild.imagebuild import builder
 from envbuild.core.errors import DockerError, InvalidInput
-from envbuild.tools import engine_setup
+from envbuild.host import engine_setup
 from envbuild.matrix import load
 
 MATRIX = load(MATRIX_PATH)

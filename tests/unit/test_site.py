@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from support.constants import MATRIX as FIXED  # the product's matrix: its host driver minimums
 
-from envbuild.tools import site
+from envbuild.report import site
 from envbuild.core.errors import InvalidInput
 from envbuild.matrix import load
 
@@ -255,7 +255,7 @@ def test_the_grid_in_the_browser_matches_the_inputs(built: tuple[Path, dict[str,
     assert cuda.attrs["data-result"] == "fail" and "\u2717 FAIL" in cuda.text() and "since 2026-12-01" in cuda.text()
     assert "generate: FAILED: out of memory" in cuda.text() and "NVIDIA H100 80GB HBM3" in cuda.text()
     assert cell(rows["cuda"], "data-field", "signature").text() == "NOT verified"
-    from envbuild.tools import report
+    from envbuild.report import report
 
     # The needs the published image's labels record (the manifest), else the matrix's (as `list --compat`).
     assert cell(rows["cuda"], "data-field", "min_driver").text() == "nvidia>=580.65.06 (cuda 13.0)"
@@ -304,7 +304,7 @@ def test_hostile_values_show_as_text_not_markup(built: tuple[Path, dict[str, Any
 
 @pytest.mark.needs("chromium")
 def test_a_backend_page_has_its_checks_run_lines_pins_and_changes(built: tuple[Path, dict[str, Any]]) -> None:
-    from envbuild.tools import report
+    from envbuild.report import report
 
     out, _ = built
     m = load(FIXED, MATRIX_SET)
@@ -569,7 +569,7 @@ def test_a_plugin_version_the_probe_saw_is_named_by_its_package(tmp_path: Path) 
 
 
 def test_the_signature_state_is_what_publish_records_when_it_signs():
-    from envbuild.tools.site import signature
+    from envbuild.report.site import signature
 
     signed = {"key": "3f2a9c0d11e2b4c5d6e7f8", "signatures": [{"digest": "sha256:a"}, {"digest": "sha256:b"}],
               "attestations": [{"digest": "sha256:a"}]}

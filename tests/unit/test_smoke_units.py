@@ -11,7 +11,7 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 
-from envbuild.tools import report
+from envbuild.report import report
 from envbuild import smoke
 from envbuild.core.errors import InvalidInput
 from envbuild.matrix import load
@@ -38,7 +38,7 @@ def test_preflight_names_the_missing_piece(tmp_path):
 @pytest.mark.parametrize("backend", ["cuda", "hpu", "musa", "rocm"])
 def test_smoke_and_doctor_give_the_same_fix(tmp_path, backend):
     """One copy of each check: the line smoke refuses with is the check doctor lists."""
-    from envbuild.tools import doctor
+    from envbuild.host import doctor
 
     b = MATRIX.backend(backend)
     with pytest.raises(smoke.SmokeError) as refused:

@@ -9,11 +9,11 @@ from support.constants import MATRIX
 from envbuild.core.errors import InvalidInput, MatrixError
 from envbuild.matrix import load, loads
 from envbuild.matrix.edit import apply
-from envbuild.tools.sources import Finding
-from envbuild.tools.sources.bump import bump, changes, check_only, select
-from envbuild.tools.sources.index import _from_html, requirement_of
+from envbuild.maintain.sources import Finding
+from envbuild.maintain.sources.bump import bump, changes, check_only, select
+from envbuild.maintain.sources.index import _from_html, requirement_of
 from envbuild.core.imageref import Reference
-from envbuild.tools.sources.tags import follow, newer_tags
+from envbuild.maintain.sources.tags import follow, newer_tags
 
 
 @pytest.mark.parametrize("current, tags, repo, expected", [

@@ -19,7 +19,7 @@ import yaml
 from support.constants import MATRIX as MATRIX_PATH
 from support.constants import REPO
 
-from envbuild.tools import ci
+from envbuild.maintain import ci
 from envbuild.matrix import load
 
 WORKFLOWS = REPO / ".github" / "workflows"

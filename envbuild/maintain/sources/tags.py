@@ -12,7 +12,7 @@ from envbuild.core.errors import RegistryError
 from envbuild.core.imageref import Reference
 from envbuild.core.regclient import Registry, tag_list
 from envbuild.ship.session import unreachable_reason
-from envbuild.tools.sources.index import SourceError
+from envbuild.maintain.sources.index import SourceError
 
 
 class RegistryClient:

@@ -16,9 +16,9 @@ from envbuild.smoke.runner import result_problem
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from envbuild.tools.detect import Detection, Finding
-    from envbuild.tools.doctor import Report
-    from envbuild.tools.venv import EnvResult
+    from envbuild.host.detect import Detection, Finding
+    from envbuild.host.doctor import Report
+    from envbuild.workspace.venv import EnvResult
 
 
 def backend_summary(b: Backend, m: Matrix | None = None) -> dict[str, Any]:
@@ -472,7 +472,7 @@ def doctor_text(report: Report) -> str:
         lines.append(f"  {c.status:<4}  {c.name:<{width}}  {c.detail}")
         if not c.ok and c.fix:
             lines.append(f"        {'':<{width}}  fix: {c.fix}")
-    from envbuild.tools.doctor import purposes
+    from envbuild.host.doctor import purposes
 
     how = "" if report.containerizable else " natively (`envbuild env`)"
     for purpose, ok in report.verdicts.items():

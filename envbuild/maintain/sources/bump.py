@@ -17,7 +17,7 @@ from envbuild.core.paths import PACKAGE
 from envbuild.matrix.model import Matrix
 from envbuild.matrix.rules import torch_required
 from envbuild.matrix.schema import check_field
-from envbuild.tools.sources import Finding, Sources, outdated
+from envbuild.maintain.sources import Finding, Sources, outdated
 
 if TYPE_CHECKING:
     from envbuild.imagebuild.locking import LockResult
@@ -97,7 +97,7 @@ def changes(findings: list[Finding], only: tuple[str, ...] = (), to: str | None 
     out = {f.field: to}
     dist = f.field.split(".")[0]
     if dist in ("transformers", "accelerate") and matrix is not None and sources is not None:
-        from envbuild.tools.sources import needs_torch
+        from envbuild.maintain.sources import needs_torch
 
         spec = needs_torch(sources, matrix, dist, to)
         if spec:
@@ -175,7 +175,7 @@ def _bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run:
     cache_path = facts.path_for(matrix_path)
     cache = facts.read(cache_path)
     if cache is not None and index is not None:
-        from envbuild.tools.sources.metadata import refresh
+        from envbuild.maintain.sources.metadata import refresh
 
         errors = refresh(loads(text, str(matrix_path)), cache, index)
         if errors:
@@ -192,7 +192,7 @@ def _bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run:
         derived[cache_path] = cache.text()
     compat = Path(matrix_path).parent / "COMPATIBILITY.md"
     if compat.is_file():  # what `list --compat --check COMPATIBILITY.md` compares with
-        from envbuild.tools import report
+        from envbuild.report import report
 
         derived[compat] = report.compat_markdown(report.compat_rows(result.matrix))
     # all or nothing; unchanged files are left out: what is listed was written

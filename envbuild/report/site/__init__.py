@@ -22,14 +22,14 @@ from typing import Any, Callable
 
 import jinja2
 
-from envbuild.tools import report
+from envbuild.report import report
 from envbuild.core.errors import EnvbuildError, InvalidInput
 from envbuild.core.files import read_json
 from envbuild.matrix import Backend, Matrix, not_containerizable_message
 from envbuild.ship import manifest as manifests
 from envbuild.core.text import shown
-from envbuild.tools.run import RunOptions, invocation
-from envbuild.tools.site import charts
+from envbuild.workspace.run import RunOptions, invocation
+from envbuild.report.site import charts
 
 HERE = Path(__file__).parent
 MARKER = ".envbuild-site"  # in every site written: only such a folder (or an empty one) is replaced

@@ -27,7 +27,7 @@ from envbuild.core.checks import Check, skip as _skip
 from envbuild.core.owner import left_behind
 from envbuild.matrix import compat
 from envbuild.core.platform import can_run, emulation_fix, host_platform
-from envbuild.tools.detect import detect
+from envbuild.host.detect import detect
 
 if TYPE_CHECKING:
     from envbuild.core.engine import EngineAPI

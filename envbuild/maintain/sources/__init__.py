@@ -19,9 +19,9 @@ from envbuild.matrix import rules
 from envbuild.matrix.facts import Facts
 from envbuild.matrix.model import Backend, Matrix
 from envbuild.core.imageref import Reference, mirror, parse_mirror
-from envbuild.tools.sources.index import IndexClient, SourceError
-from envbuild.tools.sources.metadata import record
-from envbuild.tools.sources.tags import RegistryClient, follow, newer_tags
+from envbuild.maintain.sources.index import IndexClient, SourceError
+from envbuild.maintain.sources.metadata import record
+from envbuild.maintain.sources.tags import RegistryClient, follow, newer_tags
 
 __all__ = ["Finding", "Sources", "SourceError", "outdated"]
 

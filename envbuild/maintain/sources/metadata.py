@@ -14,7 +14,7 @@ from envbuild.matrix import facts as facts_mod
 from envbuild.matrix.facts import EXTRA, Facts, Wheel, carried, wheel_tag
 from envbuild.matrix.load import load
 from envbuild.matrix.model import Matrix
-from envbuild.tools.sources.index import File, IndexClient, SourceError, requirement_of
+from envbuild.maintain.sources.index import File, IndexClient, SourceError, requirement_of
 
 MAX_RELEASES = 40  # per distribution and refresh: enough to reach back past a Python or torch a vendor base lags
 

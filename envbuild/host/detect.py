@@ -265,7 +265,7 @@ def _driver(b: Backend, root: Path, env: dict[str, Any], f: Finding) -> None:
     stack = stacks.STACKS[b.host.stack]
     cache = env.setdefault("drivers", {})
     if stack.driver not in cache:
-        cache[stack.driver] = drivers.read(stack.driver, root, env["path_env"], env.get("runner") or drivers.run_tool)
+        cache[stack.driver] = stacks.read_driver(stack.driver, root, env["path_env"], env.get("runner") or drivers.run_tool)
     host = cache[stack.driver]
     if host.version:
         f.evidence.append(Evidence("driver", f"{stack.driver_title} {host.version} ({', '.join(host.evidence)})"))

@@ -29,7 +29,7 @@ class Described:
     @property
     def stack(self) -> str | None:
         """cuda or rocm from the GPUs named; cuda for a driver alone (a version is NVIDIA's way of saying it)."""
-        kinds = {stacks.arch_stack(a) for a in self.archs}
+        kinds = {k for a in self.archs if (k := stacks.arch_stack(a))}
         if len(kinds) > 1:
             raise InvalidInput("--gpu names NVIDIA and AMD GPUs together: one host runs one image; ask once per kind")
         return kinds.pop() if kinds else ("cuda" if self.driver else None)

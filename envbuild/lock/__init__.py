@@ -151,12 +151,9 @@ def _short(value: Any) -> str:
 
 # --- a lock holds the backend's own build of torch ----------------------------------------------------------------
 
-# What marks a GPU build of torch in a lock: a local version label, or the runtime wheels it pulls in.
-_GPU_TORCH = {
-    "cuda": ("CUDA", ("+cu",), ("nvidia-", "cuda-")),
-    "rocm": ("ROCm", ("+rocm",), ("pytorch-triton-rocm",)),
-    "xpu": ("XPU", ("+xpu",), ("intel-", "pytorch-triton-xpu")),
-}
+# What marks a GPU build of torch in a lock: each driver stack says its own (envbuild.matrix.stacks, `gpu_torch`).
+# Intel's XPU has no driver stack in the matrix yet; its row moves into that module when it gets one.
+_XPU_TORCH = {"xpu": ("XPU", ("+xpu",), ("intel-", "pytorch-triton-xpu"))}
 # What a CUDA build of torch brings into a lock (PyPI's default torch for linux x86_64 is one): its CUDA runtime
 # wheels and the Triton it compiles kernels with.
 _CUDA_WHEELS = ("nvidia-", "cuda-", "triton")
@@ -177,10 +174,12 @@ def torch_problem(backend: Backend, lockfile: LockFile) -> str | None:
     platform = lockfile.inputs.get("platform") or lockfile.resolved.get("platform") or "?"
     if backend.device == "cpu":
         return _cpu_problem(backend, lockfile, torch, index, platform)
-    kind = "rocm" if "rocm" in index else backend.device
-    if kind not in _GPU_TORCH:
+    from envbuild.matrix import stacks  # the matrix, only where a lock is checked
+
+    build = stacks.gpu_torch(backend.device, index) or _XPU_TORCH.get(backend.device)
+    if build is None:
         return None
-    name, labels, companions = _GPU_TORCH[kind]
+    name, labels, companions = build[:3]
     if any(label in torch.version for label in labels) or any(p.name.startswith(companions) for p in lockfile.packages):
         return None
     said = (f"{backend.name} ({name}) on {platform}: the locked torch=={torch.version} is a CPU-only build (no "

@@ -81,9 +81,7 @@ def _runs(n: Needs, arch: str, ptx: bool = True) -> bool:
     rule = stacks.ARCH_RULES[n.stack.name] if n.stack else None
     if rule is None:
         return True
-    if rule is stacks.cuda_arch_runs:
-        return stacks.cuda_arch_runs(_image_archs(n), arch, ptx=ptx or not n.arch)  # a floor is no PTX claim
-    return rule(_image_archs(n), arch)
+    return rule(_image_archs(n), arch, ptx=ptx or not n.arch)  # a floor is no PTX claim
 
 
 def _arch_ok(n: Needs, host: drivers.HostDriver, ptx: bool = True) -> bool | None:
@@ -170,7 +168,7 @@ def host_driver(backend: Backend, root: Path = Path("/"), *, path_env: str | Non
         return None
     if path_env is None and root != Path("/"):  # a fake root's tools, never this machine's
         path_env = drivers.root_path(root)
-    return drivers.read(stacks.STACKS[backend.host.stack].driver, root, path_env, runner)
+    return stacks.read_driver(stacks.STACKS[backend.host.stack].driver, root, path_env, runner)
 
 
 def family_check(matrix: Matrix, backend: Backend, root: Path = Path("/"), *, path_env: str | None = None,

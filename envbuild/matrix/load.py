@@ -376,7 +376,7 @@ def _check_stack(b: dict[str, Any], path: Path_, loc: _Located) -> None:
                        related=(where,))
     if stack.confirmed and not h.get("driver") and stacks.minimum_driver(stack, h["version"]) is None:
         loc.at(where, f"{_dotted(where)}: no minimum {stack.driver_title} is known for {stack.title} {h['version']} "
-                      f"({stack.source}, envbuild/matrix/stacks.py): add its row there, or state host.driver with its source",
+                      f"({stack.source}, envbuild/matrix/stacks/{stack.name}.py): add its row there, or state host.driver with its source",
                related=(path + ("host", "stack"), path + ("host", "driver")))
 
 

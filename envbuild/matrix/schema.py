@@ -20,6 +20,7 @@ from envbuild.core.imageref import Reference
 from envbuild.core.output import scrub, secret_name
 from envbuild.core.platform import Platform
 from envbuild.core.text import unsafe_char, unsafe_message
+from envbuild.matrix import stacks
 from envbuild.matrix.rules import RULES
 
 # --------------------------------------------------------------------------------------------------
@@ -355,11 +356,11 @@ BACKEND = {
     # variant, e.g. cuda-cu126 beside cuda: its own torch index and base image for older drivers).
     "variant_of": _leaf("name"),
     # What the image needs of the host: the accelerator stack it carries (its minimum driver comes from
-    # envbuild/matrix/stacks.py, or `driver` where the vendor says otherwise) and, optionally, the device
+    # its module in envbuild/matrix/stacks/, or `driver` where the vendor says otherwise) and, optionally, the device
     # architectures it runs on: for CUDA and ROCm those torch was built for (the build checks them against torch
     # itself), for CANN the Ascend SoC family of its base (910b, a3, 310p). `envbuild pick` compares both with the host.
     "host": Field(section={
-        "stack": _leaf("word", required=True, choices=("cuda", "rocm", "cann", "gaudi", "neuron")),
+        "stack": _leaf("word", required=True, choices=stacks.STACKS.keys()),  # the registry, live
         "version": Field(check=_check_version, required=True),
         "driver": Field(check=_check_version),
         "arch": _list("word"),

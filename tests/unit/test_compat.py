@@ -14,7 +14,8 @@ from support.hosts import VENDORS, add_driver, kfd_nodes, make_root, nvidia_vers
 from envbuild.report import report
 from envbuild.core.errors import HostMismatch, MatrixError
 from envbuild.matrix import compat
-from envbuild.core import hostfacts as drivers
+from envbuild.matrix import stacks
+from envbuild.matrix.stacks import rocm
 from envbuild.matrix import load
 from envbuild.render import render_backend
 
@@ -134,7 +135,7 @@ def test_unknown_architectures_are_not_checked(tmp_path):
 @pytest.mark.parametrize(("value", "name"), [(90402, "gfx942"), (90010, "gfx90a"), (110000, "gfx1100"), (120001, "gfx1201"),
                                              (0, None)])
 def test_kfd_gfx_target_version(value, name):
-    assert drivers.gfx_name(value) == name
+    assert rocm.gfx_name(value) == name
 
 
 def test_rocm_supported_and_unsupported_gfx(tmp_path):
@@ -157,7 +158,7 @@ def test_inbox_amdgpu_without_version_still_checks_the_gfx_target(tmp_path):
 
 def test_ascend_version_info(tmp_path):
     root = host(tmp_path, "npu", {"/usr/local/Ascend/driver/version.info": "Version=24.1.rc2\nascendhal_version=7.35.23\n"})
-    assert drivers.read("ascend", root).version == "24.1.rc2"
+    assert stacks.read_driver("ascend", root).version == "24.1.rc2"
     c = verdict(root, "npu")
     assert c.status == "warn" and "host Ascend driver 24.1.rc2" in c.detail and "no published minimum" in c.detail
     c = verdict(host(tmp_path / "x", "npu"), "npu")
@@ -205,7 +206,7 @@ def test_smoke_uses_the_architectures_the_image_recorded(tmp_path, monkeypatch):
     img = engine.add_image("sha256:" + "c" * 64, [M.tags(M.backend("cuda"))[0]])
     img.files[compat.ARCH_FILE] = b"sm_75 sm_80 sm_90\n"
     reads = []
-    monkeypatch.setattr(compat.drivers, "read", lambda *a, read=compat.drivers.read: reads.append(a) or read(*a))
+    monkeypatch.setattr(compat.stacks, "read_driver", lambda *a, read=stacks.read_driver: reads.append(a) or read(*a))
     with pytest.raises(HostMismatch, match="this host's devices are sm_70"):
         smoke.smoke(M, M.backend("cuda"), engine, root=root)
     assert engine.volumes == []

@@ -1,4 +1,4 @@
-"""The host readers (core/hostfacts.py) take what a host file or vendor tool says as hostile: a FIFO is never
+"""The host readers (core/hostfacts.py, and each stack's in matrix/stacks/) take what a host file or vendor tool says as hostile: a FIFO is never
 waited on, a link loop or a huge file is unknown, escapes never become a version, a tool's flood or hang is cut."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import time
 import pytest
 
 from envbuild.core import hostfacts
+from envbuild.matrix import stacks
+from envbuild.matrix.stacks import cuda
 
 NVRM = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
 
@@ -21,7 +23,7 @@ def _root(tmp_path, rel: str):
 
 
 def _read(driver, tmp_path):
-    return hostfacts.read(driver, tmp_path, path_env="", runner=lambda argv: None)
+    return stacks.read_driver(driver, tmp_path, path_env="", runner=lambda argv: None)
 
 
 def test_the_nvidia_version_is_read_from_procs_line(tmp_path):
@@ -64,8 +66,8 @@ def test_a_kfd_node_with_a_number_too_long_for_int_is_no_gpu(tmp_path):
 
 
 def test_compute_caps_take_ascii_digits_only():
-    assert hostfacts.compute_caps("9.0\n8.6\n") == ["sm_90", "sm_86"]
-    assert hostfacts.compute_caps("\u0669.\u0660\n9.0\x1b[2J\n[N/A]\n") == []
+    assert cuda.compute_caps("9.0\n8.6\n") == ["sm_90", "sm_86"]
+    assert cuda.compute_caps("\u0669.\u0660\n9.0\x1b[2J\n[N/A]\n") == []
 
 
 def test_a_tool_that_floods_or_hangs_is_cut_off():

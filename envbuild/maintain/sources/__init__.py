@@ -382,7 +382,7 @@ def _stack_moves(sources: Sources, b: Backend, image: str, torch_version: str) -
         reasons.append(f"host.driver {h.driver} is stated for {stack.title} {h.version}: check the vendor's minimum for "
                        f"{new} and move both by hand")
     elif stack.confirmed and stacks.minimum_driver(stack, new) is None:
-        reasons.append(f"no minimum {stack.driver_title} is known for {stack.title} {new} (envbuild/matrix/stacks.py "
+        reasons.append(f"no minimum {stack.driver_title} is known for {stack.title} {new} (envbuild/matrix/stacks/{stack.name}.py "
                        f"from {stack.source}: add its row first)")
     url = stacks.torch_index(stack, new, b.torch.index_url) if b.torch.source == "pip" else None
     if url and url != b.torch.index_url:

@@ -139,7 +139,7 @@ ARG ENVBUILD_CACHE_ID
 COPY probe.py /opt/envbuild/probe.py
 # The nvidia/cuda base says NVIDIA_REQUIRE_CUDA=cuda>=12.6, and the NVIDIA Container Toolkit refuses an older
 # driver at start; under minor version compatibility every driver of the 12.x floor runs this build
-# (envbuild/matrix/stacks.py): the image declares that floor instead.
+# (envbuild/matrix/stacks/cuda.py): the image declares that floor instead.
 ENV NVIDIA_REQUIRE_CUDA="cuda>=12.0"
 ENV ENVBUILD_BACKEND="cuda-cu126" \
     ENVBUILD_DEVICE="cuda" \

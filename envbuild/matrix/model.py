@@ -69,7 +69,7 @@ class Pin:
 class HostNeeds:
     """What the image needs of the host: the accelerator stack it carries, and what torch was built for."""
 
-    stack: str  # a key of envbuild.matrix.stacks.STACKS: cuda, rocm, cann, gaudi, neuron
+    stack: str  # a key of envbuild.matrix.stacks.STACKS (the registry: cuda, rocm, cann, gaudi, neuron)
     version: str  # the stack's release in the image, e.g. "13.2"
     driver: str | None = None  # the minimum driver, where the matrix overrides the vendor table
     arch: tuple[str, ...] = ()  # declared device architectures (sm_90, gfx942); empty: not declared

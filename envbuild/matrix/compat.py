@@ -74,7 +74,7 @@ def _floor(n: Needs) -> str | None:
 
 def _image_archs(n: Needs) -> list[str]:
     floor = _floor(n)
-    return list(n.arch) or ([floor.replace("sm_", "compute_")] if floor else [])
+    return list(n.arch) or ([n.stack.floor_arch(floor)] if floor and n.stack else [])
 
 
 def _runs(n: Needs, arch: str, ptx: bool = True) -> bool:

@@ -45,6 +45,7 @@ def test_cuda_floors_and_minor_version_compatibility():
     assert base.arch_beyond(st, "13.2", "sm_70") == "CUDA 13.2 builds for sm_75 and newer only"
     assert base.arch_beyond(st, "12.6", "sm_120") == "CUDA 12.8 is the first release that builds for it"
     assert base.arch_beyond(st, "12.8", "compute_120") is None
+    assert st.floor_arch("sm_75") == "compute_75"  # an image without a list: PTX for the floor
     assert base.torch_index(st, "12.6", "https://download.pytorch.org/whl/cu132") == "https://download.pytorch.org/whl/cu126"
     assert st.gpu_torch and st.gpu_torch.labels == ("+cu",)
 

@@ -65,6 +65,8 @@ class Stack:
     torch_archs: bool = False  # torch says which architectures it was built for (checked at build)
     arch_key: Callable[[str], Any] | None = None  # orders architectures (None: they have no order)
     canonical: Callable[[str], str] = str  # one spelling per architecture (compute_80 -> sm_80)
+    # An image with no list of its own is taken to carry code for its release's floor: in which spelling (CUDA: PTX)
+    floor_arch: Callable[[str], str] = str
     arch_pattern: str = ""  # the architectures this stack's devices have ('gfx...'), for telling a GPU's stack
     gpu_name: Callable[[str], "str | None"] | None = None  # `pick --gpu` spellings of an architecture -> it
     family: Callable[[str], "str | None"] | None = None  # an architecture's family for people ("Ampere")

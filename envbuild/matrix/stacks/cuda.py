@@ -78,6 +78,12 @@ def canonical(arch: str) -> str:
     return re.sub(r"^(?:sm|compute)_(\d+)[af]?$", r"sm_\1", arch)
 
 
+def floor_arch(arch: str) -> str:
+    """A release's floor taken as what an image without its own list carries: PTX for it ('sm_75' -> 'compute_75'),
+    which the driver compiles for any newer device."""
+    return arch.replace("sm_", "compute_")
+
+
 def gpu_name(said: str) -> str | None:
     """`--gpu 8.0`, `sm_80`, `compute_80` -> 'sm_80'."""
     if m := re.fullmatch(r"(\d{1,2})\.(\d)", said):
@@ -142,6 +148,7 @@ STACK = Stack(
     # build under minor version compatibility start it.
     require="cuda>={major}.0",
     read_host=read_nvidia, arch_runs=cuda_arch_runs, torch_archs=True, arch_key=capability, canonical=canonical,
+    floor_arch=floor_arch,
     arch_pattern=r"(?:sm|compute)_\d+[af]?", gpu_name=gpu_name, family=family, products=PRODUCTS,
     brands=("NVIDIA", "TESLA", "GEFORCE"),
     # A CUDA build of torch carries a +cuXYZ label (PyTorch's index) or pulls in the CUDA runtime wheels (PyPI's).

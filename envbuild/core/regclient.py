@@ -14,6 +14,8 @@ import hashlib
 import http.client
 import json
 import re
+import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -129,6 +131,43 @@ def _host(ref: str) -> str:
     if "/" not in ref and ("." in name or name == "localhost"):
         return ref
     return Reference.parse(ref).registry
+
+
+CONNECT_TIMEOUT = 10.0  # seconds for the DNS answer and the TCP connection of the reachability check
+
+
+def _address(host: str) -> tuple[str, int]:
+    """Where a registry host listens: docker.io is registry-1.docker.io; without a port, 443."""
+    host = api_host(host)
+    name, sep, port = host.rpartition(":")
+    return (name, int(port)) if sep and port.isdigit() else (host, 443)
+
+
+def unreachable_reason(host: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
+    """Why this machine cannot open a TCP connection to the registry, within `timeout` (None: it can). Bounds
+    what the daemon would otherwise retry for minutes without a word (no DNS answer, packets dropped)."""
+    name, port = _address(host)
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        infos = pool.submit(socket.getaddrinfo, name, port, type=socket.SOCK_STREAM).result(timeout=timeout)
+    except TimeoutError:
+        return f"no DNS answer for {name} within {timeout:g}s"
+    except socket.gaierror as exc:
+        return f"no DNS answer for {name} ({exc.strerror})"
+    finally:
+        pool.shutdown(wait=False)
+    last = "no address"
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(timeout)
+            try:
+                sock.connect(address)
+                return None
+            except socket.timeout:
+                last = f"connecting to {name}:{port} timed out after {timeout:g}s"
+            except OSError as exc:
+                last = f"connecting to {name}:{port}: {exc.strerror or exc}"
+    return last
 
 
 @dataclass(frozen=True)

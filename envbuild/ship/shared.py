@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from envbuild.core.errors import EnvbuildError, PublishError
+from envbuild.core.errors import EnvbuildError, PublishError, RegistryError
 from envbuild.core.files import write_atomic
 from envbuild.ship import manifest
 
@@ -123,7 +123,7 @@ def content_there(ref: str, session: Any, opts: PublishOptions, echo: Callable[[
     try:
         reg = Registry(ref, session.environ)
         found = reg.manifest(ref)
-    except PublishError as exc:
+    except RegistryError as exc:
         echo(f"note: cannot read {ref} ({exc}): {otherwise}")
         return None
     if found is None or found.is_index:
@@ -144,7 +144,7 @@ def content_there(ref: str, session: Any, opts: PublishOptions, echo: Callable[[
         config = json_object(reg.blob(ref, image_id)) if image_id else None
         if config is not None:
             since = str(config.get("created") or "")[:19].replace("T", " ") or None
-    except PublishError:
+    except RegistryError:
         pass
     return found, image_id, since
 

@@ -416,7 +416,7 @@ def test_what_cannot_pass_is_not_retried(monkeypatch):
 def test_an_unreachable_registry_is_named_in_seconds(closed_port):
     import time
 
-    from envbuild.ship.session import unreachable_reason
+    from envbuild.core.regclient import unreachable_reason
 
     start = time.monotonic()
     assert "Connection refused" in unreachable_reason(f"127.0.0.1:{closed_port}", timeout=5)

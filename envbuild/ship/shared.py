@@ -14,7 +14,7 @@ from envbuild.core.files import write_atomic
 from envbuild.ship import manifest
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine, Image
+    from envbuild.core.engine import EngineAPI, Image
     from envbuild.matrix import Backend, Matrix
 
 
@@ -69,7 +69,7 @@ def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> 
     ]
 
 
-def write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOptions,
+def write_sbom(engine: EngineAPI, image_id: str, backend: Backend, opts: PublishOptions,
                echo: Callable[[str], None], suffix: str = "") -> dict[str, str] | None:
     """The image's SBOM beside the manifest; what the manifest records of it (its file and sha256)."""
     from envbuild.ship.sbom import sbom

@@ -16,7 +16,7 @@ from envbuild.core.engine import EngineError, StreamBroken
 from envbuild.core.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryError, RegistryUnreachableError
 from envbuild.core.credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
 from envbuild.core.imageref import DIGEST, Reference
-from envbuild.core.regclient import unreachable_reason
+from envbuild.core.regclient import Registry, unreachable_reason
 
 if TYPE_CHECKING:
     from envbuild.core.engine import EngineAPI
@@ -174,17 +174,16 @@ class Session:
             raise
 
     def remote_digest(self, ref: str, missing: str) -> str:
-        """What the registry serves for `ref` now, without pulling it."""
+        """What the registry serves for `ref` now, without pulling it: asked through the one registry client
+        (core/regclient.py), with this session's credentials; the digest of the bytes it serves."""
         self._own(ref)
         self.check_reachable()
 
         def ask() -> str:
-            try:
-                return self.engine.registry_digest(ref, self.auth)
-            except EngineError as exc:
-                if exc.not_found or _NOT_FOUND.search(exc.explanation):
-                    raise PublishError(missing) from None
-                raise self.error(exc.explanation, f"asking the registry about {ref}") from None
+            found = Registry(ref, self.environ).manifest(ref)
+            if found is None:
+                raise PublishError(missing)
+            return found.digest
 
         return self._retrying(f"asking the registry about {ref}", ask, lambda s: None)
 

@@ -170,6 +170,13 @@ def unreachable_reason(host: str, timeout: float = CONNECT_TIMEOUT) -> str | Non
     return last
 
 
+def api_root(host: str) -> str:
+    """Where a registry host answers the distribution API: loopback hosts in plain HTTP (as Docker treats them),
+    others TLS; Docker Hub at registry-1.docker.io. Every request to a registry, and the reachability probe
+    (core/netprobe.py), start here."""
+    return f"{'http' if _loopback(host) else 'https'}://{api_host(host)}"
+
+
 @dataclass(frozen=True)
 class _Response:
     status_code: int
@@ -228,7 +235,7 @@ class Registry:
         self.host = _host(ref)
         self.creds = ((from_env if publish else github_token)(self.host, environ)
                       or config_login(self.host, environ))
-        self.base = f"{'http' if _loopback(self.host) else 'https'}://{api_host(self.host)}"
+        self.base = api_root(self.host)
         self.verify: Any = str(ca_bundle) if ca_bundle else True
         self._tokens: dict[str, str] = {}
 

@@ -27,7 +27,7 @@ from envbuild.core.errors import (EnvbuildError, NetDeadline, RegistryAnswerErro
 from envbuild.core.output import hold_secret
 from envbuild.core.text import shown
 from envbuild.core.platform import canonical
-from envbuild.core.credentials import Credentials, config_login, from_env, github_token
+from envbuild.core.credentials import Credentials, config_login, from_env, github_token, login_fix
 from envbuild.core.imageref import Reference, api_host, is_loopback as _loopback
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -235,6 +235,7 @@ class Registry:
         self.host = _host(ref)
         self.creds = ((from_env if publish else github_token)(self.host, environ)
                       or config_login(self.host, environ))
+        self.publish = publish
         self.base = api_root(self.host)
         self.verify: Any = str(ca_bundle) if ca_bundle else True
         self._tokens: dict[str, str] = {}
@@ -257,12 +258,21 @@ class Registry:
                 continue
             if resp.status_code in (401, 403):
                 used = f"the credentials from {self.creds.source}" if self.creds else "no credentials"
-                raise RegistryAuthError(f"registry {self.host} refused {method} {repo} ({resp.status_code}); used {used}")
+                raise RegistryAuthError(f"registry {self.host} refused {method} {repo} ({resp.status_code}); used {used}: "
+                                        f"{self._way_in(repo, push)}")
             if len(resp.content) > MAX_DOC:
                 raise RegistryAnswerError(f"registry {self.host}: the answer to {method} {repo} is larger than "
                                    f"{MAX_DOC >> 20} MiB; not read")
             return resp
         raise AssertionError("unreachable")
+
+    def _way_in(self, repo: str, push: bool) -> str:
+        """What to do about a refusal: the credentials' rights, else where credentials come from."""
+        if self.creds:
+            return f"check that they may {'push to' if push else 'read'} {repo} on {self.host}"
+        if self.publish:
+            return f"log in: {login_fix(self.host)}"
+        return f"check the image's name, or, if it is private, `docker login {self.host}`"
 
     def _context(self, url: str) -> Any:
         """TLS for an https URL (the registry's, its token service's): the system's CAs, or --ca-bundle's; None for

@@ -93,3 +93,32 @@ def test_every_registry_question_asks_one_address(host, root):
 
     assert api_root(host) == root == Registry(host, {}).base
     assert registry_target(host, "the base").url == root + "/v2/"
+
+
+@pytest.fixture
+def refusing() -> str:
+    """A registry that refuses every request (403): its host."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("publish, way", [(True, "log in: `docker login 127.0.0.1:[0-9]+` \\(or set ENVBUILD_REGISTRY_USER"),
+                                          (False, "check the image's name, or, if it is private, `docker login")])
+def test_a_refusal_names_the_registry_and_the_way_in(refusing, publish, way):
+    with pytest.raises(RegistryAuthError, match=f"registry {refusing} refused GET team/app \\(403\\); used no credentials: {way}"):
+        Registry(f"{refusing}/team/app", {}, publish=publish).manifest(f"{refusing}/team/app:1")

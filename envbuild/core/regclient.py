@@ -1,6 +1,9 @@
 """The registry's own HTTP API (OCI distribution spec), for what the engine cannot do: read a manifest list
 without pulling, resolve a platform's digest in it, PUT an image index, and (for signatures) upload a blob and
-PUT a manifest. envbuild's one HTTP client of a registry: trust.oci says these calls in signing's terms.
+PUT a manifest. envbuild's one HTTP client of a registry, and its one reachability check: publish, pull, the
+lock's base digest, doctor, `outdated`'s tags and trust.oci (these calls in signing's terms) all ask through it,
+and its failures are RegistryErrors (core/errors.py). Only the engine's own push and pull reach a registry
+another way.
 
 Docker's engine knows one platform per tag and pushes single manifests; an index is assembled here from the
 digests it pushed. Tokens follow the registry's WWW-Authenticate challenge (Bearer or Basic) with the same

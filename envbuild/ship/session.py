@@ -1,5 +1,6 @@
-"""Talking to one registry through the engine: log in, push, pull, ask for a digest; every failure becomes
-one clear error (authentication, unreachable, or what the registry said), with secrets masked."""
+"""Talking to one registry: log in, push and pull through the engine (its own transfer), ask for a digest through
+the one registry client (core/regclient.py); every failure becomes one clear error, with secrets masked: the
+registry's (refused, unreachable) a RegistryError, anything else that broke a transfer a PublishError."""
 
 from __future__ import annotations
 

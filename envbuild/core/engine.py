@@ -324,7 +324,6 @@ class EngineAPI(Protocol):
     def login(self, host: str, username: str, password: str) -> None: ...
     def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]: ...
     def pull(self, ref: str, auth: dict[str, str] | None, platform: str | None = None) -> Iterator[dict[str, Any]]: ...
-    def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str: ...
     def host_checks(self) -> list[Check]: ...
     def close(self) -> None: ...
 
@@ -618,11 +617,6 @@ class Engine(EngineAPI):
         lines = self._call(f"pulling {ref}", lambda: self.client.api.pull(repo, tag=tag, stream=True, decode=True,
                                                                           auth_config=auth, **kw))
         return self._stream(lines, f"pulling {ref}")
-
-    def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str:
-        """The digest the registry serves for a reference, without pulling it."""
-        data = self._call(f"asking the registry about {ref}", lambda: self.client.api.inspect_distribution(ref, auth_config=auth))
-        return str(data["Descriptor"]["digest"])
 
     @staticmethod
     def _stream(lines: Iterator[Any], what: str) -> Iterator[dict[str, Any]]:

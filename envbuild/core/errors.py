@@ -100,19 +100,20 @@ class NetDeadline(EnvbuildError):
 
 
 class RegistryError(EnvbuildError):
-    """Any failure of the one registry client (core/regclient.py): unreachable, refused, or an unusable answer.
-    Its kinds are also PublishErrors, as publish and pull have always reported them."""
+    """Any failure of a registry: unreachable, refused, or an unusable answer, whether the one registry client
+    (core/regclient.py) met it or the engine reported it while pushing or pulling (ship/session.py). Not a
+    PublishError: `lock` and `outdated` ask registries too, and each step says a registry's failure in its own words."""
 
 
-class RegistryAnswerError(RegistryError, PublishError):
+class RegistryAnswerError(RegistryError):
     """The registry answered, but not usably (an error status, the wrong shape, the wrong digest, too large)."""
 
 
-class RegistryAuthError(RegistryError, PublishError):
+class RegistryAuthError(RegistryError):
     pass
 
 
-class RegistryUnreachableError(RegistryError, PublishError):
+class RegistryUnreachableError(RegistryError):
     pass
 
 

@@ -47,10 +47,11 @@ def index_target(index_url: str, project: str, purpose: str) -> Target:
 
 
 def registry_target(host: str, purpose: str) -> Target:
-    """A registry's API root: 200 or 401 both say it is a registry that answers."""
-    api = "registry-1.docker.io" if host in ("docker.io", "index.docker.io") else host
-    scheme = "http" if api.split(":")[0] in ("localhost", "127.0.0.1", "[::1]") else "https"
-    return Target("registry", host, f"{scheme}://{api}/v2/", purpose)
+    """A registry's API root, where the registry client (core/regclient.py) would ask it: 200 or 401 both say it
+    is a registry that answers."""
+    from envbuild.core.regclient import api_root
+
+    return Target("registry", host, f"{api_root('docker.io' if host == 'index.docker.io' else host)}/v2/", purpose)
 
 
 def _proxy(url: str, environ: Mapping[str, str]) -> str | None:

@@ -384,7 +384,7 @@ class Podman(EngineAPI):
         """Pull what the registry serves for `ref` now, by its digest (asked first over HTTP), then tag it as `ref`:
         the digest reported is the one pulled."""
         r = Reference.parse(ref).tagged()
-        digest = r.digest or self.registry_digest(ref, auth)
+        digest = r.digest or self._registry_digest(ref)
         by_digest = f"{r.name}@{digest}"
         with _authfile(auth, r.registry) as authfile:
             yield from self._stream(f"pulling {ref}", ["pull", *_tls(r.registry), *(["--authfile", authfile] if authfile else []),
@@ -393,7 +393,8 @@ class Podman(EngineAPI):
             self._run(f"could not tag {by_digest} as {ref}", ["tag", by_digest, f"{r.name}:{r.tag}"])
         yield {"status": f"Digest: {digest}"}
 
-    def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str:
+    @staticmethod
+    def _registry_digest(ref: str) -> str:
         """The digest the registry serves for a reference, asked over HTTP (core/regclient.py): Podman's own
         `manifest inspect` answers the manifest re-encoded, not its digest."""
         from envbuild.core.errors import EnvbuildError

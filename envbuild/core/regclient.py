@@ -1,6 +1,9 @@
 """The registry's own HTTP API (OCI distribution spec), for what the engine cannot do: read a manifest list
 without pulling, resolve a platform's digest in it, PUT an image index, and (for signatures) upload a blob and
-PUT a manifest. envbuild's one HTTP client of a registry: trust.oci says these calls in signing's terms.
+PUT a manifest. envbuild's one HTTP client of a registry, and its one reachability check: publish, pull, the
+lock's base digest, doctor, `outdated`'s tags and trust.oci (these calls in signing's terms) all ask through it,
+and its failures are RegistryErrors (core/errors.py). Only the engine's own push and pull reach a registry
+another way.
 
 Docker's engine knows one platform per tag and pushes single manifests; an index is assembled here from the
 digests it pushed. Tokens follow the registry's WWW-Authenticate challenge (Bearer or Basic) with the same
@@ -14,6 +17,8 @@ import hashlib
 import http.client
 import json
 import re
+import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,7 +30,7 @@ from envbuild.core.errors import (EnvbuildError, NetDeadline, RegistryAnswerErro
 from envbuild.core.output import hold_secret
 from envbuild.core.text import shown
 from envbuild.core.platform import canonical
-from envbuild.core.credentials import Credentials, config_login, from_env, github_token
+from envbuild.core.credentials import Credentials, config_login, from_env, github_token, login_fix
 from envbuild.core.imageref import Reference, api_host, is_loopback as _loopback
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -131,6 +136,50 @@ def _host(ref: str) -> str:
     return Reference.parse(ref).registry
 
 
+CONNECT_TIMEOUT = 10.0  # seconds for the DNS answer and the TCP connection of the reachability check
+
+
+def _address(host: str) -> tuple[str, int]:
+    """Where a registry host listens: docker.io is registry-1.docker.io; without a port, 443."""
+    host = api_host(host)
+    name, sep, port = host.rpartition(":")
+    return (name, int(port)) if sep and port.isdigit() else (host, 443)
+
+
+def unreachable_reason(host: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
+    """Why this machine cannot open a TCP connection to the registry, within `timeout` (None: it can). Bounds
+    what the daemon would otherwise retry for minutes without a word (no DNS answer, packets dropped)."""
+    name, port = _address(host)
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        infos = pool.submit(socket.getaddrinfo, name, port, type=socket.SOCK_STREAM).result(timeout=timeout)
+    except TimeoutError:
+        return f"no DNS answer for {name} within {timeout:g}s"
+    except socket.gaierror as exc:
+        return f"no DNS answer for {name} ({exc.strerror})"
+    finally:
+        pool.shutdown(wait=False)
+    last = "no address"
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(timeout)
+            try:
+                sock.connect(address)
+                return None
+            except socket.timeout:
+                last = f"connecting to {name}:{port} timed out after {timeout:g}s"
+            except OSError as exc:
+                last = f"connecting to {name}:{port}: {exc.strerror or exc}"
+    return last
+
+
+def api_root(host: str) -> str:
+    """Where a registry host answers the distribution API: loopback hosts in plain HTTP (as Docker treats them),
+    others TLS; Docker Hub at registry-1.docker.io. Every request to a registry, and the reachability probe
+    (core/netprobe.py), start here."""
+    return f"{'http' if _loopback(host) else 'https'}://{api_host(host)}"
+
+
 @dataclass(frozen=True)
 class _Response:
     status_code: int
@@ -189,7 +238,8 @@ class Registry:
         self.host = _host(ref)
         self.creds = ((from_env if publish else github_token)(self.host, environ)
                       or config_login(self.host, environ))
-        self.base = f"{'http' if _loopback(self.host) else 'https'}://{api_host(self.host)}"
+        self.publish = publish
+        self.base = api_root(self.host)
         self.verify: Any = str(ca_bundle) if ca_bundle else True
         self._tokens: dict[str, str] = {}
 
@@ -211,12 +261,21 @@ class Registry:
                 continue
             if resp.status_code in (401, 403):
                 used = f"the credentials from {self.creds.source}" if self.creds else "no credentials"
-                raise RegistryAuthError(f"registry {self.host} refused {method} {repo} ({resp.status_code}); used {used}")
+                raise RegistryAuthError(f"registry {self.host} refused {method} {repo} ({resp.status_code}); used {used}: "
+                                        f"{self._way_in(repo, push)}")
             if len(resp.content) > MAX_DOC:
                 raise RegistryAnswerError(f"registry {self.host}: the answer to {method} {repo} is larger than "
                                    f"{MAX_DOC >> 20} MiB; not read")
             return resp
         raise AssertionError("unreachable")
+
+    def _way_in(self, repo: str, push: bool) -> str:
+        """What to do about a refusal: the credentials' rights, else where credentials come from."""
+        if self.creds:
+            return f"check that they may {'push to' if push else 'read'} {repo} on {self.host}"
+        if self.publish:
+            return f"log in: {login_fix(self.host)}"
+        return f"check the image's name, or, if it is private, `docker login {self.host}`"
 
     def _context(self, url: str) -> Any:
         """TLS for an https URL (the registry's, its token service's): the system's CAs, or --ca-bundle's; None for

@@ -20,7 +20,7 @@ from envbuild.core.errors import DockerError
 from envbuild.core.files import read_host
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
 
 LOG = "/var/log/envbuild-dockerd.log"
 
@@ -50,7 +50,7 @@ def _run(argv: list[str], echo: Callable[[str], None]) -> None:
         raise DockerError(f"`{' '.join(argv)}` failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
 
 
-def ensure_engine(engine: Engine, *, yes: bool, ask: Callable[[str], bool] | None,
+def ensure_engine(engine: EngineAPI, *, yes: bool, ask: Callable[[str], bool] | None,
                   echo: Callable[[str], None], wait: float = 60) -> None:
     """Return when the engine answers; install and start one first where that is ours to do and allowed."""
     try:

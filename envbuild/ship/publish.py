@@ -26,11 +26,11 @@ from envbuild.ship.shared import Published, PublishOptions, label_mismatches, pu
 from envbuild.ship.trust.attest import sign_publish
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine, Image
+    from envbuild.core.engine import EngineAPI, Image
     from envbuild.matrix import Backend, Matrix
 
 
-def publish(m: Matrix, backends: list[Backend], opts: PublishOptions, engine: Engine, *,
+def publish(m: Matrix, backends: list[Backend], opts: PublishOptions, engine: EngineAPI, *,
             echo: Callable[[str], None] = lambda s: None, environ: Mapping[str, str] | None = None) -> list[Published]:
     """Push each backend's tags and record each that fully landed. One backend: errors raise; several:
     the others go on past an image problem, but an authentication or network failure stops them all."""

@@ -19,7 +19,7 @@ from envbuild.ship.session import Session
 from envbuild.smoke import preflight
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.matrix import Backend, Matrix
 
 
@@ -45,7 +45,7 @@ class Pulled:
         }
 
 
-def pull(m: Matrix, backend: Backend, engine: Engine, *, registry: str | None = None, tag: str | None = None,
+def pull(m: Matrix, backend: Backend, engine: EngineAPI, *, registry: str | None = None, tag: str | None = None,
          manifest: Path | None = None, echo: Callable[[str], None] = lambda s: None,
          environ: Mapping[str, str] | None = None, ignore_host: bool = False, root: Path = Path("/"),
          key: Any = None, platform: str | None = None) -> Pulled:
@@ -123,7 +123,7 @@ def _mismatch(ref: str, got: str | None, expected: str, manifest: Path | None) -
     )
 
 
-def _undo_pull(engine: Engine, ref: str, before: str | None) -> None:
+def _undo_pull(engine: EngineAPI, ref: str, before: str | None) -> None:
     """The pulled reference goes away (or back to the image it named before the pull)."""
     try:
         if before is None:
@@ -176,7 +176,7 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None
     return wanted, digest, emulated
 
 
-def _pull_platform(m: Matrix, backend: Backend, engine: Engine, session: Session, ref: str, manifest: Path | None,
+def _pull_platform(m: Matrix, backend: Backend, engine: EngineAPI, session: Session, ref: str, manifest: Path | None,
                    echo: Callable[[str], None], missing: str, platform: str, digest: str, emulated: bool) -> Pulled:
     repo = ref.rpartition(":")[0]
     by_digest = f"{repo}@{digest}"

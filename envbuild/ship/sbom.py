@@ -20,13 +20,13 @@ from envbuild.core.errors import EnvbuildError
 from envbuild.lock.lockfile import parse
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
 
 LOCK = "/opt/envbuild/lock.txt"
 INSTALLED = "/opt/envbuild/installed.json"
 
 
-def sbom(engine: Engine, image: str) -> str:
+def sbom(engine: EngineAPI, image: str) -> str:
     """The CycloneDX 1.6 JSON document of `image` (a local image reference or id)."""
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom, BomMetaData

@@ -1,5 +1,6 @@
-"""Talking to one registry through the engine: log in, push, pull, ask for a digest; every failure becomes
-one clear error (authentication, unreachable, or what the registry said), with secrets masked."""
+"""Talking to one registry: log in, push and pull through the engine (its own transfer), ask for a digest through
+the one registry client (core/regclient.py); every failure becomes one clear error, with secrets masked: the
+registry's (refused, unreachable) a RegistryError, anything else that broke a transfer a PublishError."""
 
 from __future__ import annotations
 
@@ -8,16 +9,15 @@ import functools
 import os
 import re
 import queue
-import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from envbuild.core.engine import EngineError, StreamBroken
-from envbuild.core.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryUnreachableError
+from envbuild.core.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryError, RegistryUnreachableError
 from envbuild.core.credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
-from envbuild.core.imageref import DIGEST, Reference, api_host
+from envbuild.core.imageref import DIGEST, Reference
+from envbuild.core.regclient import Registry, unreachable_reason
 
 if TYPE_CHECKING:
     from envbuild.core.engine import EngineAPI
@@ -41,47 +41,13 @@ STALL = 180.0  # seconds without a byte moving before a push or pull is abandone
 # Statuses that mean a step completed (a layer skipped or done): progress, even without a byte count.
 _MOVED = {"Pushed", "Layer already exists", "Already exists", "Pull complete", "Download complete", "Verifying Checksum",
           "Extracting", "Pulling fs layer", "Waiting", "Preparing"}
-CONNECT_TIMEOUT = 10.0  # seconds for the DNS answer and the TCP connection of the reachability check
 _PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
-def _address(host: str) -> tuple[str, int]:
-    """Where a registry host listens: docker.io is registry-1.docker.io; without a port, 443."""
-    host = api_host(host)
-    name, sep, port = host.rpartition(":")
-    return (name, int(port)) if sep and port.isdigit() else (host, 443)
-
-
-def unreachable_reason(host: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
-    """Why this machine cannot open a TCP connection to the registry, within `timeout` (None: it can). Bounds
-    what the daemon would otherwise retry for minutes without a word (no DNS answer, packets dropped)."""
-    name, port = _address(host)
-    pool = ThreadPoolExecutor(max_workers=1)
-    try:
-        infos = pool.submit(socket.getaddrinfo, name, port, type=socket.SOCK_STREAM).result(timeout=timeout)
-    except TimeoutError:
-        return f"no DNS answer for {name} within {timeout:g}s"
-    except socket.gaierror as exc:
-        return f"no DNS answer for {name} ({exc.strerror})"
-    finally:
-        pool.shutdown(wait=False)
-    last = "no address"
-    for family, kind, proto, _, address in infos:
-        with socket.socket(family, kind, proto) as sock:
-            sock.settimeout(timeout)
-            try:
-                sock.connect(address)
-                return None
-            except socket.timeout:
-                last = f"connecting to {name}:{port} timed out after {timeout:g}s"
-            except OSError as exc:
-                last = f"connecting to {name}:{port}: {exc.strerror or exc}"
-    return last
-
-
 def registry_error(host: str, message: str, scrub: Scrubber, action: str, creds: Credentials | None = None,
-                   client: str = "docker") -> PublishError:
-    """A daemon/registry message -> the error class and a message that says what to do."""
+                   client: str = "docker") -> PublishError | RegistryError:
+    """A daemon/registry message -> the error class and a message that says what to do: the registry's failures
+    as RegistryErrors (refused, unreachable), whatever else broke the push or pull as a PublishError."""
     msg = scrub(" ".join(message.split()))[:400]
     if _AUTH.search(msg):
         used = f"the credentials from {creds.source}" if creds else "the Docker config (no credentials in the environment)"
@@ -126,7 +92,7 @@ class Session:
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 return fn()
-            except PublishError as exc:
+            except (PublishError, RegistryError) as exc:
                 if isinstance(exc, RegistryAuthError) or not _TRANSIENT.search(str(exc)) or attempt == ATTEMPTS:
                     if attempt == 1:
                         raise
@@ -146,7 +112,7 @@ class Session:
     def auth(self) -> dict[str, str] | None:
         return self.creds.auth_config() if self.creds else None
 
-    def error(self, message: str, action: str) -> PublishError:
+    def error(self, message: str, action: str) -> PublishError | RegistryError:
         return registry_error(self.host, message, self.scrub, action, self.creds, getattr(self.engine, "kind", "docker"))
 
     def login(self, echo: Callable[[str], None]) -> None:
@@ -203,23 +169,22 @@ class Session:
         try:
             return self._retrying(f"pulling {ref}", lambda: self._transfer(pull, ref,
                                                                             f"pulling {ref}", echo), echo)
-        except PublishError as exc:
+        except (PublishError, RegistryError) as exc:
             if _NOT_FOUND.search(str(exc)):
                 raise PublishError(missing) from None
             raise
 
     def remote_digest(self, ref: str, missing: str) -> str:
-        """What the registry serves for `ref` now, without pulling it."""
+        """What the registry serves for `ref` now, without pulling it: asked through the one registry client
+        (core/regclient.py), with this session's credentials; the digest of the bytes it serves."""
         self._own(ref)
         self.check_reachable()
 
         def ask() -> str:
-            try:
-                return self.engine.registry_digest(ref, self.auth)
-            except EngineError as exc:
-                if exc.not_found or _NOT_FOUND.search(exc.explanation):
-                    raise PublishError(missing) from None
-                raise self.error(exc.explanation, f"asking the registry about {ref}") from None
+            found = Registry(ref, self.environ).manifest(ref)
+            if found is None:
+                raise PublishError(missing)
+            return found.digest
 
         return self._retrying(f"asking the registry about {ref}", ask, lambda s: None)
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from envbuild.core.errors import EnvbuildError, PublishError
+from envbuild.core.errors import EnvbuildError, PublishError, RegistryError
 from envbuild.core.files import write_atomic
 from envbuild.ship import manifest
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine, Image
+    from envbuild.core.engine import EngineAPI, Image
     from envbuild.matrix import Backend, Matrix
 
 
@@ -69,7 +69,7 @@ def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> 
     ]
 
 
-def write_sbom(engine: Engine, image_id: str, backend: Backend, opts: PublishOptions,
+def write_sbom(engine: EngineAPI, image_id: str, backend: Backend, opts: PublishOptions,
                echo: Callable[[str], None], suffix: str = "") -> dict[str, str] | None:
     """The image's SBOM beside the manifest; what the manifest records of it (its file and sha256)."""
     from envbuild.ship.sbom import sbom
@@ -123,7 +123,7 @@ def content_there(ref: str, session: Any, opts: PublishOptions, echo: Callable[[
     try:
         reg = Registry(ref, session.environ)
         found = reg.manifest(ref)
-    except PublishError as exc:
+    except RegistryError as exc:
         echo(f"note: cannot read {ref} ({exc}): {otherwise}")
         return None
     if found is None or found.is_index:
@@ -144,7 +144,7 @@ def content_there(ref: str, session: Any, opts: PublishOptions, echo: Callable[[
         config = json_object(reg.blob(ref, image_id)) if image_id else None
         if config is not None:
             since = str(config.get("created") or "")[:19].replace("T", " ") or None
-    except PublishError:
+    except RegistryError:
         pass
     return found, image_id, since
 

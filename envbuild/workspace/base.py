@@ -28,7 +28,7 @@ from envbuild.core.errors import DockerError, EnvbuildError, InvalidInput
 from envbuild.core.platform import arch as host_arch
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine, Image
+    from envbuild.core.engine import EngineAPI, Image
     from envbuild.matrix.model import Backend
 
 # The slim images' dpkg excludes (Docker's debian:*-slim): no manuals, docs (but their copyright), info, locales.
@@ -200,7 +200,7 @@ def make_tar(p: BasePlan, *, echo: Callable[[str], None], cache: bool = True, ca
     return Made(p, tar, _sha256(tar), epoch, cached=False)
 
 
-def make(p: BasePlan, engine: Engine | None, *, output: Path | None = None, echo: Callable[[str], None],
+def make(p: BasePlan, engine: EngineAPI | None, *, output: Path | None = None, echo: Callable[[str], None],
          cache: bool = True, cache_dir: Path | None = None) -> Made:
     """Make the base; with `output`, only write the tarball there; else load it into the engine as the backend's
     base_image, and check that the engine's layer is the tarball."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from envbuild.core.owner import IMAGES_MADE, checkout, images_made, remove_left_behind
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
 
 IMAGE_LABEL = "dev.envbuild.backend"
 
@@ -49,13 +49,13 @@ _OWN_STEP = re.compile(r"/run/uv/uv |UV_CACHE_DIR=|PIP_CACHE_DIR=\"/root/\.cache
 _OWN_TARGET = re.compile(r"^cached mount (/root/\.cache/uv|/root/\.cache/pip) from exec ")
 
 
-def own_build_caches(engine: Engine) -> list[dict]:
+def own_build_caches(engine: EngineAPI) -> list[dict]:
     """envbuild's uv and pip cache mounts on this engine (apt's lists and debs, checked by apt, are left)."""
     return [r for r in engine.build_cache_mounts()
             if _OWN_TARGET.match(r.get("Description") or "") and _OWN_STEP.search(r.get("Description") or "")]
 
 
-def build_caches(engine: Engine, done: Cleaned) -> None:
+def build_caches(engine: EngineAPI, done: Cleaned) -> None:
     for record in own_build_caches(engine):
         what = _OWN_TARGET.match(record["Description"]).group(1)
         if record.get("InUse"):
@@ -65,7 +65,7 @@ def build_caches(engine: Engine, done: Cleaned) -> None:
         done.build_caches.append(f"{record['ID'][:12]} ({what}, {int(record.get('Size') or 0)} bytes)")
 
 
-def clean(engine: Engine, images: bool = True, build_cache: bool = False, *, every: bool = False,
+def clean(engine: EngineAPI, images: bool = True, build_cache: bool = False, *, every: bool = False,
           dry_run: bool = False, folder: Path | None = None) -> Cleaned:
     """Remove (with dry_run: list) what envbuild left: this checkout's (`folder`, default the current one), or
     with `every` every envbuild-made container and untagged image on the engine."""

@@ -75,7 +75,6 @@ class FakeEngine(EngineAPI):
     def __init__(self, runtimes: tuple[str, ...] = ("runc",), root: str = "/", containers: tuple[str, ...] = (),
                  version: dict[str, Any] | None = None):
         self.refs: dict[str, FakeImage] = {}
-        self.registry: dict[str, str] = {}  # ref -> the digest the registry serves
         self.removed: list[str] = []
         self.pushed: list[tuple[str, Any]] = []
         self.pulled: list[tuple[str, str | None]] = []  # (ref, platform) of each pull
@@ -198,11 +197,6 @@ class FakeEngine(EngineAPI):
         repo, tag = _split(ref)
         self.pulled.append((ref, platform))
         return iter(self.pull_lines(repo, tag))
-
-    def registry_digest(self, ref: str, auth: dict[str, str] | None) -> str:
-        if ref not in self.registry:
-            raise EngineError(f"asking the registry about {ref}", "manifest unknown", not_found=True)
-        return self.registry[ref]
 
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,

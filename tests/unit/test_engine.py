@@ -3,6 +3,7 @@ clients, 20.10 to 28.x), and the matrix's run flags as SDK options."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -205,3 +206,55 @@ def test_neither_has_public_methods_beyond_the_contract():
     assert _public(engine.Engine) - contract == {"connect"}
     assert _public(Podman) - contract == {"connect"}
     assert _public(FakeEngine) - contract == {"add_image"}
+
+
+CONCRETE = {"Engine", "Podman"}  # the engines themselves; a stage names the contract, EngineAPI
+
+
+def concrete_annotations(source: str) -> list[str]:
+    """Where `source` annotates (a parameter, a return, a variable) with a concrete engine class: 'LINE: NAME'.
+    Quoted annotations are read too."""
+    tree = ast.parse(source)
+    found = []
+
+    def names(node: ast.AST | None) -> list[str]:
+        if node is None:
+            return []
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                node = ast.parse(node.value, mode="eval")
+            except SyntaxError:
+                return []
+        return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
+                if isinstance(n, ast.Name) and n.id in CONCRETE or isinstance(n, ast.Attribute) and n.attr in CONCRETE]
+
+    for node in ast.walk(tree):
+        annotations: list[ast.AST | None] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            annotations += [arg.annotation for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if arg]
+            annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+        found += [f"{node.lineno}: {name}" for ann in annotations for name in names(ann)]
+    return found
+
+
+def test_the_detector_sees_a_concrete_engine_in_any_annotation():
+    assert concrete_annotations("def f(e: Engine, p: 'Podman | None') -> int: ...") == ["1: Engine", "1: Podman"]
+    assert concrete_annotations("x: list[engine.Engine] = []\ndef g(f: Callable[[], Engine]): ...") == ["1: Engine", "2: Engine"]
+    assert concrete_annotations("def f(e: EngineAPI) -> EngineAPI:\n    return Engine()") == []
+
+
+def test_stages_take_the_engine_contract_not_an_engine():
+    """Outside core/ (where the engines live) and cli/ (which makes one), every signature names EngineAPI: a stage
+    that names Engine would be written against Docker's, and Podman and the fake could drift from what it uses."""
+    from pathlib import Path
+
+    import envbuild
+
+    root = Path(envbuild.__file__).parent
+    wrong = [f"{path.relative_to(root.parent)}:{where}" for path in sorted(root.rglob("*.py"))
+             if path.relative_to(root).parts[0] not in ("core", "cli")
+             for where in concrete_annotations(path.read_text(encoding="utf-8"))]
+    assert not wrong, "annotate with EngineAPI (core/engine.py), not the concrete engine: " + ", ".join(wrong)

@@ -917,13 +917,13 @@ def test_an_index_reason_phrase_reaches_no_terminal_raw(reason):
 
 @pytest.mark.parametrize("body", [b"{", b"[]", b'{"tags": 5}', b'{"tags": [1, null, "ok-1", "bad tag", "-x"]}', b"\xff",
                                   b"[" * 100000])
-def test_malformed_registry_answers_are_source_errors(body):
-    from envbuild.maintain.sources.index import SourceError
-    from envbuild.maintain.sources.tags import _tag_list
+def test_malformed_registry_answers_are_registry_errors(body):
+    from envbuild.core.errors import RegistryError
+    from envbuild.core.regclient import tag_list
 
     try:
-        tags = _tag_list(body, "reg.example")
-    except SourceError:
+        tags = tag_list(body, "reg.example")
+    except RegistryError:
         return
     assert tags == ["ok-1"]
 

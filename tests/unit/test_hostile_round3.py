@@ -234,15 +234,15 @@ def test_a_manifest_that_is_not_a_json_object_is_a_trust_error(data):
 
 
 @pytest.mark.parametrize("doc", [b'{"config": "a string"}', b'{"config": {"digest": 5}}', b"[1]"])
-def test_a_registry_manifest_of_the_wrong_shape_is_a_publish_error(doc):
-    from envbuild.core.errors import PublishError
+def test_a_registry_manifest_of_the_wrong_shape_is_a_registry_error(doc):
+    from envbuild.core.errors import RegistryAnswerError
     from envbuild.core.regclient import Manifest
 
     from envbuild.core.regclient import Registry
 
     reg = Registry("127.0.0.1:9/team/app")
     reg.manifest = lambda ref: Manifest("application/vnd.oci.image.manifest.v1+json", "sha256:" + "0" * 64, doc)
-    with pytest.raises(PublishError, match="not a JSON object|names no config digest"):
+    with pytest.raises(RegistryAnswerError, match="not a JSON object|names no config digest"):
         reg.platform_digest("127.0.0.1:9/team/app:cpu", "linux/amd64")
 
 

@@ -307,47 +307,75 @@ def test_several_backends_go_on_past_a_missing_image(client, tmp_path):
 # --- pull --------------------------------------------------------------------------------------------------
 
 
-def _registry_has(client: FakeEngine, digest: str) -> str:
-    ref = f"registry.test:5000/envbuild:{MATRIX.tags(CPU)[1].rsplit(':', 1)[1]}"
-    client.registry[ref] = digest
+@pytest.fixture(scope="module")
+def held(engineless_registry, tmp_path_factory) -> tuple[str, str]:
+    """(repository, the digest of its cpu image): a real registry holds the image that pull asks about."""
+    import io
+    import tarfile
+
+    from support import testbed
+
+    tar = tmp_path_factory.mktemp("rootfs") / "cpu.tar"
+    with tarfile.open(tar, "w") as t:
+        info = tarfile.TarInfo("etc/which")
+        info.size = 3
+        t.addfile(info, io.BytesIO(b"cpu"))
+    tag = MATRIX.tags(CPU)[1].rsplit(":", 1)[1]
+    digest = testbed.push_rootfs(engineless_registry, tar, f"envbuild/pulled:{tag}", "amd64")
+    return f"{engineless_registry.host}/envbuild/pulled", digest
+
+
+def _registry_has(client: FakeEngine, held: tuple[str, str], pulled: str | None = None) -> str:
+    """The registry's tag of the cpu image; the engine's pull of it yields an image of digest `pulled` (default:
+    the one the registry holds)."""
+    repository, digest = held
+    ref = f"{repository}:{MATRIX.tags(CPU)[1].rsplit(':', 1)[1]}"
     iid = "sha256:" + "c" * 64
 
     def pull_lines(repo, tag):
         img = client.add_image(iid, [f"{repo}:{tag}"], LABELS)
-        img.repo_digests = [f"{repo}@{digest}"]
-        return [{"status": f"Digest: {digest}"}]
+        img.repo_digests = [f"{repo}@{pulled or digest}"]
+        return [{"status": f"Digest: {pulled or digest}"}]
 
     client.pull_lines = pull_lines
     return ref
 
 
-def test_pull_verifies_and_tags_for_smoke(client, tmp_path):
-    ref = _registry_has(client, D1)
-    manifest.record(tmp_path / "m.json", {"backend": "cpu", "digest": D1})
-    r = pull(MATRIX, CPU, client, registry="registry.test:5000/envbuild", manifest=tmp_path / "m.json", environ={})
-    assert (r.ref, r.digest, r.verified) == (ref, D1, True)
+def test_pull_verifies_and_tags_for_smoke(client, held, tmp_path):
+    ref = _registry_has(client, held)
+    manifest.record(tmp_path / "m.json", {"backend": "cpu", "digest": held[1]})
+    r = pull(MATRIX, CPU, client, registry=held[0], manifest=tmp_path / "m.json", environ={})
+    assert (r.ref, r.digest, r.verified) == (ref, held[1], True)
     assert client.image_id(MATRIX.tags(CPU)[0]) == r.image_id
     assert r.docker_run.startswith("docker run --rm") and ref in r.docker_run
 
 
-def test_pull_refuses_a_moved_tag_before_pulling(client, tmp_path):
-    _registry_has(client, D2)
+def test_pull_refuses_a_moved_tag_before_pulling(client, held, tmp_path):
+    _registry_has(client, held)
     manifest.record(tmp_path / "m.json", {"backend": "cpu", "digest": D1})
     local = client.image_id(MATRIX.tags(CPU)[0])
-    with pytest.raises(DigestMismatchError, match=f"registry has digest {D2}.*records {D1}"):
-        pull(MATRIX, CPU, client, registry="registry.test:5000/envbuild", manifest=tmp_path / "m.json", environ={})
+    with pytest.raises(DigestMismatchError, match=f"registry has digest {held[1]}.*records {D1}"):
+        pull(MATRIX, CPU, client, registry=held[0], manifest=tmp_path / "m.json", environ={})
+    assert client.pulled == []  # refused before a layer moved
     assert client.image_id(MATRIX.tags(CPU)[0]) == local  # the matrix tag did not move
 
 
-def test_pull_undoes_a_tag_that_moved_during_the_pull(client, tmp_path):
-    ref = _registry_has(client, D2)
-    client.registry[ref] = D1  # the registry said D1 a moment ago; the pull then got D2
-    manifest.record(tmp_path / "m.json", {"backend": "cpu", "digest": D1})
+def test_pull_undoes_a_tag_that_moved_during_the_pull(client, held, tmp_path):
+    ref = _registry_has(client, held, pulled=D2)  # the registry said its digest a moment ago; the pull then got D2
+    manifest.record(tmp_path / "m.json", {"backend": "cpu", "digest": held[1]})
     local = client.image_id(MATRIX.tags(CPU)[0])
     with pytest.raises(DigestMismatchError):
-        pull(MATRIX, CPU, client, registry="registry.test:5000/envbuild", manifest=tmp_path / "m.json", environ={})
+        pull(MATRIX, CPU, client, registry=held[0], manifest=tmp_path / "m.json", environ={})
     assert ref in client.removed and ref not in client.refs
     assert client.image_id(MATRIX.tags(CPU)[0]) == local
+
+
+def test_a_tag_the_registry_lacks_is_said_before_pulling(client, held, tmp_path):
+    """remote_digest asks the registry itself (core/regclient), not the engine: a tag it lacks is `missing`."""
+    manifest.record(tmp_path / "m.json", {"backend": "cpu", "digest": held[1]})
+    with pytest.raises(PublishError, match="is not in the registry: has `envbuild publish --backend cpu`"):
+        pull(MATRIX, CPU, client, registry=held[0], tag="no-such-tag", manifest=tmp_path / "m.json", environ={})
+    assert client.pulled == []
 
 
 def test_pull_needs_the_backend_in_the_manifest(client, tmp_path):
@@ -416,7 +444,7 @@ def test_what_cannot_pass_is_not_retried(monkeypatch):
 def test_an_unreachable_registry_is_named_in_seconds(closed_port):
     import time
 
-    from envbuild.ship.session import unreachable_reason
+    from envbuild.core.regclient import unreachable_reason
 
     start = time.monotonic()
     assert "Connection refused" in unreachable_reason(f"127.0.0.1:{closed_port}", timeout=5)

@@ -14,7 +14,7 @@ import tarfile
 import pytest
 from support import testbed
 
-from envbuild.core.errors import PublishError
+from envbuild.core.errors import RegistryAnswerError
 from envbuild.core.regclient import DOCKER_LIST, Registry
 
 
@@ -48,9 +48,9 @@ def test_a_platform_is_resolved_from_an_index_and_an_index_is_put(registry, tmp_
     assert api.platform_digest(f"{repo}@{digest}", "linux/amd64")[0] == amd64
     # a single image answers for its own platform only
     assert api.platform_digest(f"{repo}:arm64", "linux/arm64")[0] == arm64
-    with pytest.raises(PublishError, match="is a single image for linux/amd64, not linux/arm64"):
+    with pytest.raises(RegistryAnswerError, match="is a single image for linux/amd64, not linux/arm64"):
         api.platform_digest(f"{repo}:amd64", "linux/arm64")
-    with pytest.raises(PublishError, match="has no image for linux/s390x: its index lists linux/amd64, linux/arm64"):
+    with pytest.raises(RegistryAnswerError, match="has no image for linux/s390x: its index lists linux/amd64, linux/arm64"):
         api.platform_digest(f"{repo}:both", "linux/s390x")
     assert api.manifest(f"{repo}:absent") is None
     # skopeo, an independent client, reads the same index and picks the same digest per architecture
@@ -209,15 +209,15 @@ def test_a_registry_that_serves_other_bytes_than_asked_or_too_many_is_refused(mo
     try:
         reg = Registry(host)
         wanted = "sha256:" + "a" * 64
-        with pytest.raises(PublishError, match="served content of digest sha256:.* for org/img@" + wanted):
+        with pytest.raises(RegistryAnswerError, match="served content of digest sha256:.* for org/img@" + wanted):
             reg.read_manifest("org/img", wanted)
         assert reg.read_manifest("org/img", "tag").raw == b'{"schemaVersion": 2}'  # a tag names whatever it names
-        with pytest.raises(PublishError, match="served a blob that is not " + wanted):
+        with pytest.raises(RegistryAnswerError, match="served a blob that is not " + wanted):
             reg.read_blob("org/img", wanted)
         with pytest.raises(TrustError, match="served a blob that is not"):
             Client(host).blob("org/img", wanted)
         monkeypatch.setattr(api_mod, "MAX_DOC", 50)
-        with pytest.raises(PublishError, match="larger than"):
+        with pytest.raises(RegistryAnswerError, match="larger than"):
             reg.read_blob("org/img", "sha256:" + hashlib.sha256(b"x" * 100).hexdigest())
     finally:
         server.shutdown()

@@ -22,7 +22,7 @@ from envbuild.maintain.sources import Finding, Sources, outdated
 if TYPE_CHECKING:
     from envbuild.imagebuild.locking import LockResult
     from envbuild.imagebuild.plan import BuildOptions
-    from envbuild.core.engine import Engine
+    from envbuild.core.engine import EngineAPI
     from envbuild.matrix.model import Backend
 
 # --only takes a dotted field or one of these kinds
@@ -201,7 +201,7 @@ def _bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run:
     return result
 
 
-def refresh_locks(result: Bump, opts: BuildOptions, engine: Callable[[], Engine], *, no_lock: bool = False,
+def refresh_locks(result: Bump, opts: BuildOptions, engine: Callable[[], EngineAPI], *, no_lock: bool = False,
                   echo: Callable[[str], None] = lambda line: None) -> tuple[list[LockResult], list[str]]:
     """After a bump that was written: the locks (locks/BACKEND/OS-ARCH.txt) that exist of the backends whose images
     change, refreshed, and those left as they were, each with why. A backend that cannot be resolved here (its
@@ -242,7 +242,7 @@ class BumpRun:
 
 
 def run(matrix_path: Path, matrix: Matrix, backends: list[Backend], sources: Sources, opts: BuildOptions,
-        engine: Callable[[], Engine], *, dockerfiles: Path, only: tuple[str, ...] = (), to: str | None = None,
+        engine: Callable[[], EngineAPI], *, dockerfiles: Path, only: tuple[str, ...] = (), to: str | None = None,
         dry_run: bool = False, no_lock: bool = False, progress: Callable[[str], None] | None = None,
         echo: Callable[[str], None] = lambda line: None) -> BumpRun:
     """`envbuild bump`: ask the sources what is newer (outdated), keep what fits of the pins chosen (--only, --to),

@@ -10,8 +10,7 @@ from typing import Mapping
 
 from envbuild.core.errors import RegistryError
 from envbuild.core.imageref import Reference
-from envbuild.core.regclient import Registry, tag_list
-from envbuild.ship.session import unreachable_reason
+from envbuild.core.regclient import Registry, unreachable_reason
 from envbuild.maintain.sources.index import SourceError
 
 
@@ -52,14 +51,6 @@ class RegistryClient:
         if digest is None:
             raise SourceError(f"{ref.familiar_name}:{tag}: not found on {ref.registry}")
         return digest
-
-
-def _tag_list(body: bytes, host: str) -> list[str]:
-    """The tags of a /tags/list answer (regclient.tag_list), as a SourceError when the answer is not one."""
-    try:
-        return tag_list(body, host)
-    except RegistryError as exc:
-        raise SourceError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------------------------------

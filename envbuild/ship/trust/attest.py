@@ -19,7 +19,7 @@ from envbuild.ship.trust.oci import Client, NotFound
 from envbuild.ship.trust.sign import PROVENANCE, SBOM, SMOKE, Signed, provenance_predicate, sbom_predicate, sign_published, smoke_predicate
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine, Image
+    from envbuild.core.engine import EngineAPI, Image
     from envbuild.matrix import Backend, Matrix
 
 
@@ -45,7 +45,7 @@ def builder_id(environ: Mapping[str, str]) -> str:
     return "envbuild (local)"
 
 
-def predicates(m: Matrix, backend: Backend, engine: Engine, image: Image, entry: Mapping[str, Any],
+def predicates(m: Matrix, backend: Backend, engine: EngineAPI, image: Image, entry: Mapping[str, Any],
                smoke_result: Mapping[str, Any] | None, manifest_dir: Path, environ: Mapping[str, str]) -> list[tuple[str, Any]]:
     """(predicateType, predicate) for one pushed image: its SBOM (the file publish wrote), its smoke result (when
     publish was given one) and SLSA provenance."""
@@ -71,7 +71,7 @@ def predicates(m: Matrix, backend: Backend, engine: Engine, image: Image, entry:
     return out
 
 
-def sign_publish(m: Matrix, backend: Backend, engine: Engine, image: Image, repository: str, digests: list[str],
+def sign_publish(m: Matrix, backend: Backend, engine: EngineAPI, image: Image, repository: str, digests: list[str],
                  entry: Mapping[str, Any], smoke_result: Mapping[str, Any] | None, manifest_dir: Path, key: SigningKey,
                  environ: Mapping[str, str], echo: Callable[[str], None]) -> dict[str, Any]:
     """publish's hook: sign every pushed digest; attest the image's own digest. Returns the manifest's record."""

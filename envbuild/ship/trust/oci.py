@@ -8,7 +8,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from envbuild.core.errors import PublishError
+from envbuild.core.errors import RegistryError
 from envbuild.core.regclient import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry, json_object, sha256  # noqa: F401 (the media types and the digest, one of each)
 from envbuild.core.credentials import Scrubber
 from envbuild.core.imageref import Reference
@@ -50,7 +50,7 @@ class Client:
     def _said_as_trust(self) -> Iterator[None]:
         try:
             yield
-        except PublishError as exc:  # unreachable, refused, too large, not what it should be
+        except RegistryError as exc:  # unreachable, refused, too large, not what it should be
             raise TrustError(self.scrub(str(exc))) from None
 
     def manifest(self, repository: str, reference: str) -> Manifest:

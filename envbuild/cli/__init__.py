@@ -647,57 +647,25 @@ def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: b
 
 
 def _auto(m, *, native: bool = False) -> str:
-    """`--backend auto`: the backend detected on this host (cpu when none), said on stderr with the evidence.
-    Several accelerators, or (unless native) only a non-containerizable one, are errors that ask for a choice."""
-    from envbuild.host import detect as d
+    """`--backend auto` (host/pick.py chooses), said on stderr with the evidence."""
+    from envbuild.host import pick
 
-    runtimes = None if native else d.docker_runtimes_from_engine()
-    name, reason = d.choose(d.detect(m, docker_runtimes=runtimes), m, native=native)
+    name, reason = pick.auto(m, native=native)
     click.echo(f"auto: chose {name} ({reason})", err=True)
     return name
 
 
-def _names(backends: tuple[str, ...]) -> list[str]:
-    """--backend values: repeatable and comma-separated."""
-    names = [n.strip() for b in backends for n in b.split(",") if n.strip()]
-    return [n.lower() if n.lower() in ("auto", "all") else n for n in names]
-
-
-# The one rule for --backend's default: a command that uses this host's accelerator (run, smoke, pull, doctor, env)
-# defaults to `auto`, the backend detected here; one that makes or ships an image for any host (build, sbom, attest,
-# publish) needs it named; one that ranges over the matrix (render, lock, outdated, bump, matrix) takes every backend.
 def _choose(m, backends: tuple[str, ...], variant: str | None = None, *, for_host: bool = False) -> list:
-    """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'). With `for_host` (build, smoke,
-    pull, run: an image for this host) a family with variants (cuda) gives the newest variant this host runs, said
-    on stderr, and --variant (or a variant's own name) chooses by hand; otherwise a name is that cell. 'all' is
-    every cell."""
-    names = _names(backends)
-    if not names:
-        raise click.UsageError("say which backend: --backend NAME (or --backend all, or --backend auto)")
-    if "all" in names:
-        if variant:
-            raise click.UsageError("--variant chooses within one backend: name it (--backend cuda --variant 12.6)")
-        return m.select(names)
+    """The backends --backend names (host/pick.py chooses; its choices said on stderr); no name, or 'all' with
+    --variant, is a usage error."""
     from envbuild.host import pick
 
-    chosen: dict[str, Any] = {}
-    for n in names:
-        auto = n == "auto"
-        b = m.select([_auto(m) if auto else n])[0]
-        if variant:
-            b = pick.variant(m, m.backend(b.family), variant)
-        elif for_host and not auto and not b.variant_of and len(m.family(b)) > 1:
-            try:
-                picked = pick.resolve(m, b)
-            except NoVariantFitsError as exc:
-                family = ", ".join(v.name for v in m.family(b))  # not `names`: that is the loop's own list
-                raise NoVariantFitsError(f"{exc} (--variant chooses one of {family} by hand)") from None
-            click.echo(f"{b.name}: chose {picked.backend.name} ({picked.why}); --variant chooses another", err=True)
-            if picked.note:  # the same one line as pick's: runs under minor version compatibility, and what it gives up
-                click.echo(f"note: {picked.note}", err=True)
-            b = picked.backend
-        chosen.setdefault(b.name, b)
-    return m.select(list(chosen))
+    names = pick.names(backends)
+    if not names:
+        raise click.UsageError("say which backend: --backend NAME (or --backend all, or --backend auto)")
+    if "all" in names and variant:
+        raise click.UsageError("--variant chooses within one backend: name it (--backend cuda --variant 12.6)")
+    return pick.choose(m, names, variant, for_host=for_host, echo=lambda line: click.echo(line, err=True))
 
 
 def _tag_arg(value: str | None) -> str | None:
@@ -989,7 +957,7 @@ def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> Non
       envbuild metadata --refresh    # ask the indexes, write the cache
     """
     from envbuild import matrix as matrix_mod
-    from envbuild.matrix import facts
+    from envbuild.matrix import metadata_check
 
     if overrides:
         raise click.UsageError("metadata reads the matrix file itself: it takes no --set")
@@ -1003,17 +971,17 @@ def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> Non
             click.secho(f"not asked: {e}", fg="yellow", err=True)
         click.echo(f"{'wrote' if changed else 'unchanged'} {cache.path}")
     m = _load(path)  # validated against the cache
-    cache = facts.read(facts.path_for(path))
-    if cache is None:
+    checked = metadata_check.check(m, path)
+    if checked.cache_path is None:
         click.secho(f"no metadata cache beside {path}: run `envbuild metadata --refresh`", fg="red", err=True)
         sys.exit(1)
-    lacking = facts.missing(m, cache)
-    for line in lacking:
+    for line in checked.lacking:
         click.echo(f"missing: {line}")
-    if lacking:
-        click.secho(f"{len(lacking)} pin(s) unknown to {cache.path}: run `envbuild metadata --refresh`.", fg="red", err=True)
+    if checked.lacking:
+        click.secho(f"{len(checked.lacking)} pin(s) unknown to {checked.cache_path}: run `envbuild metadata --refresh`.",
+                    fg="red", err=True)
         sys.exit(1)
-    click.echo(f"{cache.path}: every pin of {path} is known and fits its backends")
+    click.echo(f"{checked.cache_path}: every pin of {path} is known and fits its backends")
 
 
 @cli.command("bump")
@@ -1279,20 +1247,6 @@ def run_(backend, variant, image, cache, volumes, env, workdir, no_workdir, tty,
     sys.exit(runner.run(m, b, opts, _engine(setup=False) if dry_run else _engine(), dry_run=dry_run, ignore_host=ignore_host, key=public))
 
 
-def _variant_fits(m, root: Path | None) -> list[dict[str, Any]]:
-    """Every variant of every family that has some, with whether it fits this host (read under root)."""
-    from envbuild.matrix import compat
-
-    out = []
-    for b in m.backends:
-        members = m.family(b)
-        if b.variant_of or len(members) < 2 or not b.containerizable:
-            continue
-        choice = compat.choose_variant(members, root or Path("/"))
-        out += [{"family": b.name, **f.to_json(), "chosen": f.backend is choice.chosen} for f in choice.fits]
-    return out
-
-
 @cli.command()
 @click.option("--backend", "-b", default="auto", show_default=True, metavar="NAME", help="A backend (cuda: the newest of its variants this host runs), a variant by name (cuda-cu126), or 'auto' (the one detected here, or the kind --gpu names).")
 @click.option("--variant", metavar="NAME", help="Choose the variant by hand: its name (cuda-cu126), suffix (cu126) or stack release (12.6); refused when this host cannot run it.")
@@ -1333,8 +1287,7 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
     if backend.lower() == "auto" and described is not None:
         b = picking.family_for(m, described)
     elif backend.lower() == "auto":
-        det = d.detect_host(m, root)
-        name, said = d.choose(det, m, root=root or "/")
+        name, said = picking.auto(m, root=root)
         b = m.backend(m.backend(name).family)
     else:
         b = m.select([backend])[0]
@@ -1393,12 +1346,12 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
     """
 
     from envbuild.report import report
-    from envbuild.host import detect as d
+    from envbuild.host import detect as d, pick as picking
 
     m = _load(matrix_path, overrides)
     det = d.detect_host(m, root)
     if as_json:
-        _emit_json({**det.to_json(), "variants": _variant_fits(m, root), **report.root_facts(root)})
+        _emit_json({**det.to_json(), "variants": picking.variant_fits(m, root), **report.root_facts(root)})
         return
     click.echo(report.detect_text(det))
     if root is not None:  # which facts came from where

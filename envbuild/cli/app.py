@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from envbuild.cli.completion import wire_completion
 from envbuild.core.errors import EnvbuildError
 from envbuild.core.output import OutputFault, capped, guarded, scrub
 from envbuild.core.text import shown
@@ -126,16 +127,105 @@ class Command(click.Command):
                 formatter.write_dl(records)
 
 
+# Where each command is declared: a start imports only the module of the command it runs (`--help` none, its lines
+# are SHORT's). A new command is named here, in the module of its help group (test_cli_app.py holds them in step).
+HOMES = {
+    "use": ("list", "show", "detect", "doctor", "pick", "pull", "run", "env", "verify"),
+    "build": ("init", "validate", "config", "render", "lock", "build", "smoke", "clean", "base"),
+    "publish": ("publish", "attest", "keygen", "sbom"),
+    "maintain": ("outdated", "bump", "metadata", "matrix", "summary", "site", "docs"),
+}
+HOME = {name: module for module, names in HOMES.items() for name in names}
+
+
+def load_all() -> None:
+    """Every command module: for what reads the whole group (docs, completion of command names, tests)."""
+    import importlib
+
+    for module in HOMES:
+        importlib.import_module(f"envbuild.cli.{module}")
+
+
+class _Commands(dict):
+    """The group's commands, declared as their modules load. Whoever reads the whole mapping (`cli.commands`: docs,
+    tests) gets every command; the group itself loads one module per command it runs (`Group.get_command`)."""
+
+    complete = False  # every command module loaded
+
+    def _all(self) -> None:
+        if not self.complete:
+            self.complete = True
+            load_all()
+
+    def __iter__(self):
+        self._all()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._all()
+        return super().__len__()
+
+    def __contains__(self, name: object) -> bool:
+        self._all()
+        return super().__contains__(name)
+
+    def __getitem__(self, name: str) -> click.Command:
+        if not super().__contains__(name):
+            self._all()
+        return super().__getitem__(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self._all()
+        return super().get(name, default)
+
+    def keys(self):
+        self._all()
+        return super().keys()
+
+    def values(self):
+        self._all()
+        return super().values()
+
+    def items(self):
+        self._all()
+        return super().items()
+
+
 class Group(click.Group):
     """Turns every envbuild error into 'Error: ...' and its exit code: one place, no tracebacks. What a message
     echoes of the user's input is escaped: it can neither repaint the terminal nor forge another line."""
 
     command_class = Command
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self.commands)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """As each command is declared: its backends and platforms complete from the matrix, and a command that
+        works on images takes --engine."""
+        super().add_command(cmd, name)
+        wire_completion(cmd)
+        if (name or cmd.name) in ENGINE_COMMANDS:
+            engine_option(cmd)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        declared = dict.get(self.commands, cmd_name)
+        if declared is None and cmd_name in HOME:
+            import importlib
+
+            importlib.import_module(f"envbuild.cli.{HOME[cmd_name]}")
+            declared = dict.get(self.commands, cmd_name)
+        return declared
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(dict.keys(self.commands)) | set(HOME))
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The commands by what people do with them, each with its whole one-line description."""
-        commands = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
-        commands = {name: c for name, c in commands.items() if c is not None and not c.hidden}
+        """The commands by what people do with them, each with its whole one-line description (SHORT's, so that
+        the help loads no command module)."""
+        commands = {name: SHORT.get(name) or self.get_command(ctx, name) for name in self.list_commands(ctx)}
+        commands = {name: c for name, c in commands.items() if c is not None and (isinstance(c, str) or not c.hidden)}
         listed = {name for _, names in SECTIONS for name in names}
         sections = [*SECTIONS, ("Other commands", tuple(sorted(set(commands) - listed)))]
         for title, names in sections:

@@ -45,12 +45,11 @@ def _complete_platform(ctx: click.Context, param: click.Parameter, incomplete: s
     return [CompletionItem(p) for p in platforms if p.startswith(incomplete)]
 
 
-def wire_completion(group: click.Group) -> None:
-    """Backend names and platforms complete from the matrix in every command that takes them (set here, once,
-    for each --backend/-b, a BACKEND argument and --platform)."""
-    for command in group.commands.values():
-        for param in command.params:
-            if param.name in ("backend", "backends", "backend_arg") and param._custom_shell_complete is None:
-                param._custom_shell_complete = _complete_backend
-            elif param.name in ("platform", "platforms") and param._custom_shell_complete is None:
-                param._custom_shell_complete = _complete_platform
+def wire_completion(command: click.Command) -> None:
+    """Backend names and platforms complete from the matrix in every command that takes them (set as each command
+    is declared, for each --backend/-b, a BACKEND argument and --platform)."""
+    for param in command.params:
+        if param.name in ("backend", "backends", "backend_arg") and param._custom_shell_complete is None:
+            param._custom_shell_complete = _complete_backend
+        elif param.name in ("platform", "platforms") and param._custom_shell_complete is None:
+            param._custom_shell_complete = _complete_platform

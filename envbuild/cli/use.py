@@ -167,7 +167,7 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
       envbuild pick --gpu gfx942 --for kubernetes > pod.yaml
       envbuild pick --backend cuda --manifest envbuild-manifest.json --json
     """
-    from envbuild.host import detect as d, pick as picking
+    from envbuild.host import pick as picking
 
     m = load(matrix_path, overrides)
     described = picking.describe(driver, gpus, f"linux/{host_arch}" if host_arch else None)
@@ -183,11 +183,7 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
         b = m.backend(m.backend(name).family)
     else:
         b = m.select([backend])[0]
-        if described is None and b.host is not None:  # no GPU of this kind here: say so, as detect knows
-            det = d.detect_host(m, root)
-            if b.family not in det.detected:
-                absent = (f"this host has no {b.description or b.family} (found none of: {'; '.join(det.finding(b.family).missing) or 'its signs'}); "
-                          "for the host the image is meant for, say --driver VERSION --gpu ARCH")
+        absent = None if described is not None else picking.absent(m, b, root)
     try:
         picked = picking.resolve(m, b, variant_text=variant, root=root or "/", described=described)
     except NoVariantFitsError as exc:

@@ -249,6 +249,19 @@ def choose(m: Matrix, backends: Iterable[str], variant_text: str | None = None, 
     return m.select(list(chosen))
 
 
+def absent(m: Matrix, b: Backend, root: str | os.PathLike[str] | None = None) -> str | None:
+    """`pick --backend B` for a GPU this host (read under root) does not have: the warning that says so, as detect
+    knows it, and how to ask for another host; None when it has one, or B needs no device."""
+    if b.host is None:
+        return None
+    det = detect.detect_host(m, root)
+    if b.family in det.detected:
+        return None
+    missing = "; ".join(det.finding(b.family).missing) or "its signs"
+    return (f"this host has no {b.description or b.family} (found none of: {missing}); "
+            "for the host the image is meant for, say --driver VERSION --gpu ARCH")
+
+
 def variant_fits(m: Matrix, root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
     """Every variant of every family that has some, with whether it fits this host (read under root)."""
     out = []

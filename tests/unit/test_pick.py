@@ -317,3 +317,13 @@ def test_the_metadata_check_names_each_pin_the_cache_lacks(tmp_path):
     (tmp_path / "matrix.metadata.json").write_text(json.dumps(doc))
     lacking = metadata_check.check(M, tmp_path / "matrix.yaml")
     assert not lacking.ok and any(line.startswith("transformers ") for line in lacking.lacking)
+
+
+def test_absent_warns_of_a_gpu_this_host_lacks_and_only_then(tmp_path):
+    from envbuild.host import pick as picking
+
+    empty = make_root(tmp_path)
+    said = picking.absent(M, M.backend("cuda"), empty)
+    assert said.startswith("this host has no ") and said.endswith("say --driver VERSION --gpu ARCH")
+    assert picking.absent(M, M.backend("cpu"), empty) is None
+    assert picking.absent(M, M.backend("cuda-cu126"), nvidia_host(tmp_path / "gpu", "580.95.05")) is None

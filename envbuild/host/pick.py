@@ -11,10 +11,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from envbuild.core import hostfacts
 from envbuild.core.errors import InvalidInput, NoVariantFitsError
+from envbuild.host import detect
 from envbuild.matrix import Backend, Matrix, compat, stacks
 
 
@@ -188,3 +189,86 @@ def image_ref(m: Matrix, b: Backend, manifest: Path | None = None) -> str:
         raise InvalidInput(f"manifest {manifest} has no image for {b.name} (never published there: "
                            f"`envbuild publish --backend {b.name} --manifest {manifest}`)")
     return f"{entry.get('repository') or m.image.repository}@{entry['digest']}"
+
+
+# --- which backends a command works on (--backend, --variant, 'auto') --------------------------------------------
+# The one rule for --backend's default: a command that uses this host's accelerator (run, smoke, pull, doctor, env)
+# defaults to `auto`, the backend detected here; one that makes or ships an image for any host (build, sbom, attest,
+# publish) needs it named; one that ranges over the matrix (render, lock, outdated, bump, matrix) takes every backend.
+
+
+def names(backends: Iterable[str]) -> list[str]:
+    """--backend values: repeatable and comma-separated; 'auto' and 'all' in any case."""
+    found = [n.strip() for b in backends for n in b.split(",") if n.strip()]
+    return [n.lower() if n.lower() in ("auto", "all") else n for n in found]
+
+
+def auto(m: Matrix, *, native: bool = False, root: str | os.PathLike[str] | None = None) -> tuple[str, str]:
+    """`--backend auto`: (the backend detected on this host, the evidence in words); cpu when none. The one
+    auto-detect path: this host (its Docker engine asked for runtimes, unless `native`: env and doctor need no
+    container), or the folder `root` read as a host's root. Several accelerators, or (unless native) only a
+    non-containerizable one, are errors that ask for a choice."""
+    det = detect.detect(m) if native and root is None else detect.detect_host(m, root)
+    return detect.choose(det, m, native=native, root=root or "/")
+
+
+def choose(m: Matrix, backends: Iterable[str], variant_text: str | None = None, *, for_host: bool = False,
+           echo: Callable[[str], None] | None = None) -> list[Backend]:
+    """The backends named by --backend (repeatable, comma-separated, 'all', or 'auto'). With `for_host` (build, smoke,
+    pull, run: an image for this host) a family with variants (cuda) gives the newest variant this host runs, said
+    through `echo`, and --variant (or a variant's own name) chooses by hand; otherwise a name is that cell. 'all' is
+    every cell."""
+    said = echo or (lambda line: None)
+    wanted = names(backends)
+    if not wanted:
+        raise InvalidInput("say which backend: --backend NAME (or --backend all, or --backend auto)")
+    if "all" in wanted:
+        if variant_text:
+            raise InvalidInput("--variant chooses within one backend: name it (--backend cuda --variant 12.6)")
+        return m.select(wanted)
+    chosen: dict[str, Backend] = {}
+    for n in wanted:
+        is_auto = n == "auto"
+        if is_auto:
+            n, reason = auto(m)
+            said(f"auto: chose {n} ({reason})")
+        b = m.select([n])[0]
+        if variant_text:
+            b = variant(m, m.backend(b.family), variant_text)
+        elif for_host and not is_auto and not b.variant_of and len(m.family(b)) > 1:
+            try:
+                picked = resolve(m, b)
+            except NoVariantFitsError as exc:
+                family = ", ".join(v.name for v in m.family(b))
+                raise NoVariantFitsError(f"{exc} (--variant chooses one of {family} by hand)") from None
+            said(f"{b.name}: chose {picked.backend.name} ({picked.why}); --variant chooses another")
+            if picked.note:  # the same one line as pick's: runs under minor version compatibility, and what it gives up
+                said(f"note: {picked.note}")
+            b = picked.backend
+        chosen.setdefault(b.name, b)
+    return m.select(list(chosen))
+
+
+def absent(m: Matrix, b: Backend, root: str | os.PathLike[str] | None = None) -> str | None:
+    """`pick --backend B` for a GPU this host (read under root) does not have: the warning that says so, as detect
+    knows it, and how to ask for another host; None when it has one, or B needs no device."""
+    if b.host is None:
+        return None
+    det = detect.detect_host(m, root)
+    if b.family in det.detected:
+        return None
+    missing = "; ".join(det.finding(b.family).missing) or "its signs"
+    return (f"this host has no {b.description or b.family} (found none of: {missing}); "
+            "for the host the image is meant for, say --driver VERSION --gpu ARCH")
+
+
+def variant_fits(m: Matrix, root: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """Every variant of every family that has some, with whether it fits this host (read under root)."""
+    out = []
+    for b in m.backends:
+        members = m.family(b)
+        if b.variant_of or len(members) < 2 or not b.containerizable:
+            continue
+        choice = compat.choose_variant(members, Path(root or "/"))
+        out += [{"family": b.name, **f.to_json(), "chosen": f.backend is choice.chosen} for f in choice.fits]
+    return out

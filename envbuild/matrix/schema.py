@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -192,6 +191,8 @@ def _check_requirement(value: Any) -> tuple[Any, str | None]:
         return None, unsafe_message(value, ch)
     if _REQUIREMENT_CHARS.search(value):
         return None, f"{value!r} contains a quote, backslash, '$' or backtick"
+
+    from packaging.requirements import InvalidRequirement, Requirement  # 50 to 150 ms (markers, tags): only for one
 
     try:
         if len(value) > 400:

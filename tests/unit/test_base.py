@@ -224,12 +224,12 @@ def test_a_build_whose_base_cannot_be_pulled_makes_it_when_told_yes_then_builds(
     backend's name, the build run again. Refused without --yes off a terminal: the error stands, naming the way."""
     from support.fakes import FakeEngine
 
-    import envbuild.cli as cli
+    from envbuild.cli import options
     from envbuild import imagebuild
     from envbuild.core.errors import LockError
 
     engine, calls, made = FakeEngine(), [], []
-    monkeypatch.setattr(cli, "_engine", lambda: engine)
+    monkeypatch.setattr(options, "engine", lambda: engine)
 
     def build_many(m, chosen, opts, eng, **kw):
         calls.append(chosen[0].name)
@@ -251,13 +251,13 @@ def test_a_failed_build_result_naming_the_base_is_offered_the_make_too(invoke, m
     """build() returns a lock's or BuildKit's base failure as a failed result (not raised): the same offer."""
     from support.fakes import FakeEngine
 
-    import envbuild.cli as cli
+    from envbuild.cli import options
     from envbuild import imagebuild
     from envbuild.imagebuild import BuildResult
     from envbuild.imagebuild.builder import base_failure
 
     engine, made = FakeEngine(), []
-    monkeypatch.setattr(cli, "_engine", lambda: engine)
+    monkeypatch.setattr(options, "engine", lambda: engine)
     said = base_failure("failed to resolve source metadata for docker.io/library/debian:bookworm-slim: i/o timeout",
                         "debian:bookworm-slim", "cpu")
     monkeypatch.setattr(imagebuild, "build_many", lambda *a, **kw: [

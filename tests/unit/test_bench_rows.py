@@ -32,3 +32,13 @@ def test_ratio_and_margin_rows():
     assert Row("noop", "x", 0.45, 0.2, "s", margin=0.3).met is True
     assert Row("noop", "x", 0.55, 0.2, "s", margin=0.3).met is False
     assert Row("lock", "x", 12.0, None, "s").met is None
+
+
+def test_the_report_states_the_start_up_bounds_and_whether_each_is_met():
+    bench = _bench()
+    assert (bench.HELP_BOUND, bench.RENDER_BOUND) == (1.5, 4.0)
+    rows = [bench.Row("help", "`envbuild --help`", 0.14, 0.1, "s", bench.HELP_BOUND),
+            bench.Row("render", "`envbuild render`", 0.45, 0.1, "s", bench.RENDER_BOUND)]
+    text = bench.table(rows)
+    assert "<= 1.5" in text and "<= 4" in text
+    assert "help 1.40x of `import click` (bound 1.5x: met); render 4.50x of `import click` (bound 4x: NOT met)" in text

@@ -58,7 +58,7 @@ def test_plain_clean_leaves_build_caches_alone():
 
 def test_clean_build_cache_on_the_command_line(invoke, monkeypatch):
     e = engine_with(UV_STEP, *FOREIGN)
-    monkeypatch.setattr("envbuild.cli._engine", lambda *a, **k: e)
+    monkeypatch.setattr("envbuild.cli.options.engine", lambda *a, **k: e)
     result = invoke("clean", "--build-cache", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

@@ -53,6 +53,6 @@ def test_each_command_help_fits_a_screen(name: str, invoke, columns) -> None:
     ("github: one line for `strategy.matrix: x`; json: the same.", "github: one line for `strategy.matrix: x`"),
 ])
 def test_an_option_shows_its_first_whole_clause(text: str, short: str) -> None:
-    from envbuild.cli import _short_option_help
+    from envbuild.cli.app import _short_option_help
 
     assert _short_option_help(text) == short

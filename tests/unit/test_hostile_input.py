@@ -1058,7 +1058,7 @@ def test_a_corrupt_metadata_cache_is_fetched_again(garbage, tmp_path):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_reports_envbuild_writes_hold_no_secret(shape, tmp_path):
-    from envbuild.cli import _append_output, _write_output
+    from envbuild.cli.options import append_output as _append_output, write_output as _write_output
 
     value, hidden = SECRET_FORMS[shape]
     doc = __import__("json").dumps({"error": f"pull failed: {value}"})

@@ -212,4 +212,4 @@ def test_no_module_that_starts_processes_starts_a_docker_client_but_the_engine()
 def test_setting_up_a_daemon_is_the_cli_s_alone():
     """host.engine_setup administers the system (apt-get, systemctl, dockerd): no stage, and nothing of the library
     but the command line, reaches it."""
-    assert [m for m, targets in imports().items() if "envbuild.host.engine_setup" in targets] == ["envbuild.cli"]
+    assert [m for m, targets in imports().items() if "envbuild.host.engine_setup" in targets] == ["envbuild.cli.options"]

@@ -113,7 +113,7 @@ def test_clean_dry_run_lists_and_removes_nothing(shared):
 
 
 def test_clean_on_the_command_line_says_its_scope(shared, invoke, monkeypatch):
-    monkeypatch.setattr("envbuild.cli._engine", lambda *a, **k: shared)
+    monkeypatch.setattr("envbuild.cli.options.engine", lambda *a, **k: shared)
     dry = invoke("clean", "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "would remove container here-exited" in dry.stdout and "there-exited" not in dry.stdout

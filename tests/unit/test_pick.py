@@ -225,3 +225,105 @@ def test_run_chooses_as_pick_does_and_says_the_same_note(invoke, monkeypatch):
     assert f"{M.image.repository}:cuda-cu126 " in result.stdout
     assert "cuda: chose cuda-cu126 (cuda-cu126 is the newest variant this host runs under minor version" in result.stderr
     assert "note: cuda-cu126 (CUDA 12.6) runs on driver 535.104.05 (native up to CUDA 12.2) under CUDA minor" in result.stderr
+
+
+# --- the choice policy itself (host/pick.py), called as the library, not through click ---------------------------
+
+def test_names_are_repeatable_comma_separated_and_auto_all_in_any_case():
+    from envbuild.host import pick as picking
+
+    assert picking.names(("cpu, ROCm", "AUTO", " all ", ",")) == ["cpu", "ROCm", "auto", "all"]
+    assert picking.names(()) == []
+
+
+def test_auto_reads_the_root_it_is_given_and_never_asks_the_engine_for_it(tmp_path, monkeypatch):
+    from envbuild.host import detect, pick as picking
+
+    monkeypatch.setattr(detect, "docker_runtimes_from_engine", lambda: pytest.fail("--root asked the engine"))
+    name, reason = picking.auto(M, root=nvidia_host(tmp_path / "gpu", "580.95.05"))
+    assert name == "cuda-cu130" and reason.startswith("detected NVIDIA GPU")
+    assert picking.auto(M, root=make_root(tmp_path)) == ("cpu", "no accelerator detected")
+
+
+def test_auto_asks_the_engine_for_runtimes_on_this_host_unless_native(monkeypatch):
+    """One path for every command: this host with the engine's runtimes (run, smoke, pull, build), or without
+    asking any engine (env, doctor: `native`, no container)."""
+    from envbuild.host import detect, pick as picking
+
+    asked = []
+    monkeypatch.setattr(detect, "docker_runtimes_from_engine", lambda: asked.append(1) or {"runc"})
+    contained, native = picking.auto(M), picking.auto(M, native=True)
+    assert asked == [1] and contained[0] and native[0]
+
+
+def test_choose_all_every_cell_and_refuses_a_variant_with_it():
+    from envbuild.core.errors import InvalidInput
+    from envbuild.host import pick as picking
+
+    assert [b.name for b in picking.choose(M, ("all",))] == [b.name for b in M.select(["all"])]
+    with pytest.raises(InvalidInput, match="--variant chooses within one backend"):
+        picking.choose(M, ("all",), "12.6")
+    with pytest.raises(InvalidInput, match="say which backend"):
+        picking.choose(M, (" ",))
+
+
+def test_choose_for_this_host_takes_the_newest_variant_it_runs_and_says_so(monkeypatch):
+    from envbuild.core.hostfacts import HostDriver
+    from envbuild.host import pick as picking
+    from envbuild.matrix import compat
+
+    monkeypatch.setattr(compat, "host_driver", lambda *a, **k: HostDriver("nvidia", "535.104.05", ["sm_80"]))
+    said: list[str] = []
+    assert [b.name for b in picking.choose(M, ("cuda", "cpu,cuda"), for_host=True, echo=said.append)] == [
+        "cuda-cu126", "cpu"]
+    assert said[0].startswith("cuda: chose cuda-cu126 (") and said[0].endswith("; --variant chooses another")
+    assert said[1].startswith("note: cuda-cu126 (CUDA 12.6) runs on driver 535.104.05")
+    said.clear()  # not for this host: the name is that cell; --variant chooses by hand, silently
+    assert [b.name for b in picking.choose(M, ("cuda",), echo=said.append)] == ["cuda"]
+    assert [b.name for b in picking.choose(M, ("cuda",), "cu126", for_host=True, echo=said.append)] == ["cuda-cu126"]
+    assert said == []
+
+
+def test_choose_auto_says_what_it_chose(monkeypatch):
+    from envbuild.host import pick as picking
+
+    monkeypatch.setattr(picking, "auto", lambda m, **kw: ("cpu", "no accelerator detected"))
+    said: list[str] = []
+    assert [b.name for b in picking.choose(M, ("auto",), for_host=True, echo=said.append)] == ["cpu"]
+    assert said == ["auto: chose cpu (no accelerator detected)"]
+
+
+def test_variant_fits_lists_every_family_s_variants_with_the_one_chosen(tmp_path):
+    from envbuild.host import pick as picking
+
+    fits = picking.variant_fits(M, nvidia_host(tmp_path, "580.95.05"))
+    cuda = [(f["backend"], f["fits"], f["chosen"]) for f in fits if f["family"] == "cuda"]
+    assert cuda == [("cuda", True, False), ("cuda-cu130", True, True), ("cuda-cu126", True, False)]
+    assert {f["family"] for f in fits} >= {"cuda", "rocm", "npu"}
+
+
+def test_the_metadata_check_names_each_pin_the_cache_lacks(tmp_path):
+    import shutil
+
+    from envbuild.matrix import metadata_check
+
+    shutil.copy(MATRIX, tmp_path / "matrix.yaml")
+    assert metadata_check.check(M, tmp_path / "matrix.yaml").cache_path is None
+    shutil.copy(Path(MATRIX).with_name("matrix.metadata.json"), tmp_path / "matrix.metadata.json")
+    whole = metadata_check.check(M, tmp_path / "matrix.yaml")
+    assert whole.ok and whole.lacking == [] and whole.cache_path == str(tmp_path / "matrix.metadata.json")
+    doc = json.loads((tmp_path / "matrix.metadata.json").read_text())
+    doc["distributions"].pop("transformers")
+    (tmp_path / "matrix.metadata.json").write_text(json.dumps(doc))
+    lacking = metadata_check.check(M, tmp_path / "matrix.yaml")
+    assert not lacking.ok and any(line.startswith("transformers ") for line in lacking.lacking)
+
+
+def test_absent_warns_of_a_gpu_this_host_lacks_and_only_then(tmp_path):
+    from envbuild.host import pick as picking
+
+    empty = make_root(tmp_path)
+    said = picking.absent(M, M.backend("cuda"), empty)
+    assert said.startswith("this host has no ") and said.endswith("say --driver VERSION --gpu ARCH")
+    assert picking.absent(M, M.backend("cpu"), empty) is None
+    assert picking.absent(M, M.backend("cuda-cu126"), nvidia_host(tmp_path / "gpu", "580.95.05")) is None

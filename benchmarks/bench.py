@@ -36,7 +36,8 @@ Rows (targets from the performance issue):
             wheelhouse and CA bundle: envbuild's cold build / its cold build (target <= 1.3), bump / its bump
             (<= 1.0; envbuild's lock is made before the clock), container start `import torch, transformers`
             (median, interleaved; <= 1.0), cold build + ten starts (<= 1.0), image size (<= 1.0).
-Timings are medians of several runs (fewer with --quick). Nothing is asserted: machines are noisy.
+Timings are medians of several runs (--quick: each build, start and smoke once, the CLI's start-ups three
+times; CI runs it so, to prove every row's code path). Nothing is asserted: machines are noisy.
 
 Cleanup: the images it tagged (envbuild-bench/...) and the build-cache records its run created (layers and
 cache mounts) are removed at the end (--keep leaves them), its registry stopped; its build context in
@@ -319,6 +320,13 @@ def cleanup(client, setup: Setup | None, info: dict[str, Any]) -> None:
         info["cache_mounts_freed"] = _prune_cache_records(client, set(info["cache_mounts"]))
 
 
+# Repetitions of each timed command: (builds and container starts, CLI start-ups, smoke runs). --quick is CI's
+# run of the benchmark (tests/engine/test_bench.py): every row's code path once, its figures single runs (noisier;
+# nothing is asserted on them), which keeps about a minute of repetitions out of CI's budget.
+FULL = (7, 15, 3)
+QUICK = (1, 3, 1)
+
+
 def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) -> list[Row]:
     from support import testbed
 
@@ -328,9 +336,7 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     from envbuild.core.engine import Engine
     from envbuild.core.paths import cache_dir
 
-    reps = 3 if args.quick else 7
-    cli_reps = 5 if args.quick else 15
-    smoke_reps = 1 if args.quick else 3
+    reps, cli_reps, smoke_reps = (QUICK if args.quick else FULL)
     # Every timed envbuild command is the clean venv's (`pip install` of this checkout, as a user has it, bytecode
     # compiled at install): a checkout run with `python -m` compiles its sources on every start where bytecode is
     # not written (PYTHONDONTWRITEBYTECODE), 70 ms that no user pays.
@@ -433,7 +439,7 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
         smoke_docs.append(json.loads(smoke_json.read_text()))
     smoke = statistics.median(smoke_runs)
     docker = builder.argv[0]
-    bare, bare_runs = median_time([docker, "run", "--rm", image, "python", "-c", "import torch"], max(reps, 3))
+    bare, bare_runs = median_time([docker, "run", "--rm", image, "python", "-c", "import torch"], max(reps, smoke_reps))
     # Where the time goes, in the run nearest the median, outside in: envbuild's CLI (Python, the docker SDK),
     # the container's start and removal, the probe's interpreter start, then each check (import_torch, load, ...).
     at = min(range(len(smoke_runs)), key=lambda i: abs(smoke_runs[i] - smoke))
@@ -464,7 +470,7 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     # What any Python CLI pays before its first line of work: the floor under the no-op row.
     next(r for r in rows if r.key == "noop").detail["python_start"] = round(bare_py, 3)
     rows.append(publish_twice(s, envbuild_argv, noop_argv, overrides, bump_to, cwd, env, info))
-    rows += anchor(s, m, bump_to, builder, rows, reps=3 if args.quick else 5)
+    rows += anchor(s, m, bump_to, builder, rows, reps=1 if args.quick else 5)
     return rows
 
 

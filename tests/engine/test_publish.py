@@ -24,14 +24,14 @@ import pytest
 
 from support.constants import MATRIX as MATRIX_PATH
 from support.constants import TORCH
-from support.fixtures import start_registry
+from support.fixtures import AUTH_USER
 
 from envbuild.matrix import load
 
 pytestmark = pytest.mark.docker
 MATRIX = str(MATRIX_PATH)
 PINS = load(MATRIX_PATH)  # the shared pins of the product matrix
-USER = "envbuild"
+USER = AUTH_USER  # of the session's auth_registry (support/fixtures.py), shared with test_signing
 
 
 @dataclass
@@ -79,14 +79,6 @@ def untag(docker_client, *refs: str) -> None:
             docker_client.images.remove(ref, noprune=False)
         except docker.errors.ImageNotFound:
             pass
-
-
-@pytest.fixture(scope="module")
-def auth_registry(tmp_path_factory, docker_client):
-    reg = start_registry(tmp_path_factory.mktemp("auth-registry"), auth=(USER, "pw-" + secrets.token_urlsafe(18)))
-    yield reg
-    reg.proc.terminate()
-    reg.proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

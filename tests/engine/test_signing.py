@@ -365,10 +365,8 @@ def test_no_secret_reaches_the_registry(plain_registry, keypair):
 
 @pytest.mark.docker
 def test_publish_signs_the_cpu_image_pull_and_run_verify(keypair, cpu_image, cpu_smoke, docker_client, tmp_path_factory,
-                                                          no_leftover_containers):
-    import secrets
-
-    reg_proc = start_registry(tmp_path_factory.mktemp("sign-auth-registry"), auth=("envbuild", "pw-" + secrets.token_urlsafe(12)))
+                                                          auth_registry, no_leftover_containers):
+    reg_proc = auth_registry  # the session's (test_publish pushed the same layers there: the engine mounts them)
     work = tmp_path_factory.mktemp("sign-publish")
     (work / "docker-config").mkdir()
     uid = uuid.uuid4().hex[:10]
@@ -376,7 +374,7 @@ def test_publish_signs_the_cpu_image_pull_and_run_verify(keypair, cpu_image, cpu
     local_repo = f"envbuild-test/sign-pulled-{uid}"
     docker_client.images.get(cpu_image.image_id).tag(*source.split(":"))
     created = [source]
-    env = {"DOCKER_CONFIG": str(work / "docker-config"), "ENVBUILD_REGISTRY_USER": "envbuild",
+    env = {"DOCKER_CONFIG": str(work / "docker-config"), "ENVBUILD_REGISTRY_USER": reg_proc.user,
            "ENVBUILD_REGISTRY_PASSWORD": reg_proc.password}
     matrix = ["--matrix", MATRIX, *cpu_image.overrides]
     try:
@@ -389,7 +387,7 @@ def test_publish_signs_the_cpu_image_pull_and_run_verify(keypair, cpu_image, cpu
         digest = entry["digest"]
         assert "signed and attested" in proc.stdout and entry["signed"]["signatures"][0]["digest"] == digest
 
-        reg, path = Registry(reg_proc.host, ("envbuild", reg_proc.password)), f"envbuild-{uid}"
+        reg, path = Registry(reg_proc.host, (reg_proc.user, reg_proc.password)), f"envbuild-{uid}"
         public = (keypair / "cosign.pub").read_bytes()
         for ref in entry["tags"]:
             assert held_out_verify(reg, path, ref.rsplit(":", 1)[1], public) == digest
@@ -463,4 +461,3 @@ def test_publish_signs_the_cpu_image_pull_and_run_verify(keypair, cpu_image, cpu
                 docker_client.images.remove(ref, noprune=False)
             except docker.errors.ImageNotFound:
                 pass
-        reg_proc.stop()

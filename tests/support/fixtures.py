@@ -12,6 +12,7 @@ Without an engine these tests skip on a laptop, and fail when CI is set.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import uuid
@@ -72,6 +73,19 @@ def engineless_registry(tmp_path_factory) -> Iterator[Registry]:
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory, docker_client) -> Iterator[Registry]:
     reg = start_registry(tmp_path_factory.mktemp("registry"))
+    yield reg
+    reg.stop()
+
+
+AUTH_USER = "envbuild"
+
+
+@pytest.fixture(scope="session")
+def auth_registry(tmp_path_factory, docker_client) -> Iterator[Registry]:
+    """A registry that asks for a password (htpasswd: AUTH_USER and a random one), shared by the modules that
+    publish the session's cpu image through a login (test_publish, test_signing), each into a repository of its
+    own: the engine mounts the layers it pushed there before instead of compressing and uploading them again."""
+    reg = start_registry(tmp_path_factory.mktemp("auth-registry"), auth=(AUTH_USER, "pw-" + secrets.token_urlsafe(18)))
     yield reg
     reg.stop()
 

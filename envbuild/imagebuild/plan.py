@@ -28,7 +28,6 @@ from envbuild.core.platform import foreign_arch
 from envbuild.core.text import unsafe_char, unsafe_message
 from envbuild.imagebuild.builder import Builder, find_builder, podman_builder
 from envbuild.imagebuild.records import RECORD
-from envbuild.lock.lockfile import LAYERS, parse
 from envbuild.render import ENTRYPOINT, UV_STEP, render_backend
 
 if TYPE_CHECKING:
@@ -176,6 +175,9 @@ class BuildPlan:
     # own BuildKit, which builds from the local base without asking the registry.
     answerable: bool = field(default=False)
     entrypoint: bytes = b""  # the image's entrypoint script (render/scripts/entrypoint.sh)
+    # Each layer of the lock as a pylock.toml, (layer, text), as the lock stage made it from the lock, the wheels and
+    # the index mirrors (envbuild.lock.locking.with_lock): the image stage writes them and never reads a lock itself.
+    lock_layers: tuple[tuple[str, str], ...] = ()
 
     def key(self) -> str:
         """One digest of every field: a field added later is in the key without anyone remembering it."""
@@ -219,21 +221,6 @@ def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] 
         "platform": target(opts.platform),  # labels are not content: a revision label differs on every commit
     }
     return digest(json.dumps(doc, sort_keys=True).encode())
-
-
-def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, platform: str | None = None,
-                        environ: Mapping[str, str] | None = None) -> str | None:
-    """The content key the image of this cell will carry, from the checkout alone: its committed lock for the
-    platform (None when there is none: it cannot be known before resolving), nothing built, no engine asked."""
-    from envbuild.core.platform import target
-    from envbuild.lock import path, read
-
-    popts = dataclasses.replace(opts, platform=platform or opts.platform)
-    lockfile = read(path(popts, backend, target(popts.platform)))
-    if lockfile is None:
-        return None
-    plan = make_plan(matrix, backend, popts, None, environ, lock=lockfile.text().encode("utf-8"), write_cache=False)
-    return content_key(plan, popts, environ)
 
 
 def with_content_label(plan: BuildPlan, key: str) -> BuildPlan:
@@ -451,13 +438,11 @@ def write_context(plan: BuildPlan) -> None:
     write_atomic(into / "probe.py", plan.probe, 0o755)
     write_atomic(into / UV_STEP.name, plan.uv_step)
     write_atomic(into / ENTRYPOINT.name, plan.entrypoint, 0o755)
-    # The lock, and each of its layers as a pylock.toml naming each file's source (the locked URL, a mirror's, or
-    # the wheel folder's file of the same name and hash): a layer's step is cached by its file's content.
-    lock = parse(plan.lock.decode("utf-8"), "the plan's lock") if plan.lock else None
+    # The lock, and each of its layers as the lock stage wrote it, a pylock.toml naming each file's source: a layer's
+    # step is cached by its file's content.
     write_atomic(into / "lock" / "lock.txt", plan.lock)
-    held = {w.name: w.sha256 for w in plan.wheels}
-    for layer in LAYERS:
-        write_atomic(into / "lock" / f"pylock.{layer}.toml", lock.pylock(layer, held, plan.index_mirrors) if lock else "")
+    for layer, text in plan.lock_layers:
+        write_atomic(into / "lock" / f"pylock.{layer}.toml", text)
     folder = into / "wheelhouse"
     folder.mkdir(exist_ok=True)
     wanted = {w.name: w for w in plan.wheels}

@@ -2,9 +2,11 @@
 
 Like cargo's and uv's lock files: the build installs the lock; the lock changes only when its inputs change
 or when asked to (--upgrade, --upgrade-package); `--locked` (CI, publish) refuses a lock that is missing or
-stale instead of resolving. This package is the lock's format and its inputs, and decides staleness from the
-lock's header alone; it runs no builder. Resolving a lock does (the Dockerfile's `lock` target runs resolve.py
-in the backend's own base, on the engine that builds): that is envbuild.imagebuild.locking, which imports this.
+stale instead of resolving. This module is the lock's format and its inputs, and decides staleness from the
+lock's header alone; it runs no builder. Beside it, the lock's orchestration: locking.py resolves a lock (the
+Dockerfile's `lock` target runs resolve.py in the backend's own base, on the engine that builds), ensures one
+before a build and checks them all; build.py is a build from its lock (ensure it, then build). The lock sits above
+the image stage and calls it (plan, builder); the image stage never imports the lock, it is handed one as data.
 
 One file per platform, locks/<backend>/<os>-<arch>.txt: wheels and their hashes differ per platform, each
 file is a complete hashed requirements file that its platform's build installs as it is, and the native
@@ -29,8 +31,8 @@ if TYPE_CHECKING:
 
 
 class Settings(Protocol):
-    """What the lock reads of a build's options (the image stage's BuildOptions has these): the lock sits below the
-    image stage and names none of its types."""
+    """What the lock's format and inputs read of a build's options (the image stage's BuildOptions has these): the
+    pure part of the lock names none of the image stage's types."""
 
     locks_dir: Path
     platform: str | None
@@ -44,7 +46,7 @@ class Wheel(Protocol):
     sha256: str
 
 PING_TIMEOUT = 3.0  # seconds the base's registry has to answer at all before a lock asks it for a digest
-RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.imagebuild.locking
+RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.lock.locking
 
 __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms", "read", "requirements", "stale",
            "torch_problem"]

@@ -77,7 +77,7 @@ def changed(m: Matrix, doc: dict[str, Any], opts: Any, registry: str, echo: Any 
     that cannot be asked, counts as changed: building once too often is safe, skipping wrongly is not."""
     from envbuild.core.errors import EnvbuildError
     from envbuild.core.regclient import Registry, split
-    from envbuild.imagebuild.plan import planned_content_key
+    from envbuild.lock.locking import planned_content_key
     from envbuild.ship.shared import content_tag
 
     keep = []

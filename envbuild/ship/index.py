@@ -121,7 +121,8 @@ def _held_content(m: Matrix, backend: Backend, registry: str, platform: str, ses
     arguments, as the publish workflow builds). None when the key cannot be known, the tag is not there, or (with a
     signing key) what is there does not verify with it: the index is signed, and must not vouch for an image that
     anyone able to push a tag could have put there."""
-    from envbuild.imagebuild.plan import BuildOptions, planned_content_key
+    from envbuild.imagebuild.plan import BuildOptions
+    from envbuild.lock.locking import planned_content_key
     from envbuild.ship.shared import content_tag, content_there
 
     try:

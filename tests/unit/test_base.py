@@ -208,7 +208,7 @@ def test_a_made_base_stands_for_the_registry_digest_in_a_lock_only_when_envbuild
                                                                                         monkeypatch) -> None:
     from support.fakes import FakeEngine
 
-    from envbuild.imagebuild.locking import made_base_digest
+    from envbuild.lock.locking import made_base_digest
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     engine = FakeEngine()
@@ -225,8 +225,8 @@ def test_a_build_whose_base_cannot_be_pulled_makes_it_when_told_yes_then_builds(
     from support.fakes import FakeEngine
 
     from envbuild.cli import options
-    from envbuild import imagebuild
     from envbuild.core.errors import LockError
+    from envbuild.lock import build
 
     engine, calls, made = FakeEngine(), [], []
     monkeypatch.setattr(options, "engine", lambda: engine)
@@ -238,7 +238,7 @@ def test_a_build_whose_base_cannot_be_pulled_makes_it_when_told_yes_then_builds(
                             f"(no answer). {base_ways_out('debian:bookworm-slim', 'cpu')}")
         return []
 
-    monkeypatch.setattr(imagebuild, "build_many", build_many)
+    monkeypatch.setattr(build, "build_many", build_many)
     monkeypatch.setattr(base, "make", lambda p, eng, **kw: made.append((p.image, eng)))
     refused = invoke("build", "--backend", "cpu")
     assert refused.exit_code == 1 and "envbuild base --backend cpu" in refused.stderr and not made
@@ -252,15 +252,15 @@ def test_a_failed_build_result_naming_the_base_is_offered_the_make_too(invoke, m
     from support.fakes import FakeEngine
 
     from envbuild.cli import options
-    from envbuild import imagebuild
     from envbuild.imagebuild import BuildResult
+    from envbuild.lock import build
     from envbuild.imagebuild.builder import base_failure
 
     engine, made = FakeEngine(), []
     monkeypatch.setattr(options, "engine", lambda: engine)
     said = base_failure("failed to resolve source metadata for docker.io/library/debian:bookworm-slim: i/o timeout",
                         "debian:bookworm-slim", "cpu")
-    monkeypatch.setattr(imagebuild, "build_many", lambda *a, **kw: [
+    monkeypatch.setattr(build, "build_many", lambda *a, **kw: [
         BuildResult("cpu", bool(made), ["x:cpu"], "sha256:" + "1" * 64 if made else None, 1.0, error=None if made else said)])
     monkeypatch.setattr(base, "make", lambda p, eng, **kw: made.append(p.image))
     assert invoke("build", "--backend", "cpu").exit_code == 1 and not made  # off a terminal, without --yes: asked nothing

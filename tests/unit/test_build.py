@@ -16,8 +16,9 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 
-from envbuild import imagebuild as build
+from envbuild import imagebuild
 from envbuild.imagebuild import builder, plan, records
+from envbuild.lock import build
 from envbuild.imagebuild.status import StatusBoard
 from envbuild.core import owner
 from envbuild.core.errors import BuildError, EnvbuildError
@@ -538,13 +539,13 @@ def test_build_many_runs_jobs_at_once_and_keeps_the_order(monkeypatch):
             running[0] -= 1
         if backend.name == names[1]:
             raise BuildError("base image not found")
-        return build.BuildResult(backend=backend.name, ok=True, tags=[f"r:{backend.name}"], image_id="sha256:1")
+        return imagebuild.BuildResult(backend=backend.name, ok=True, tags=[f"r:{backend.name}"], image_id="sha256:1")
 
     monkeypatch.setattr(build, "build", fake_build)
     chosen = [MATRIX.backend(n) for n in names]
     board = StatusBoard(names, stream=io.StringIO())
     with board:
-        results = build.build_many(MATRIX, chosen, build.BuildOptions(), FakeEngine(), jobs=2, board=board)
+        results = build.build_many(MATRIX, chosen, plan.BuildOptions(), FakeEngine(), jobs=2, board=board)
     assert [r.backend for r in results] == names
     assert peak[0] == 2
     assert [r.ok for r in results] == [True, False, True, True] and "base image not found" in results[1].error

@@ -14,7 +14,8 @@ from support.hosts import VENDORS, make_root
 
 from envbuild.report import report
 from envbuild import smoke
-from envbuild.imagebuild import locking, plan
+from envbuild.imagebuild import plan
+from envbuild.lock import locking
 from envbuild.host import detect
 from envbuild.core.errors import BuildError, DockerError, EnvbuildError, InvalidInput
 from envbuild.matrix import load

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from support.constants import MATRIX
 
-from envbuild.imagebuild.plan import BuildOptions, content_key, make_plan, planned_content_key
+from envbuild.imagebuild.plan import BuildOptions, content_key, make_plan
+from envbuild.lock.locking import planned_content_key
 from envbuild.matrix import load
 from envbuild.ship.shared import content_tag
 
@@ -60,7 +61,7 @@ def test_the_index_takes_a_platform_not_rebuilt_from_the_registrys_image_of_its_
 
     from envbuild.core import regclient
     from envbuild.core.regclient import Manifest
-    from envbuild.imagebuild import plan
+    from envbuild.lock import locking
     from envbuild.ship import index
 
     m = load(MATRIX)
@@ -78,7 +79,7 @@ def test_the_index_takes_a_platform_not_rebuilt_from_the_registrys_image_of_its_
             return None
 
     monkeypatch.setattr(regclient, "Registry", Held)
-    monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: "cd" * 32)
+    monkeypatch.setattr(locking, "planned_content_key", lambda *a, **k: "cd" * 32)
     session, unsigned = SimpleNamespace(environ={}), SimpleNamespace(sign_key=None)
 
     def held(opts):
@@ -87,9 +88,9 @@ def test_the_index_takes_a_platform_not_rebuilt_from_the_registrys_image_of_its_
     rec = held(unsigned)
     assert rec["digest"] == "sha256:" + "e" * 64 and rec["ref"] == "reg.example/eb:cpu-in-" + "cd" * 8
     assert rec["unchanged_since"]  # its smoke attestation stays on the digest: not asked of this run
-    monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: "ab" * 32)
+    monkeypatch.setattr(locking, "planned_content_key", lambda *a, **k: "ab" * 32)
     assert held(unsigned) is None
-    monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: None)  # no committed lock: not known
+    monkeypatch.setattr(locking, "planned_content_key", lambda *a, **k: None)  # no committed lock: not known
     assert held(unsigned) is None
     assert len(asked) == 2
 
@@ -101,7 +102,7 @@ def test_a_signed_index_leaves_out_held_content_that_does_not_verify(monkeypatch
 
     from envbuild.core import regclient
     from envbuild.core.regclient import Manifest
-    from envbuild.imagebuild import plan
+    from envbuild.lock import locking
     from envbuild.ship import index
     from envbuild.ship.trust import TrustError
     from envbuild.ship.trust import verify as verify_mod
@@ -123,7 +124,7 @@ def test_a_signed_index_leaves_out_held_content_that_does_not_verify(monkeypatch
         raise TrustError("no signature by this key")
 
     monkeypatch.setattr(regclient, "Registry", Held)
-    monkeypatch.setattr(plan, "planned_content_key", lambda *a, **k: "cd" * 32)
+    monkeypatch.setattr(locking, "planned_content_key", lambda *a, **k: "cd" * 32)
     monkeypatch.setattr(verify_mod, "verify", refuse)
     signed = SimpleNamespace(sign_key=SimpleNamespace(public=lambda: "the public half"))
     said: list[str] = []

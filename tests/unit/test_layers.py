@@ -1,11 +1,13 @@
 """The folders are the layers: each top-level folder of envbuild is one, in the order data flows, and a folder
 imports only the folders below it. No table re-cuts the tree: the unit of a module is its top-level folder.
 
-    core (shared pieces) < matrix < render < lock < imagebuild < smoke < ship   (the stages)
+    core (shared pieces) < matrix < render < imagebuild < lock < smoke < ship   (the stages)
         < host < workspace < report < maintain   (beside the stages, using them)   < cli
 
 Every import of every envbuild module is read (ast: at top level, inside functions and under `if TYPE_CHECKING:`,
 which is a dependency all the same) and each edge between folders is held to the order; nothing closes a cycle.
+The lock sits above the image stage: its orchestration resolves a lock with the builder and ensures it before a
+build; the image stage is handed a lock as data in its plan and never imports the lock.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ ROOT = Path(envbuild.__file__).parent
 # The layer of each top-level folder; a folder may import folders of lower layers only (and itself).
 LAYERS: dict[str, int] = {
     "core": 0,  # errors, files, output, imageref, platform, hostfacts, regclient, credentials, the engine
-    "matrix": 1, "render": 2, "lock": 3, "imagebuild": 4, "smoke": 5, "ship": 6,  # the stages, as data flows
+    "matrix": 1, "render": 2, "imagebuild": 3, "lock": 4, "smoke": 5, "ship": 6,  # the stages; lock runs imagebuild
     # beside the stages, using them, each named for what it serves:
     "host": 7,  # questions about a host, this one or one described: detect, doctor, pick, launch, engine_setup
     "workspace": 8,  # what envbuild keeps on the user's machine: run, venv (`env`), base, clean
@@ -145,9 +147,11 @@ def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
     assert any(p.startswith("import cycle") and "smoke" in p and "host" in p for p in problems(cycle))
     compat = {**edges, "envbuild.matrix.compat": edges["envbuild.matrix.compat"] | {"envbuild.smoke.preflight"}}
     assert problems(compat)
-    assert "envbuild.lock" in edges["envbuild.imagebuild.locking"]  # the build resolves locks ...
-    back = {**edges, "envbuild.lock": edges["envbuild.lock"] | {"envbuild.imagebuild.builder"}}  # ... never the reverse
-    assert any("lock (layer 3) may not import imagebuild" in p for p in problems(back))
+    assert "envbuild.imagebuild.builder" in edges["envbuild.lock.locking"]  # the lock resolves with the builder ...
+    assert "envbuild.imagebuild" in edges["envbuild.lock.build"]  # ... and ensures the lock, then builds ...
+    assert not any(unit(t) == "lock" for m, ts in edges.items() if unit(m) == "imagebuild" for t in ts)
+    back = {**edges, "envbuild.imagebuild": edges["envbuild.imagebuild"] | {"envbuild.lock.locking"}}  # ... never the reverse
+    assert any("imagebuild (layer 3) may not import lock" in p for p in problems(back))
     assert any(p.startswith("import cycle") and "lock" in p and "imagebuild" in p for p in problems(back))
 
 

@@ -11,8 +11,9 @@ import pytest
 from support.constants import FIXED, MATRIX as MATRIX_PATH
 from support.fakes import REPORT, FakeEngine
 
-from envbuild import imagebuild as build, lock as locks
-from envbuild.imagebuild import builder, locking, plan
+from envbuild import lock as locks
+from envbuild.imagebuild import builder, plan
+from envbuild.lock import build, locking
 from envbuild.core.errors import LockError, MatrixError, StaleLock
 from envbuild.lock import lockfile
 from envbuild.matrix import load, loads
@@ -378,7 +379,7 @@ def test_the_build_context_holds_each_layer_with_its_sources(tmp_path, monkeypat
     wheels.mkdir()
     (wheels / torch.filename).write_bytes(b"w")
     opts = plan.BuildOptions(context_dir=tmp_path / "ctx", wheelhouse=wheels)
-    p = plan.make_plan(MATRIX, CPU, opts, None, lock=lock.text().encode())
+    p = locking.with_lock(plan.make_plan(MATRIX, CPU, opts, None), lock)  # the lock hands the image stage its layers
     plan.write_context(p)
     folder = tmp_path / "ctx" / "cpu" / "lock"
     assert (folder / "lock.txt").read_text() == lock.text()

@@ -147,7 +147,7 @@ def test_the_mirror_is_what_is_probed(m, answering, closed):
 
 def test_lock_stops_before_resolving_when_an_index_is_dead(m, answering, closed, tmp_path, monkeypatch):
     """The resolver never starts (it would retry for minutes): the builder is not run."""
-    from envbuild.imagebuild import locking
+    from envbuild.lock import locking
     from envbuild.imagebuild.plan import BuildOptions
 
     matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", f"{answering}/simple")

@@ -20,7 +20,7 @@ from envbuild.matrix.schema import check_field
 from envbuild.maintain.sources import Finding, Sources, outdated
 
 if TYPE_CHECKING:
-    from envbuild.imagebuild.locking import LockResult
+    from envbuild.lock.locking import LockResult
     from envbuild.imagebuild.plan import BuildOptions
     from envbuild.core.engine import EngineAPI
     from envbuild.matrix.model import Backend
@@ -207,7 +207,7 @@ def refresh_locks(result: Bump, opts: BuildOptions, engine: Callable[[], EngineA
     change, refreshed, and those left as they were, each with why. A backend that cannot be resolved here (its
     vendor's registry, no engine) is named, not fatal; with `no_lock` none is refreshed. `engine` is asked for the
     engine only when a lock is to be resolved."""
-    from envbuild.imagebuild import locking
+    from envbuild.lock import locking
 
     refreshed: list[LockResult] = []
     left: list[str] = []

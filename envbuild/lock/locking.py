@@ -1,7 +1,9 @@
-"""Resolving locks: the part of the lock stage that runs the builder.
+"""The lock's orchestration: resolving a lock (`envbuild lock`), ensuring one before a build, checking them all.
 
-envbuild.lock is the lock's format and its inputs (pure); resolving a lock runs the Dockerfile's `lock` target on
-the engine that builds, so it lives here, beside the builder: the build imports the lock, never the reverse.
+envbuild.lock (its __init__ and lockfile.py) is the lock's format, its inputs and when it is stale, pure;
+this module runs them. Resolving a lock runs the Dockerfile's `lock` target on the engine that builds, so the lock
+calls the image stage (plan, builder): the lock sits above the image stage, which never imports it and takes what
+it needs of a lock as data in its plan (`with_lock`: the lock's text and each layer's pylock.toml).
 `check` resolves nothing and reads files only (no Docker client, engine or network).
 """
 
@@ -16,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -26,18 +28,17 @@ from envbuild.core.errors import InvalidInput, LockError, StaleLock
 from envbuild.core.files import write_all, write_atomic
 from envbuild.core.imageref import mirror
 from envbuild.core.platform import arch, require_runnable, target
+from envbuild.imagebuild import builder, reach, records
+from envbuild.imagebuild.plan import DIGESTS, content_key, lock_command, make_plan, wheels, write_context
 from envbuild.lock import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
-from envbuild.lock.lockfile import LockFile, from_report
-from envbuild.imagebuild import builder, records
-from envbuild.imagebuild import reach
-from envbuild.imagebuild.plan import DIGESTS, lock_command, make_plan, wheels, write_context
+from envbuild.lock.lockfile import LAYERS, LockFile, from_report
 
 if TYPE_CHECKING:
     from envbuild.core.engine import EngineAPI
     from envbuild.matrix import Backend, Matrix
     from envbuild.imagebuild.plan import BuildOptions, BuildPlan
 
-__all__ = ["LockOptions", "LockResult", "check", "ensure", "lock", "resolve"]
+__all__ = ["LockOptions", "LockResult", "check", "ensure", "lock", "planned_content_key", "resolve", "with_lock"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,30 @@ class LockResult:
                 "why": self.why, "distributions": self.count}
 
 
+# --- what the image stage takes of a lock ----------------------------------------------------------------------
+
+
+def with_lock(plan: BuildPlan, lockfile: LockFile | None) -> BuildPlan:
+    """The plan that installs `lockfile` (None: none yet, while it is being resolved): its text, and each of its
+    layers as a pylock.toml naming each file's source (the locked URL, an index mirror's, or the wheel folder's file
+    of the same name and hash), which the image stage writes into the build context as they are."""
+    held = {w.name: w.sha256 for w in plan.wheels}
+    layers = tuple((layer, lockfile.pylock(layer, held, plan.index_mirrors) if lockfile else "") for layer in LAYERS)
+    return dataclasses.replace(plan, lock=lockfile.text().encode("utf-8") if lockfile else b"", lock_layers=layers)
+
+
+def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, platform: str | None = None,
+                        environ: Mapping[str, str] | None = None) -> str | None:
+    """The content key the image of this cell will carry, from the checkout alone: its committed lock for the
+    platform (None when there is none: it cannot be known before resolving), nothing built, no engine asked."""
+    popts = dataclasses.replace(opts, platform=platform or opts.platform)
+    lockfile = read(path(popts, backend, target(popts.platform)))
+    if lockfile is None:
+        return None
+    plan = make_plan(matrix, backend, popts, None, environ, lock=lockfile.text().encode("utf-8"), write_cache=False)
+    return content_key(plan, popts, environ)
+
+
 # --- resolving ----------------------------------------------------------------------------------------------
 
 
@@ -73,7 +98,7 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
     reach.require(matrix, backend, what=f"locking {backend.name}", index_mirrors=opts.index_mirrors,
                   ca_bundle=opts.ca_bundle, netrc=opts.netrc)
     wanted = inputs(matrix, backend, plan.wheels, platform, digest)
-    write_context(plan)
+    write_context(with_lock(plan, None))
     folder = plan.context_path / "lock"
     keep = previous is not None and not lock_opts.upgrade
     upgrade = ["*"] if lock_opts.upgrade else [str(canonicalize_name(n)) for n in lock_opts.upgrade_packages]

@@ -15,6 +15,9 @@ from envbuild.imagebuild import builder
 from envbuild.core.errors import DockerError, InvalidInput
 from envbuild.host import engine_setup
 from envbuild.matrix import load
+import shlex
+import subprocess
+from envbuild.workspace.run import pasteable
 
 MATRIX = load(MATRIX_PATH)
 
@@ -232,3 +235,12 @@ def test_the_dev_container_runs_the_cpu_image_as_envbuild_run_does():
     assert doc["runArgs"] == ["--init", *cpu.run.docker_args()]
     assert doc["mounts"] == [f"source={runner.DEFAULT_CACHE},target={runner.CACHE},type=volume"]
     assert doc["workspaceFolder"] == runner.WORKDIR and doc["remoteUser"] == "envbuild"
+
+
+# --- What a new user sees in the first hour (from test_first_hour.py)
+
+def test_a_pasted_argument_is_the_same_text() -> None:
+    for value in ["plain", "a b", "x\ny", "it's", "tab\there", "esc\x1bA", "bidi\u202eX", "back\\slash\n"]:
+        said = subprocess.run(["bash", "-c", f"printf %s {pasteable(value)}"], capture_output=True, text=True).stdout
+        assert said == value, (value, pasteable(value))
+    assert pasteable("a b") == shlex.quote("a b")

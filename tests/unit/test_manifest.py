@@ -6,6 +6,9 @@ import json
 import pytest
 from support.constants import MATRIX
 from envbuild.core.errors import InvalidInput
+from hypothesis import given, strategies as st
+from support.constants import FIXED
+from support.properties import HEAVY, HOSTILE, JSON, own_error
 
 
 # --- Signed is not well-formed: the shape of what is read back is checked before use (from test_shapes.py)
@@ -51,3 +54,59 @@ def test_a_manifest_publish_writes_still_loads(tmp_path):
                                                 "image_id": DIGEST, "size": 5, "versions": None, "requires": None}},
                      smoke=summary)
     assert manifest.load(path, must_exist=True)["images"]["cpu"]["smoke"]["ok"] is True
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+PLATFORM_TEXT = st.one_of(HOSTILE, st.builds("/".join, st.lists(st.sampled_from(
+    ["linux", "LINUX", "windows", "amd64", "x86_64", "aarch64", "arm64", "v8", "v7", "arm", "", "s390x", "\x1b"]),
+    min_size=1, max_size=4)))
+
+
+MATRIX_TEXT = FIXED.read_text(encoding="utf-8")
+
+
+def _write(tmp_path_factory, doc) -> object:
+    path = tmp_path_factory.mktemp("json") / "doc.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+@HEAVY
+@given(st.one_of(JSON, st.builds(lambda e: {"schema": 1, "images": {"cpu": e}}, JSON),
+                 st.builds(lambda p: {"schema": 1, "images": {"cpu": {"digest": DIGEST, "repository": "reg.example/x",
+                                                                      "platforms": p}}}, JSON)))
+def test_a_manifest_loads_or_is_refused_and_an_index_joins_or_is_refused(tmp_path_factory, doc):
+    from envbuild.matrix import loads
+    from envbuild.ship import manifest
+    from envbuild.ship.index import _joined
+
+    path = _write(tmp_path_factory, doc)
+    loaded = own_error(lambda: manifest.load(path, must_exist=True))
+    if loaded is None:
+        return
+    backend = loads(MATRIX_TEXT).backend("cpu")
+    own_error(lambda: _joined(backend, "reg.example/x", [loaded], (path,)))
+
+
+CHECK = st.fixed_dictionaries({"name": HOSTILE, "ok": st.booleans()}, optional={"message": HOSTILE, "skipped": JSON})
+
+
+SMOKE = st.one_of(JSON, st.fixed_dictionaries(
+    {"backend": st.sampled_from(["cpu", "cuda"]), "ok": st.booleans(), "checks": st.lists(CHECK, max_size=3)},
+    optional={"image_id": JSON, "platform": st.one_of(JSON, PLATFORM_TEXT), "emulated": JSON,
+              "seconds": st.one_of(st.none(), st.floats(0, 1e6)), "date": st.one_of(st.none(), HOSTILE),
+              "error": st.one_of(st.none(), HOSTILE), "image": st.one_of(st.none(), HOSTILE)}))
+
+
+@HEAVY
+@given(st.one_of(SMOKE, st.lists(SMOKE, max_size=3)))
+def test_smoke_json_is_read_or_refused_and_what_the_manifest_keeps_reads_back(tmp_path_factory, doc):
+    from envbuild.core.shape import problem
+    from envbuild.ship import manifest
+
+    path = _write(tmp_path_factory, doc)
+    results = own_error(lambda: manifest.load_smoke_results(path))
+    for result in (results or {}).values():
+        summary = manifest.smoke_summary(result, path)
+        assert problem(summary, manifest.SMOKE_SUMMARY) is None  # what publish records, a manifest load accepts

@@ -19,6 +19,9 @@ from support.constants import MINIMAL as MINIMAL_PATH
 
 from envbuild import matrix
 from envbuild.core.errors import MatrixError, NotContainerizableError, Problem, UnknownBackendError
+import yaml
+from hypothesis import assume, given, strategies as st
+from support.properties import HEAVY, HOSTILE, JSON, PROPS, own_error
 
 MINIMAL = MINIMAL_PATH.read_text(encoding="utf-8")
 
@@ -412,3 +415,82 @@ def test_a_backend_env_cannot_move_a_cache_off_the_cache_volume(name, invoke):
         assert f"'{name}' is reserved" in result.stderr and "bypass the cache volume" in result.stderr
         assert "--cache" in result.stderr  # the way out: your own folder at /cache
     assert invoke("validate", "--matrix", REPO_MATRIX, "--set", "backends.cpu.run.env.HF_HUB_OFFLINE=1").exit_code == 0
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+MATRIX_TEXT = FIXED.read_text(encoding="utf-8")
+
+
+PATHS = st.one_of(HOSTILE, st.builds(".".join, st.lists(st.sampled_from(
+    ["backends", "cpu", "cuda", "run", "env", "torch", "version", "index_url", "base_image", "platforms", "transformers",
+     "image", "apt", "", "X", "\x1b[2J"]), min_size=1, max_size=5)))
+
+
+@HEAVY
+@given(PATHS, HOSTILE)
+def test_a_set_of_any_path_and_value_validates_or_is_refused(path, value):
+    from envbuild.matrix import loads
+
+    own_error(lambda: loads(MATRIX_TEXT, overrides=[f"{path}={value}"]))
+
+
+@PROPS
+@given(st.from_regex(r"\A[A-Z][A-Z0-9_]{0,10}\Z").filter(lambda k: not k.startswith("ENVBUILD_")),
+       st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._/-]{0,30}\Z"))
+def test_a_set_env_value_that_is_accepted_reads_back(key, value):
+    from envbuild.matrix import loads
+
+    m = own_error(lambda: loads(MATRIX_TEXT, overrides=[f"backends.cpu.env.{key}={value}"]))
+    assume(m is not None)  # a reserved name (a cache, a secret's) is refused, said so
+    assert dict(m.backend("cpu").env)[key] == value
+
+
+def _mutations(tree):
+    """Every (path) of a YAML tree: a leaf or a section to replace."""
+    out = []
+
+    def walk(node, path):
+        out.append(path)
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, (*path, k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, (*path, i))
+
+    walk(tree, ())
+    return out
+
+
+TREE = yaml.safe_load(MATRIX_TEXT)
+
+
+WHERE = _mutations(TREE)
+
+
+@HEAVY
+@given(st.sampled_from(WHERE), JSON)
+def test_a_matrix_file_with_any_value_anywhere_validates_or_is_refused(where, value):
+    import copy
+
+    from envbuild.matrix import loads
+
+    tree = copy.deepcopy(TREE)
+    if not where:
+        tree = value
+    else:
+        node = tree
+        for part in where[:-1]:
+            node = node[part]
+        node[where[-1]] = value
+    text = yaml.safe_dump(tree, allow_unicode=True)
+    own_error(lambda: loads(text, source="matrix.yaml"))
+
+
+@PROPS
+@given(HOSTILE)
+def test_any_matrix_text_validates_or_is_refused(text):
+    from envbuild.matrix import loads
+
+    own_error(lambda: loads(text, source="matrix.yaml"))

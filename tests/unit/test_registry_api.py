@@ -16,6 +16,8 @@ from support import testbed
 
 from envbuild.core.errors import PublishError
 from envbuild.core.regclient import DOCKER_LIST, Registry
+from hypothesis import given
+from support.properties import JSON, PROPS, own_error
 
 
 @pytest.fixture(scope="module")
@@ -338,3 +340,18 @@ def test_the_publish_credentials_never_go_to_a_base_images_registry(monkeypatch)
 
     assert base_digest(None, "nvcr.io/nvidia/cuda:13.0-base", "linux/amd64", Opts(), env) == "sha256:" + "1" * 64
     assert made == [{"publish": False}]
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+@PROPS
+@given(JSON)
+def test_a_registry_index_and_a_package_index_page_of_any_shape_are_read_or_refused(doc):
+    from envbuild.core.regclient import Manifest, sha256
+    from envbuild.maintain.sources.index import _from_json
+
+    raw = json.dumps({"manifests": doc} if not isinstance(doc, dict) else doc).encode()
+    platforms = own_error(lambda: Manifest("application/vnd.oci.image.index.v1+json", sha256(raw), raw).platforms())
+    assert platforms is None or all(isinstance(k, str) and isinstance(v, str) for k, v in platforms.items())
+    own_error(lambda: _from_json({"files": doc}, "https://idx.example/simple/x/"))
+    own_error(lambda: _from_json(doc, "https://idx.example/simple/x/"))

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from envbuild.ship.trust import KeyError_, VerifyError, dsse, keys, sign
+from hypothesis import given
+from support.properties import JSON, PROPS, own_error
 
 PASSPHRASE = "correct horse 7 battery"
 
@@ -305,3 +307,23 @@ def test_verify_still_passes_a_well_formed_smoke_result(registry, invoke, tmp_pa
     result = invoke("verify", image, "--key", key)
     assert result.exit_code == 0, result.output
     assert "smoke: passed 1/1 checks" in result.output
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+DIGEST = "sha256:" + "a" * 64
+
+
+@PROPS
+@given(JSON)
+def test_a_signed_smoke_predicate_of_any_shape_is_checked_before_use(predicate):
+    from envbuild.core.shape import problem
+    from envbuild.ship.trust.verify import SMOKE_PREDICATE, Verified, _smoke_of
+    from envbuild.ship.trust.sign import SMOKE
+
+    if problem(predicate, SMOKE_PREDICATE) is not None:
+        return  # refused by verify's reader, before _smoke_of
+    smoke = own_error(lambda: _smoke_of([{"predicateType": SMOKE, "predicate": predicate}], DIGEST))
+    if smoke is not None:
+        done = Verified("reg.example/x:cpu", DIGEST, "key", smoke=smoke)
+        assert all(isinstance(line, str) for line in done.lines())

@@ -534,3 +534,15 @@ def test_init_writes_the_packaged_matrix_to_start_your_own(invoke, tmp_path, mon
     monkeypatch.chdir(team)
     checked = invoke("validate")
     assert checked.exit_code == 0 and checked.stdout.startswith("matrix.yaml: ok") and checked.stderr == ""
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+@pytest.mark.parametrize("args", [["env", "--dir", "--help"], ["pull", "--backend", "cpu", "--manifest", "missing.json"],
+                                  ["attest", "--backend", "cpu", "--tag", "a\nError: forged", "--smoke-json", "s.json"]])
+def test_option_values_that_are_bad_input_exit_2(args, invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.json").write_text("{}")
+    result = invoke(*args, "--matrix", MATRIX)
+    assert result.exit_code == 2, result.output
+    assert "\nError: forged" not in result.stderr

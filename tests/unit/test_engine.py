@@ -188,3 +188,12 @@ def test_neither_has_public_methods_beyond_the_contract():
     contract = set(_contract())
     for cls in engine_contract.IMPLEMENTATIONS:
         assert engine_contract.public(cls) - contract == engine_contract.EXTRAS.get(cls, {"connect"}), cls.__name__
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+@pytest.mark.parametrize("value", ["not a url", "tcp://", "http://[::1", "tcp://host:port"])
+def test_a_docker_host_that_is_no_address_exits_2(value, invoke, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", value)
+    result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX_PATH)
+    assert result.exit_code == 2 and "DOCKER_HOST=" in result.stderr

@@ -97,3 +97,12 @@ def test_an_image_reference_parses_or_is_refused_and_round_trips(text):
     assert Reference.parse(ref.full) == ref
     assert Reference.parse(str(ref)) == ref
     assert clean(ref.full)
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+def test_a_digest_with_a_trailing_newline_is_no_digest():
+    from envbuild.core.imageref import DIGEST, TAG
+
+    assert DIGEST.match("sha256:" + "a" * 64) and not DIGEST.match("sha256:" + "a" * 64 + "\n")
+    assert not TAG.match("cpu\n")

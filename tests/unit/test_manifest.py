@@ -110,3 +110,17 @@ def test_smoke_json_is_read_or_refused_and_what_the_manifest_keeps_reads_back(tm
     for result in (results or {}).values():
         summary = manifest.smoke_summary(result, path)
         assert problem(summary, manifest.SMOKE_SUMMARY) is None  # what publish records, a manifest load accepts
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+def test_index_from_manifests_of_the_wrong_shape_exit_2(tmp_path):
+    from envbuild.matrix import load
+    from envbuild.ship.index import _joined
+
+    b = load(MATRIX).backend("cpu")
+    for platforms in (["linux/amd64"], {"linux/amd64": "sha256:x"}, {"linux/amd64": {"digest": 5}},
+                      {"linux/\x1b[2J": {"digest": "sha256:" + "a" * 64}}):
+        doc = {"images": {"cpu": {"repository": "reg/x", "platforms": platforms}}}
+        with pytest.raises(InvalidInput):
+            _joined(b, "reg/x", [doc], (tmp_path / "m.json",))

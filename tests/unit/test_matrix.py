@@ -22,6 +22,7 @@ from envbuild.core.errors import MatrixError, NotContainerizableError, Problem, 
 import yaml
 from hypothesis import assume, given, strategies as st
 from support.properties import HEAVY, HOSTILE, JSON, PROPS, own_error
+import os
 
 MINIMAL = MINIMAL_PATH.read_text(encoding="utf-8")
 
@@ -494,3 +495,20 @@ def test_any_matrix_text_validates_or_is_refused(text):
     from envbuild.matrix import loads
 
     own_error(lambda: loads(text, source="matrix.yaml"))
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+@pytest.mark.parametrize("name", ["PIP_CONSTRAINT", "uv_constraint"])
+def test_the_matrix_cannot_lift_the_vendor_torch_guard(name, invoke):
+    for field in ("env", "run.env"):
+        result = invoke("validate", "--matrix", REPO_MATRIX, "--set", f"backends.cpu.{field}.{name}=/dev/null")
+        assert result.exit_code == 2 and "is reserved" in result.stderr
+
+
+def test_the_metadata_cache_that_is_no_file_exits_2(tmp_path, invoke):
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(REPO_MATRIX.read_text())
+    os.mkfifo(tmp_path / "matrix.metadata.json")
+    result = invoke("validate", "--matrix", matrix)
+    assert result.exit_code == 2, result.output

@@ -17,6 +17,7 @@ import pytest
 from envbuild.ship.trust import KeyError_, VerifyError, dsse, keys, sign
 from hypothesis import given
 from support.properties import JSON, PROPS, own_error
+from envbuild.ship.trust import TrustError
 
 PASSPHRASE = "correct horse 7 battery"
 
@@ -327,3 +328,13 @@ def test_a_signed_smoke_predicate_of_any_shape_is_checked_before_use(predicate):
     if smoke is not None:
         done = Verified("reg.example/x:cpu", DIGEST, "key", smoke=smoke)
         assert all(isinstance(line, str) for line in done.lines())
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+@pytest.mark.parametrize("data", [b"not json", b"[]", b'"a string"', b"[" * 100000 + b"]" * 100000, b"\xff\xfe"])
+def test_a_manifest_that_is_not_a_json_object_is_a_trust_error(data):
+    from envbuild.ship.trust.oci import Manifest
+
+    with pytest.raises(TrustError, match="not a JSON object"):
+        Manifest(data, "application/vnd.oci.image.manifest.v1+json", "sha256:" + "0" * 64).json()

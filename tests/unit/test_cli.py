@@ -20,6 +20,7 @@ from envbuild import matrix
 from envbuild.core.errors import MatrixError
 import click
 from envbuild.cli import cli
+import base64
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
@@ -546,3 +547,103 @@ def test_option_values_that_are_bad_input_exit_2(args, invoke, tmp_path, monkeyp
     result = invoke(*args, "--matrix", MATRIX)
     assert result.exit_code == 2, result.output
     assert "\nError: forged" not in result.stderr
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+@pytest.mark.parametrize("args,fragment", [
+    (["build", "--backend", "cpu", "--mirror", "docker.io=evil\nRUN id"], "--mirror"),
+    (["build", "--backend", "cpu", "--mirror", "docker.io=a b"], "--mirror"),
+    (["build", "--backend", "cpu", "--image", "bad tag!"], "--image"),
+    (["build", "--backend", "cpu", "--image", "--privileged"], "--image"),
+    (["build", "--backend", "cpu", "--build-arg", "=x"], "--build-arg"),
+    (["build", "--backend", "cpu", "--build-arg", "A=b\x1b[2J"], "--build-arg"),
+    (["build", "--backend", "cpu", "--label", "NOEQUALS"], "--label"),
+    (["build", "--backend", "cpu", "--platform", "linux/sparc"], "--platform"),
+    (["build", "--backend", "cpu", "--network", "a b"], "--network"),
+    (["build", "--backend", "cpu", "--cache-from", "--output=/etc"], "--cache-from"),
+    (["pull", "--backend", "cpu", "--tag", "bad tag!"], "--tag"),
+    (["publish", "--backend", "cpu", "--registry", "localhost:5000/x", "--image", "bad ref!!"], "--image"),
+    (["smoke", "--backend", "cpu", "--image", "-x"], "--image"),
+    (["smoke", "--backend", "cpu", "--model", "./absent"], "--model"),
+    (["sbom", "--backend", "cpu", "--image", "a b"], "--image"),
+    (["doctor", "--backend", "cpu", "--registry", "bad ref!!"], "--registry"),
+    (["render", "--output", str(MATRIX)], "--output"),
+    (["env", "--backend", "cpu", "--dir", "x\nrm -rf ~", "--dry-run"], "--dir"),
+    (["env", "--backend", "cpu", "--dir", "x", "--python", "-c", "--dry-run"], "--python"),
+    (["run", "--backend", "cpu", "--dry-run", "-v", "a\nb:/c"], "-v"),
+])
+def test_invalid_arguments_exit_2_before_any_work(args, fragment, invoke, closed_socket):
+    """closed_socket: no Docker engine answers, so nothing could have been started for these."""
+    result = invoke(*args, "--matrix", MATRIX)
+    assert result.exit_code == 2, result.output
+    assert fragment in result.stderr, result.stderr
+    assert "\x1b" not in result.stderr and "\nrm -rf" not in result.stderr
+
+
+def test_an_unexpected_error_is_scrubbed_too(invoke, monkeypatch):
+    from envbuild import render
+
+    monkeypatch.setenv("ENVBUILD_REGISTRY_USER", "robot")
+    monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "s3cr3t-p@ss")
+
+    def boom(*a, **k):
+        raise RuntimeError("failed with " + base64.b64encode(b"robot:s3cr3t-p@ss").decode())
+
+    monkeypatch.setattr(render, "render", boom)
+    result = invoke("render", "--matrix", MATRIX, "--backend", "cpu", "--output", "x")
+    assert result.exit_code == 70 and "internal error" in result.stderr and "***" in result.stderr
+    assert base64.b64encode(b"robot:s3cr3t-p@ss").decode()[:10] not in result.stderr
+
+
+# Secrets of every well-known shape (made up; none is real). Each must be masked wherever envbuild prints it.
+SECRET_VALUES = {
+    "github-classic": "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+    "github-fine-grained": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789",
+    "github-oauth": "gho_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2",
+    "github-app": "ghs_" + "0123456789abcdefghijABCDEFGHIJklmnopqr",
+    "github-refresh": "ghr_" + "abcdefghijklmnopqrstuvwxyz0123456789AB",
+    "github-user": "ghu_" + "QWERTYUIOPasdfghjklZXCVBNM1234567890",
+    "huggingface": "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ01234567",
+    "huggingface-org": "api_org_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123",
+    "aws-access-key": "AKIA" + "Q3EGRIOSFODNN7EX",
+    "aws-session-key": "ASIA" + "ZZ9GRIOSFODNN7XY",
+    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "gitlab": "glpat-" + "x9Y8z7W6v5U4t3S2r1Q0",
+    "slack": "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "openai-style": "sk-" + "proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "npm": "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "pypi": "pypi-" + "AgEIcHlwaS5vcmcCJGE4YzQ1ZmQ3LTk0ZjAtNDdlOS05ZmQ1LWNhYjVkMjQ0YWQ3ZQ",
+    "docker-hub": "dckr_pat_" + "AbCdEfGhIjKlMnOpQrStUvWx",
+    "google-api": "AIza" + "SyA-bCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "aws-secret-key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
+    "github-short": "ghp_" + "0123456789abcdefXYZ",
+    "huggingface-short": "hf_" + "abcdefghijKLMNOP12",
+}
+
+
+# The part of each that must never show (for a URL: the password; else the whole value).
+SECRET_FORMS = {**{k: (v, v) for k, v in SECRET_VALUES.items()},
+                "url-https": ("https://alice:Pa55-w0rd.x@pypi.corp.example/simple", "Pa55-w0rd.x"),
+                "url-postgres": ("postgres://svc:db-s3cret-99@db.internal:5432/app", "db-s3cret-99"),
+                "url-token-only": ("https://tok3n-only-abcdef@git.example/repo.git", "tok3n-only-abcdef"),
+                "url-redis": ("redis://:r3dis-pass-xyz@cache:6379/0", "r3dis-pass-xyz"),
+                "bearer": ("Bearer abc123.def456-ghi789_jkl", "abc123.def456-ghi789_jkl"),
+                "basic": ("Basic " + base64.b64encode(b"bob:b0b-secret").decode(), base64.b64encode(b"bob:b0b-secret").decode()),
+                "pem": ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq9\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7bq9")}
+
+
+SHAPES = sorted(SECRET_FORMS)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_reports_envbuild_writes_hold_no_secret(shape, tmp_path):
+    from envbuild.cli import _append_output, _write_output
+
+    value, hidden = SECRET_FORMS[shape]
+    doc = __import__("json").dumps({"error": f"pull failed: {value}"})
+    _write_output(str(tmp_path / "r.json"), doc)
+    _append_output(str(tmp_path / "summary.md"), f"| cpu | {value} |\n")
+    for name in ("r.json", "summary.md"):
+        assert hidden.splitlines()[0] not in (tmp_path / name).read_text(), name
+    __import__("json").loads((tmp_path / "r.json").read_text())  # still the JSON it was

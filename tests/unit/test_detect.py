@@ -23,6 +23,7 @@ from envbuild.host.detect import (
 from envbuild.report.report import detect_text
 from envbuild.core.errors import EnvbuildError, NotContainerizableError
 from envbuild.matrix import load
+import re
 
 
 
@@ -318,3 +319,39 @@ def test_this_plain_linux_machine_is_cpu_only(matrix):
     det = detect(matrix)
     assert det.detected == []
     assert choose(det, matrix) == ("cpu", "no accelerator detected")
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+@pytest.mark.parametrize("where", ["usr/bin", "bin", "usr/local/bin", "usr/sbin"])
+@pytest.mark.parametrize("command", [["detect", "--json"], ["detect"], ["doctor", "--backend", "cuda"],
+                                     ["doctor", "--backend", "cuda", "--json"]])
+def test_root_runs_nothing_from_the_folder(where, command, tmp_path, invoke, closed_socket, monkeypatch):
+    from support.hosts import VENDORS, add_driver, make_root, nvidia_version
+
+    root = add_driver(make_root(tmp_path, *VENDORS["cuda"]), nvidia_version("610.43.02"))
+    marker = tmp_path / "ran"
+    for tool in ("nvidia-smi", "rocm-smi", "hl-smi", "neuron-ls", "npu-smi", "xpu-smi"):
+        exe = root / where / tool
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        exe.write_text(f"#!/bin/sh\necho ran >> {marker}\necho 9.0\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"/{where}:/usr/bin:/bin")
+    result = invoke(*command, "--root", root, "--matrix", MATRIX_PATH)
+    assert not marker.exists(), result.output
+    # no device read from its output (the variants' declared lists name sm_90: those are the matrix's, not the host's)
+    assert "devices sm_90" not in result.output and "arch sm_90" not in result.output
+    assert not re.search(r'"detail":\s*"sm_90"|"archs":\s*\[\s*"sm_90"', result.output)
+    if "--json" not in command:
+        assert "--root" in result.stdout  # says which facts came from where
+
+
+def test_detect_prints_device_names_escaped(invoke, tmp_path):
+    from support.hosts import VENDORS, make_root
+
+    root = make_root(tmp_path, *VENDORS["cuda"])
+    evil = root / "dev" / "nvidia\x1b[2J9"
+    evil.write_text("")
+    for args in (["detect"], ["doctor", "--backend", "cuda"]):
+        result = invoke(*args, "--root", root, "--matrix", MATRIX_PATH)
+        assert "\x1b" not in result.output, result.output

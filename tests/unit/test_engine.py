@@ -197,3 +197,27 @@ def test_a_docker_host_that_is_no_address_exits_2(value, invoke, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", value)
     result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX_PATH)
     assert result.exit_code == 2 and "DOCKER_HOST=" in result.stderr
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+def test_a_container_whose_creation_was_interrupted_is_removed_by_name():
+    from envbuild.core.engine import Engine
+    from envbuild.matrix.model import RunSpec
+
+    removed = []
+
+    class Api:
+        def remove_container(self, ref, force, v):
+            removed.append(ref)
+
+    class Containers:
+        def create(self, *a, **k):
+            raise KeyboardInterrupt  # Ctrl-C while the daemon was creating it
+
+    class Client:
+        api, containers = Api(), Containers()
+
+    with pytest.raises(KeyboardInterrupt):
+        Engine(client=Client()).run("img", ["true"], name="envbuild-smoke-cpu-abc", labels={}, run=RunSpec(), timeout=5)
+    assert removed == ["envbuild-smoke-cpu-abc"]

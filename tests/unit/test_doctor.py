@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -194,6 +195,7 @@ def test_the_builder_found_is_described(tmp_path, monkeypatch, fake_docker, vers
 
 def test_old_server_is_too_old_for_buildkit(monkeypatch):
     old = {"Version": "18.06.3-ce", "ApiVersion": "1.38", "Os": "linux", "Arch": "amd64"}
+    monkeypatch.setenv("ENVBUILD_ENGINE", "docker")  # auto would take Podman where no Docker daemon answers
     monkeypatch.setattr(engine.Engine, "version", lambda self: old)
     client, check = doctor.connect()
     assert client is not None and check.status == "FAIL" and "BuildKit needs Docker 18.09" in check.detail
@@ -207,6 +209,7 @@ def test_daemon_failure_fixes(monkeypatch, message, words):
     def fail(self):
         raise engine.unreachable_error(f"Error while fetching server API version: {message}", self.host)
 
+    monkeypatch.setenv("ENVBUILD_ENGINE", "docker")  # auto would take Podman where no Docker daemon answers
     monkeypatch.setattr(engine.Engine, "version", fail)
     monkeypatch.setattr(doctor.shutil, "which", lambda name: "/usr/sbin/dockerd")
     client, check = doctor.connect()
@@ -344,8 +347,16 @@ def test_credentials_check_only_when_publishing(m, tmp_path, builder_ok, monkeyp
 # The CLI where Docker does not run: exit 1 with the fix, no traceback.
 
 
-def test_cli_without_docker_fails_with_the_fix(invoke, closed_socket):
-    result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX)
+def test_cli_without_docker_fails_with_the_fix(invoke, closed_socket, fake_docker, tmp_path, monkeypatch):
+    # a docker client that builds with BuildKit, whether or not this machine has one: the daemon is what is missing
+    exe = fake_docker(tmp_path / "bin", "28.2.2", buildx=True)
+    monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    builder.find_builder.cache_clear()
+    try:
+        result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX)
+    finally:
+        builder.find_builder.cache_clear()
     assert result.exit_code == 1
     out = result.stdout
     assert "FAIL  docker daemon" in out and f"cannot reach the Docker daemon at unix://{closed_socket}" in out

@@ -152,7 +152,7 @@ def test_a_quiet_step_shows_its_latest_line_every_few_seconds():
     assert lines[-1] == "[cpu] lock-resolve 1/1 RUN python3 /run/lock/resolve.py --out /out ... DONE 18.0s"
 
 
-def test_run_shows_a_quiet_builder_s_latest_line(tmp_path, monkeypatch):
+def test_run_shows_a_quiet_builder_s_latest_line(tmp_path, monkeypatch, buildkit_client):
     """The heartbeat runs beside the builder's output: a client quiet for longer than `quiet` gets its line shown."""
     fake = tmp_path / "docker"
     fake.write_text("#!/bin/sh\necho '#3 [lock-resolve 1/1] RUN python3 /run/lock/resolve.py'\n"
@@ -242,7 +242,7 @@ SECRET_VALUES = {
 }
 
 
-def test_builder_logs_mask_secret_shapes(tmp_path):
+def test_builder_logs_mask_secret_shapes(tmp_path, buildkit_client):
     from envbuild.imagebuild import builder
 
     fake = tmp_path / "docker"
@@ -257,7 +257,7 @@ def test_builder_logs_mask_secret_shapes(tmp_path):
 
 @pytest.mark.parametrize("value", [SECRET_VALUES["github-classic"], "http://u:proxy-pw-1@proxy:3128", "plain value with spaces",
                                    "a=b=c", ""])
-def test_build_arg_values_reach_the_builder_through_its_environment_only(value, tmp_path):
+def test_build_arg_values_reach_the_builder_through_its_environment_only(value, tmp_path, buildkit_client):
     from envbuild.imagebuild import builder, plan
 
     argv = plan.command(plan.Builder(("docker", "build"), (), False), tmp_path, plan.BuildOptions(build_args=(f"MY_ARG={value}",)), ())

@@ -495,7 +495,8 @@ def test_show_leaves_ci_labels_to_verbose_and_json(invoke) -> None:
     assert "gpu-amd" in invoke("show", "rocm", "--json", "--matrix", FIXED).stdout
 
 
-def test_run_dry_run_is_one_line_that_pastes(invoke) -> None:
+def test_run_dry_run_is_one_line_that_pastes(invoke, monkeypatch) -> None:
+    monkeypatch.setenv("ENVBUILD_ENGINE", "docker")  # auto would take Podman where no Docker daemon answers
     result = invoke("run", "--dry-run", "--backend", "cpu", "--matrix", FIXED, "--", "python", "-c", "print(1)\nprint('two')")
     assert result.exit_code == 0
     line = result.stdout.rstrip("\n")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -347,16 +346,8 @@ def test_credentials_check_only_when_publishing(m, tmp_path, builder_ok, monkeyp
 # The CLI where Docker does not run: exit 1 with the fix, no traceback.
 
 
-def test_cli_without_docker_fails_with_the_fix(invoke, closed_socket, fake_docker, tmp_path, monkeypatch):
-    # a docker client that builds with BuildKit, whether or not this machine has one: the daemon is what is missing
-    exe = fake_docker(tmp_path / "bin", "28.2.2", buildx=True)
-    monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
-    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
-    builder.find_builder.cache_clear()
-    try:
-        result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX)
-    finally:
-        builder.find_builder.cache_clear()
+def test_cli_without_docker_fails_with_the_fix(invoke, closed_socket, buildkit_client):
+    result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX)  # a client is there: the daemon is what is missing
     assert result.exit_code == 1
     out = result.stdout
     assert "FAIL  docker daemon" in out and f"cannot reach the Docker daemon at unix://{closed_socket}" in out

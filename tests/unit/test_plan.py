@@ -25,11 +25,11 @@ def key(folder: Path, overrides: list[str] = (), backend: str = "cpu", **opts) -
     return content_key(plan, o)
 
 
-def test_the_same_checkout_in_two_folders_gives_the_same_key(tmp_path):
+def test_the_same_checkout_in_two_folders_gives_the_same_key(tmp_path, buildkit_client):
     assert key(tmp_path / "a") == key(tmp_path / "clone-elsewhere")
 
 
-def test_a_change_to_the_cell_changes_its_key_and_another_backends_does_not(tmp_path):
+def test_a_change_to_the_cell_changes_its_key_and_another_backends_does_not(tmp_path, buildkit_client):
     cpu = key(tmp_path / "a")
     assert key(tmp_path / "b", ["backends.cpu.apt=[less]"]) != cpu  # its Dockerfile
     assert key(tmp_path / "c", ["transformers.version=5.23.0"]) != cpu  # a pin every image carries
@@ -40,7 +40,7 @@ def test_a_change_to_the_cell_changes_its_key_and_another_backends_does_not(tmp_
     assert key(tmp_path / "g", build_args=("HTTP_PROXY=http://proxy:3128",)) == cpu
 
 
-def test_labels_and_the_engine_are_no_part_of_it(tmp_path):
+def test_labels_and_the_engine_are_no_part_of_it(tmp_path, buildkit_client):
     """A revision label differs on every commit; the engine, its ids and the builder's argv decide no content."""
     cpu = key(tmp_path / "a")
     assert key(tmp_path / "b", labels=("org.opencontainers.image.revision=0123abcd",)) == cpu

@@ -84,6 +84,7 @@ def test_a_terminal_gets_one():
 
 def test_dry_run_through_the_cli_prints_and_writes_nothing(invoke, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ENVBUILD_ENGINE", "docker")  # auto would take Podman where no Docker daemon answers
     result = invoke("run", "--dry-run", "--backend", "cpu", "--cache", "./c", "-e", "HF_TOKEN=hf_s3cr3t", "--matrix",
                     MATRIX_PATH, "--", "sh", "-c", "exit 7")
     assert result.exit_code == 0, result.output

@@ -11,6 +11,10 @@ from support.constants import MATRIX
 from envbuild.imagebuild.plan import BuildOptions, content_key, make_plan, planned_content_key
 from envbuild.matrix import load
 from envbuild.ship.shared import content_tag
+import os
+import pytest
+from envbuild.imagebuild import plan
+from envbuild.core.errors import BuildError, EnvbuildError, InvalidInput
 
 LOCK = b"# a lock: its inputs name the base image, its registry digest for the platform, the indexes and wheels\n"
 
@@ -134,3 +138,33 @@ def test_a_signed_index_leaves_out_held_content_that_does_not_verify(monkeypatch
     monkeypatch.setattr(verify_mod, "verify", lambda *a, **k: None)  # it verifies: joined
     assert index._held_content(m, m.backend("cpu"), "reg.example/eb", "linux/arm64", SimpleNamespace(environ={}),
                                signed, said.append)["digest"] == digest
+
+
+# --- What the commands call, called directly (the CLI parses and prints) (from test_command_library.py)
+
+def test_build_options_refuse_special_files_and_a_missing_ca_bundle(tmp_path, monkeypatch):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for given in ({"ca_bundle": fifo}, {"netrc": fifo}):
+        with pytest.raises(InvalidInput, match=r"(--ca-bundle|--netrc) .*fifo: not a regular file"):
+            plan.options(**given)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "gone.pem"))
+    with pytest.raises(BuildError, match=r"gone.pem \(from the environment\) does not exist"):
+        plan.options()
+    assert plan.options(no_ca_bundle=True).ca_bundle is None  # --no-ca-bundle: not even the environment's
+    pem = tmp_path / "ca.pem"
+    pem.write_text("not read here")
+    monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+    assert plan.options().ca_bundle == pem
+    opts = plan.options(no_ca_bundle=True, tags=("a/b:c",), locks_dir=tmp_path / "locks")
+    assert opts.tags == ("a/b:c",) and opts.locks_dir == tmp_path / "locks"
+    with pytest.raises(InvalidInput, match="starts with '-'"):  # and every value the builder reads is checked
+        plan.options(no_ca_bundle=True, build_args=("-x=1",))
+
+
+def test_a_bad_netrc_is_named_never_quoted(tmp_path):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine example.org login u password n3trc-Pa55word extra-token\n")
+    with pytest.raises(EnvbuildError, match="not a valid netrc file") as info:
+        plan.options(no_ca_bundle=True, netrc=netrc)
+    assert "n3trc-Pa55word" not in str(info.value) and f"--netrc {netrc}:" in str(info.value)

@@ -18,6 +18,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from envbuild.core.errors import EnvbuildError
+from envbuild.maintain.sources import Sources
 
 
 @pytest.mark.parametrize("current, tags, repo, expected", [
@@ -216,7 +218,6 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("k", range(1, 12))
 def test_bump_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tmp_path):
-    from envbuild.core.errors import EnvbuildError
     from envbuild.maintain.sources.bump import bump
 
     path = tmp_path / "matrix.yaml"
@@ -289,7 +290,6 @@ def test_shared_caches_use_names_of_their_own(tmp_path):
 
 
 def test_a_held_edit_lock_makes_a_bump_refuse_busy(tmp_path, monkeypatch):
-    from envbuild.core.errors import EnvbuildError
     from envbuild.maintain.sources import bump as bumping
 
     path = tmp_path / "matrix.yaml"
@@ -427,3 +427,19 @@ def test_bump_to_is_refused_before_any_index_is_asked(only, payload, invoke, tmp
     assert result.exit_code == 2, (only, payload, result.output)
     assert path.read_text() == MATRIX.read_text() and not (tmp_path / "df").exists()
     assert "\x1b" not in result.output and "LD_PRELOAD: /tmp" not in result.stdout
+
+
+# --- What the commands call, called directly (the CLI parses and prints) (from test_command_library.py)
+
+def test_sources_are_checked_before_anything_is_asked(tmp_path, monkeypatch):
+    with pytest.raises(InvalidInput, match="--mirror"):
+        Sources.checked(["not a rule"])
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInput, match=r"--netrc .*fifo: not a regular file"):
+        Sources.checked(netrc=fifo)
+    pem = tmp_path / "ca.pem"
+    pem.write_text("")
+    monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+    sources = Sources.checked(["docker.io=mirror.example:5000"])
+    assert sources.ca_bundle == pem and sources.mirrors == ("docker.io=mirror.example:5000",)

@@ -18,6 +18,8 @@ from envbuild.ship.trust import KeyError_, VerifyError, dsse, keys, sign
 from hypothesis import given
 from support.properties import JSON, PROPS, own_error
 from envbuild.ship.trust import TrustError
+from envbuild.core.errors import InvalidInput
+from envbuild.ship.trust.verify import split_image
 
 PASSPHRASE = "correct horse 7 battery"
 
@@ -338,3 +340,25 @@ def test_a_manifest_that_is_not_a_json_object_is_a_trust_error(data):
 
     with pytest.raises(TrustError, match="not a JSON object"):
         Manifest(data, "application/vnd.oci.image.manifest.v1+json", "sha256:" + "0" * 64).json()
+
+
+# --- What the commands call, called directly (the CLI parses and prints) (from test_command_library.py)
+
+@pytest.mark.parametrize("value, expected", [
+    ("ghcr.io/org/envbuild:cpu", ("ghcr.io/org/envbuild", "cpu")),
+    ("127.0.0.1:5000/envbuild:cpu", ("127.0.0.1:5000/envbuild", "cpu")),
+    ("r/x@sha256:" + "a" * 64, ("r/x", "sha256:" + "a" * 64)),
+])
+def test_verify_takes_a_tag_or_a_digest(value, expected):
+    assert split_image(value) == expected
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("127.0.0.1:5000/envbuild", "give REPOSITORY:TAG or REPOSITORY@sha256:DIGEST"),
+    ("x@sha256:zz", "the digest must be sha256:<64 hex>"),
+    ("reg/x:bad\x1btag", "give REPOSITORY:TAG"),
+])
+def test_verify_refuses_anything_else(value, fragment):
+    with pytest.raises(InvalidInput, match=fragment.replace("(", r"\(")) as info:
+        split_image(value)
+    assert "\x1b" not in str(info.value)

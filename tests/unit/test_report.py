@@ -8,6 +8,8 @@ from support.constants import MATRIX as MATRIX_PATH
 from envbuild.report import report
 from envbuild.imagebuild import locking
 from envbuild.matrix import load
+import xml.etree.ElementTree as ET
+from envbuild import smoke
 
 
 # --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
@@ -97,3 +99,17 @@ def test_pulled_text():
     plain = SimpleNamespace(**{**vars(r), "verified": False, "platform": None, "emulated": False, "tagged": ["r:cpu"]})
     assert report.pulled_text(plain).splitlines()[::2] == [
         f"cpu: pulled r:cpu-pinned (sha256:{'d' * 64})", "smoke-test it:       envbuild smoke --backend cpu"]
+
+
+# --- Smoke-test logic without an engine: preflight, model arguments, JUnit (from test_smoke_units.py)
+
+def test_junit_has_a_case_per_check_and_failures():
+    ok = smoke.SmokeResult("cpu", "img:cpu", True, 3.0, 0, [{"name": "load", "ok": True, "message": "m", "seconds": 1.0}])
+    bad = smoke.SmokeResult("cuda", "img:cuda", False, 1.0, 1, [{"name": "device", "ok": False, "message": "no cuda device", "seconds": 0.1}])
+    broken = smoke.SmokeResult("rocm", "img:rocm", False, 1.0, None, error="timed out after 1s")
+    root = ET.fromstring(report.junit_xml([ok, bad, broken]).split("\n", 1)[1])
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["envbuild.smoke.cpu", "envbuild.smoke.cuda", "envbuild.smoke.rocm"]
+    assert [s.get("failures") for s in suites] == ["0", "1", "1"]
+    assert suites[1].find("testcase/failure").get("message") == "no cuda device"
+    assert suites[2].find("testcase/failure").get("message") == "timed out after 1s"

@@ -197,7 +197,7 @@ def test_status_board_prints_plain_prefixed_lines_elsewhere():
 
 # --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
 
-def test_build_arg_values_stay_out_of_logs_and_the_builder_gets_no_registry_credentials(tmp_path, monkeypatch):
+def test_build_arg_values_stay_out_of_logs_and_the_builder_gets_no_registry_credentials(tmp_path, monkeypatch, buildkit_client):
     from envbuild.imagebuild import builder
 
     monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "registry-secret")

@@ -132,6 +132,22 @@ def fake_docker():
     return make
 
 
+@pytest.fixture
+def buildkit_client(tmp_path, fake_docker, monkeypatch):
+    """A docker client that builds with BuildKit (28.2.2, with buildx) first on PATH, whether or not this machine has
+    one: for the unit tests of what a build is handed (the fake engine runs it), which ask which client builds."""
+    import os
+
+    from envbuild.imagebuild import builder
+
+    exe = fake_docker(tmp_path / "client-bin", "28.2.2", buildx=True)
+    monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    forget = builder.find_builder.cache_clear  # a test may replace find_builder itself
+    forget()
+    yield exe
+    forget()
+
 # Real engine and registry fixtures (tests/support/fixtures.py).
 pytest_plugins = ["support.fixtures"]
 

@@ -100,7 +100,7 @@ def build_args(cpu_image, wheelhouse, ca_bundle, *extra: str) -> list:
 # --- the Docker daemon dies -------------------------------------------------------------------------------------
 
 
-# dockerd killed mid-build: tests/faults/test_build_cache.py (the torch layer, at three moments).
+# dockerd killed mid-build: tests/faults/test_build_cache_killed.py (the torch layer, at three moments).
 
 
 def test_dockerd_killed_mid_smoke_leaves_nothing_that_clean_does_not_remove(cpu_image, tmp_path, docker_client):

@@ -11,6 +11,7 @@ import pytest
 from envbuild.imagebuild import builder
 from envbuild.imagebuild.status import StatusBoard
 from envbuild.core.errors import DockerError
+from support.constants import MATRIX
 
 
 @pytest.fixture(autouse=True)
@@ -151,7 +152,7 @@ def test_a_quiet_step_shows_its_latest_line_every_few_seconds():
     assert lines[-1] == "[cpu] lock-resolve 1/1 RUN python3 /run/lock/resolve.py --out /out ... DONE 18.0s"
 
 
-def test_run_shows_a_quiet_builder_s_latest_line(tmp_path, monkeypatch):
+def test_run_shows_a_quiet_builder_s_latest_line(tmp_path, monkeypatch, buildkit_client):
     """The heartbeat runs beside the builder's output: a client quiet for longer than `quiet` gets its line shown."""
     fake = tmp_path / "docker"
     fake.write_text("#!/bin/sh\necho '#3 [lock-resolve 1/1] RUN python3 /run/lock/resolve.py'\n"
@@ -192,3 +193,88 @@ def test_status_board_prints_plain_prefixed_lines_elsewhere():
         board.echo("[cpu] 2/3 RUN apt-get update ... DONE 4.4s")
         board.finish("cpu", True, "sha256:abc")
     assert out.getvalue() == "[cpu] 2/3 RUN apt-get update ... DONE 4.4s\n"
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+def test_build_arg_values_stay_out_of_logs_and_the_builder_gets_no_registry_credentials(tmp_path, monkeypatch, buildkit_client):
+    from envbuild.imagebuild import builder
+
+    monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "registry-secret")
+    monkeypatch.setenv("PROXY_FROM_ENV", "http://u:proxy-secret@proxy:3128")
+    fake = tmp_path / "docker"
+    fake.write_text('#!/bin/sh\necho "step: $*"\nenv | grep -c registry-secret || true\necho "value http://u:argv-secret@p:1"\n')
+    fake.chmod(0o755)
+    log = tmp_path / "build.log"
+    progress = builder.Progress("cpu", lambda s: None, False)
+    error = builder.run_build([str(fake), "build", "--build-arg", "HTTP_PROXY=http://u:argv-secret@p:1",
+                               "--build-arg", "PROXY_FROM_ENV", "."],
+                              ("HTTP_PROXY=http://u:argv-secret@p:1", "PROXY_FROM_ENV"), log, progress)
+    assert error is None
+    text = log.read_text()
+    assert "argv-secret" not in text and "proxy-secret" not in text and "HTTP_PROXY=***" in text
+    assert "\n0\n" in text  # the builder's environment held no registry password
+
+
+# Secrets of every well-known shape (made up; none is real). Each must be masked wherever envbuild prints it.
+SECRET_VALUES = {
+    "github-classic": "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+    "github-fine-grained": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789",
+    "github-oauth": "gho_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2",
+    "github-app": "ghs_" + "0123456789abcdefghijABCDEFGHIJklmnopqr",
+    "github-refresh": "ghr_" + "abcdefghijklmnopqrstuvwxyz0123456789AB",
+    "github-user": "ghu_" + "QWERTYUIOPasdfghjklZXCVBNM1234567890",
+    "huggingface": "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ01234567",
+    "huggingface-org": "api_org_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123",
+    "aws-access-key": "AKIA" + "Q3EGRIOSFODNN7EX",
+    "aws-session-key": "ASIA" + "ZZ9GRIOSFODNN7XY",
+    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "gitlab": "glpat-" + "x9Y8z7W6v5U4t3S2r1Q0",
+    "slack": "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "openai-style": "sk-" + "proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "npm": "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "pypi": "pypi-" + "AgEIcHlwaS5vcmcCJGE4YzQ1ZmQ3LTk0ZjAtNDdlOS05ZmQ1LWNhYjVkMjQ0YWQ3ZQ",
+    "docker-hub": "dckr_pat_" + "AbCdEfGhIjKlMnOpQrStUvWx",
+    "google-api": "AIza" + "SyA-bCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "aws-secret-key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
+    "github-short": "ghp_" + "0123456789abcdefXYZ",
+    "huggingface-short": "hf_" + "abcdefghijKLMNOP12",
+}
+
+
+def test_builder_logs_mask_secret_shapes(tmp_path, buildkit_client):
+    from envbuild.imagebuild import builder
+
+    fake = tmp_path / "docker"
+    secret = SECRET_VALUES["huggingface"]
+    fake.write_text(f'#!/bin/sh\necho "downloading with {secret} from https://u:log-pass-1@idx/simple"\n')
+    fake.chmod(0o755)
+    log = tmp_path / "build.log"
+    assert builder.run_build([str(fake), "build", "."], (), log, builder.Progress("cpu", lambda s: None, False)) is None
+    text = log.read_text()
+    assert secret not in text and "log-pass-1" not in text and "https://***@idx/simple" in text
+
+
+@pytest.mark.parametrize("value", [SECRET_VALUES["github-classic"], "http://u:proxy-pw-1@proxy:3128", "plain value with spaces",
+                                   "a=b=c", ""])
+def test_build_arg_values_reach_the_builder_through_its_environment_only(value, tmp_path, buildkit_client):
+    from envbuild.imagebuild import builder, plan
+
+    argv = plan.command(plan.Builder(("docker", "build"), (), False), tmp_path, plan.BuildOptions(build_args=(f"MY_ARG={value}",)), ())
+    assert "--build-arg" in argv and argv[argv.index("--build-arg") + 1] == "MY_ARG"
+    assert all(value not in a for a in argv) or not value
+    fake = tmp_path / "docker"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/argv\nprintf "%s" "$MY_ARG" > {tmp_path}/env\n')
+    fake.chmod(0o755)
+    error = builder.run_build([str(fake), *argv[1:]], (f"MY_ARG={value}",), tmp_path / "log",
+                              builder.Progress("cpu", lambda s: None, False))
+    assert error is None
+    assert (tmp_path / "env").read_text() == value  # the builder got it, from its environment
+    assert not value or value not in (tmp_path / "argv").read_text()
+
+
+@pytest.mark.parametrize("name", ["PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "DOCKER_HOST",
+                                  "DOCKER_CONFIG", "BUILDX_BUILDER", "TMPDIR"])
+def test_a_build_arg_may_not_set_what_the_client_reads(name, invoke, closed_socket):
+    result = invoke("build", "--backend", "cpu", "--matrix", MATRIX, "--build-arg", f"{name}=/tmp/x")
+    assert result.exit_code == 2 and f"--build-arg {name}" in result.stderr

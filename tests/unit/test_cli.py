@@ -18,6 +18,9 @@ from support.constants import ALL, CONTAINERIZABLE, DOCKERFILES, FIXED, GOLDEN, 
 from envbuild.core import files
 from envbuild import matrix
 from envbuild.core.errors import MatrixError
+import click
+from envbuild.cli import cli
+import base64
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
@@ -418,3 +421,230 @@ def test_relative_matrix_path_in_messages(invoke, tmp_path: Path, monkeypatch: p
     with pytest.raises(MatrixError) as info:
         matrix.load("m.yaml")
     assert str(info.value) == f"m.yaml:{line}: unknown key 'descripton' in backends.cpu (did you mean 'description'?)"
+
+
+# --- One meaning per flag across every command (from test_flags.py)
+
+def options():
+    for name, command in sorted(cli.commands.items()):
+        for param in command.params:
+            if isinstance(param, click.Option):
+                yield name, param
+
+
+def test_a_short_flag_means_one_thing_everywhere() -> None:
+    meaning: dict[str, set[str]] = {}
+    for _, param in options():
+        longs = [o for o in param.opts if o.startswith("--")]
+        for short in (o for o in param.opts if not o.startswith("--")):
+            meaning.setdefault(short, set()).update(longs)
+    assert {s: m for s, m in meaning.items() if len(m) > 1} == {}
+    assert meaning["-v"] == {"--volume"}  # as in docker run
+
+
+def test_json_is_json_on_stdout_everywhere() -> None:
+    for name, param in options():
+        if "--json" in param.opts:
+            assert param.is_flag, f"{name} --json takes a value"
+        if param.name == "json_path":
+            assert param.opts == ["--json-file"], name
+
+
+def test_every_command_acting_on_a_backend_takes_backend() -> None:
+    acting = {"attest", "build", "bump", "doctor", "env", "lock", "matrix", "outdated", "publish", "pull", "render",
+              "run", "sbom", "show", "smoke", "summary"}
+    for name in acting & set(cli.commands):
+        assert any("--backend" in p.opts for p in cli.commands[name].params), name
+
+
+def test_tag_is_a_tag_and_image_a_reference() -> None:
+    for name, param in options():
+        if "--tag" in param.opts:
+            assert param.metavar in (None, "TAG"), name
+    assert not any("--tag" in p.opts for p in cli.commands["build"].params)
+
+
+def test_show_takes_backend_as_an_option_too(invoke) -> None:
+    by_option = invoke("show", "--backend", "rocm", "--matrix", FIXED)
+    assert by_option.exit_code == 0, by_option.output
+    assert by_option.stdout == invoke("show", "rocm", "--matrix", FIXED).stdout
+    assert invoke("show", "AMD", "--matrix", FIXED).stdout == by_option.stdout
+    both = invoke("show", "cpu", "--backend", "rocm", "--matrix", FIXED)
+    assert both.exit_code == 2 and "show takes one" in both.stderr
+    assert invoke("show", "--matrix", FIXED).exit_code == 2
+
+
+def test_build_json_wants_no_value(invoke, closed_socket) -> None:
+    result = invoke("build", "--backend", "rocm", "--json", "--matrix", FIXED)
+    assert "requires an argument" not in result.stderr
+
+
+# --- What a new user sees in the first hour (from test_first_hour.py)
+
+def test_list_fits_100_columns_with_description_and_transformers(invoke) -> None:
+    out = invoke("list", "--matrix", FIXED).stdout
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "TRANSFORMERS" in out and "AMD GPU (ROCm)" in out and "CONTAINERIZABLE" not in out
+
+
+def test_show_leaves_ci_labels_to_verbose_and_json(invoke) -> None:
+    plain = invoke("show", "rocm", "--matrix", FIXED).stdout
+    assert "gpu-amd" not in plain and "runs_on" not in plain and "device string" not in plain
+    verbose = invoke("show", "rocm", "--verbose", "--matrix", FIXED).stdout
+    assert "runs_on:" in verbose and "gpu-amd" in verbose
+    assert "gpu-amd" in invoke("show", "rocm", "--json", "--matrix", FIXED).stdout
+
+
+def test_run_dry_run_is_one_line_that_pastes(invoke, monkeypatch) -> None:
+    monkeypatch.setenv("ENVBUILD_ENGINE", "docker")  # auto would take Podman where no Docker daemon answers
+    result = invoke("run", "--dry-run", "--backend", "cpu", "--matrix", FIXED, "--", "python", "-c", "print(1)\nprint('two')")
+    assert result.exit_code == 0
+    line = result.stdout.rstrip("\n")
+    assert "\n" not in line and line.startswith("docker run ")
+    assert line.endswith("python -c $'print(1)\\nprint(\\'two\\')'")
+
+
+def test_outside_a_checkout_commands_say_which_matrix_and_where_they_write(invoke, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
+    listed = invoke("list")
+    assert listed.exit_code == 0 and "using the matrix packaged with envbuild" in listed.stderr
+    assert listed.stderr.count("envbuild init DIR") == 1
+    rendered = invoke("render", "--backend", "cpu")
+    assert rendered.exit_code == 0
+    assert "using the matrix packaged with envbuild" in rendered.stderr
+    assert f"writing the Dockerfiles into {tmp_path.resolve() / 'dockerfiles'}" in rendered.stderr
+
+
+def test_in_a_checkout_nothing_is_said(invoke, tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
+    assert invoke("list", "--matrix", FIXED).stderr == ""
+
+
+def test_init_writes_the_packaged_matrix_to_start_your_own(invoke, tmp_path, monkeypatch) -> None:
+    from envbuild.core import paths
+
+    monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
+    team = tmp_path / "team"
+    made = invoke("init", str(team))
+    assert made.exit_code == 0, made.output
+    assert (team / "matrix.yaml").read_bytes() == paths.PACKAGED_MATRIX.read_bytes()
+    assert (team / "matrix.metadata.json").exists()
+    again = invoke("init", str(team))
+    assert again.exit_code == 2 and "--force" in again.stderr
+    assert invoke("init", str(team), "--force").exit_code == 0
+    monkeypatch.chdir(team)
+    checked = invoke("validate")
+    assert checked.exit_code == 0 and checked.stdout.startswith("matrix.yaml: ok") and checked.stderr == ""
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+@pytest.mark.parametrize("args", [["env", "--dir", "--help"], ["pull", "--backend", "cpu", "--manifest", "missing.json"],
+                                  ["attest", "--backend", "cpu", "--tag", "a\nError: forged", "--smoke-json", "s.json"]])
+def test_option_values_that_are_bad_input_exit_2(args, invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.json").write_text("{}")
+    result = invoke(*args, "--matrix", MATRIX)
+    assert result.exit_code == 2, result.output
+    assert "\nError: forged" not in result.stderr
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+@pytest.mark.parametrize("args,fragment", [
+    (["build", "--backend", "cpu", "--mirror", "docker.io=evil\nRUN id"], "--mirror"),
+    (["build", "--backend", "cpu", "--mirror", "docker.io=a b"], "--mirror"),
+    (["build", "--backend", "cpu", "--image", "bad tag!"], "--image"),
+    (["build", "--backend", "cpu", "--image", "--privileged"], "--image"),
+    (["build", "--backend", "cpu", "--build-arg", "=x"], "--build-arg"),
+    (["build", "--backend", "cpu", "--build-arg", "A=b\x1b[2J"], "--build-arg"),
+    (["build", "--backend", "cpu", "--label", "NOEQUALS"], "--label"),
+    (["build", "--backend", "cpu", "--platform", "linux/sparc"], "--platform"),
+    (["build", "--backend", "cpu", "--network", "a b"], "--network"),
+    (["build", "--backend", "cpu", "--cache-from", "--output=/etc"], "--cache-from"),
+    (["pull", "--backend", "cpu", "--tag", "bad tag!"], "--tag"),
+    (["publish", "--backend", "cpu", "--registry", "localhost:5000/x", "--image", "bad ref!!"], "--image"),
+    (["smoke", "--backend", "cpu", "--image", "-x"], "--image"),
+    (["smoke", "--backend", "cpu", "--model", "./absent"], "--model"),
+    (["sbom", "--backend", "cpu", "--image", "a b"], "--image"),
+    (["doctor", "--backend", "cpu", "--registry", "bad ref!!"], "--registry"),
+    (["render", "--output", str(MATRIX)], "--output"),
+    (["env", "--backend", "cpu", "--dir", "x\nrm -rf ~", "--dry-run"], "--dir"),
+    (["env", "--backend", "cpu", "--dir", "x", "--python", "-c", "--dry-run"], "--python"),
+    (["run", "--backend", "cpu", "--dry-run", "-v", "a\nb:/c"], "-v"),
+])
+def test_invalid_arguments_exit_2_before_any_work(args, fragment, invoke, closed_socket):
+    """closed_socket: no Docker engine answers, so nothing could have been started for these."""
+    result = invoke(*args, "--matrix", MATRIX)
+    assert result.exit_code == 2, result.output
+    assert fragment in result.stderr, result.stderr
+    assert "\x1b" not in result.stderr and "\nrm -rf" not in result.stderr
+
+
+def test_an_unexpected_error_is_scrubbed_too(invoke, monkeypatch):
+    from envbuild import render
+
+    monkeypatch.setenv("ENVBUILD_REGISTRY_USER", "robot")
+    monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "s3cr3t-p@ss")
+
+    def boom(*a, **k):
+        raise RuntimeError("failed with " + base64.b64encode(b"robot:s3cr3t-p@ss").decode())
+
+    monkeypatch.setattr(render, "render", boom)
+    result = invoke("render", "--matrix", MATRIX, "--backend", "cpu", "--output", "x")
+    assert result.exit_code == 70 and "internal error" in result.stderr and "***" in result.stderr
+    assert base64.b64encode(b"robot:s3cr3t-p@ss").decode()[:10] not in result.stderr
+
+
+# Secrets of every well-known shape (made up; none is real). Each must be masked wherever envbuild prints it.
+SECRET_VALUES = {
+    "github-classic": "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+    "github-fine-grained": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789",
+    "github-oauth": "gho_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2",
+    "github-app": "ghs_" + "0123456789abcdefghijABCDEFGHIJklmnopqr",
+    "github-refresh": "ghr_" + "abcdefghijklmnopqrstuvwxyz0123456789AB",
+    "github-user": "ghu_" + "QWERTYUIOPasdfghjklZXCVBNM1234567890",
+    "huggingface": "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ01234567",
+    "huggingface-org": "api_org_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123",
+    "aws-access-key": "AKIA" + "Q3EGRIOSFODNN7EX",
+    "aws-session-key": "ASIA" + "ZZ9GRIOSFODNN7XY",
+    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "gitlab": "glpat-" + "x9Y8z7W6v5U4t3S2r1Q0",
+    "slack": "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "openai-style": "sk-" + "proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "npm": "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "pypi": "pypi-" + "AgEIcHlwaS5vcmcCJGE4YzQ1ZmQ3LTk0ZjAtNDdlOS05ZmQ1LWNhYjVkMjQ0YWQ3ZQ",
+    "docker-hub": "dckr_pat_" + "AbCdEfGhIjKlMnOpQrStUvWx",
+    "google-api": "AIza" + "SyA-bCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "aws-secret-key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
+    "github-short": "ghp_" + "0123456789abcdefXYZ",
+    "huggingface-short": "hf_" + "abcdefghijKLMNOP12",
+}
+
+
+# The part of each that must never show (for a URL: the password; else the whole value).
+SECRET_FORMS = {**{k: (v, v) for k, v in SECRET_VALUES.items()},
+                "url-https": ("https://alice:Pa55-w0rd.x@pypi.corp.example/simple", "Pa55-w0rd.x"),
+                "url-postgres": ("postgres://svc:db-s3cret-99@db.internal:5432/app", "db-s3cret-99"),
+                "url-token-only": ("https://tok3n-only-abcdef@git.example/repo.git", "tok3n-only-abcdef"),
+                "url-redis": ("redis://:r3dis-pass-xyz@cache:6379/0", "r3dis-pass-xyz"),
+                "bearer": ("Bearer abc123.def456-ghi789_jkl", "abc123.def456-ghi789_jkl"),
+                "basic": ("Basic " + base64.b64encode(b"bob:b0b-secret").decode(), base64.b64encode(b"bob:b0b-secret").decode()),
+                "pem": ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq9\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7bq9")}
+
+
+SHAPES = sorted(SECRET_FORMS)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_reports_envbuild_writes_hold_no_secret(shape, tmp_path):
+    from envbuild.cli.options import append_output as _append_output, write_output as _write_output
+
+    value, hidden = SECRET_FORMS[shape]
+    doc = __import__("json").dumps({"error": f"pull failed: {value}"})
+    _write_output(str(tmp_path / "r.json"), doc)
+    _append_output(str(tmp_path / "summary.md"), f"| cpu | {value} |\n")
+    for name in ("r.json", "summary.md"):
+        assert hidden.splitlines()[0] not in (tmp_path / name).read_text(), name
+    __import__("json").loads((tmp_path / "r.json").read_text())  # still the JSON it was

@@ -21,6 +21,10 @@ from envbuild.host import doctor
 from envbuild.report.report import doctor_text as report_text
 from envbuild.matrix import load
 from envbuild.smoke import preflight
+import http.server
+import socket
+import threading
+from envbuild.report.report import doctor_text
 
 SECRET = "s3cr3t-never-printed"
 
@@ -194,6 +198,7 @@ def test_the_builder_found_is_described(tmp_path, monkeypatch, fake_docker, vers
 
 def test_old_server_is_too_old_for_buildkit(monkeypatch):
     old = {"Version": "18.06.3-ce", "ApiVersion": "1.38", "Os": "linux", "Arch": "amd64"}
+    monkeypatch.setenv("ENVBUILD_ENGINE", "docker")  # auto would take Podman where no Docker daemon answers
     monkeypatch.setattr(engine.Engine, "version", lambda self: old)
     client, check = doctor.connect()
     assert client is not None and check.status == "FAIL" and "BuildKit needs Docker 18.09" in check.detail
@@ -207,6 +212,7 @@ def test_daemon_failure_fixes(monkeypatch, message, words):
     def fail(self):
         raise engine.unreachable_error(f"Error while fetching server API version: {message}", self.host)
 
+    monkeypatch.setenv("ENVBUILD_ENGINE", "docker")  # auto would take Podman where no Docker daemon answers
     monkeypatch.setattr(engine.Engine, "version", fail)
     monkeypatch.setattr(doctor.shutil, "which", lambda name: "/usr/sbin/dockerd")
     client, check = doctor.connect()
@@ -344,8 +350,8 @@ def test_credentials_check_only_when_publishing(m, tmp_path, builder_ok, monkeyp
 # The CLI where Docker does not run: exit 1 with the fix, no traceback.
 
 
-def test_cli_without_docker_fails_with_the_fix(invoke, closed_socket):
-    result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX)
+def test_cli_without_docker_fails_with_the_fix(invoke, closed_socket, buildkit_client):
+    result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX)  # a client is there: the daemon is what is missing
     assert result.exit_code == 1
     out = result.stdout
     assert "FAIL  docker daemon" in out and f"cannot reach the Docker daemon at unix://{closed_socket}" in out
@@ -415,3 +421,87 @@ def test_a_base_made_from_the_archive_needs_no_registry(m, tmp_path, builder_ok,
     check = by_name(doctor.diagnose(m, m.backend("cpu"), connector=connector(client), root=make_root(tmp_path)),
                     "base registry")
     assert check.ok and "envbuild base" in check.detail and "no registry is asked" in check.detail
+
+
+# --- doctor says can build and can run apart, and asks the registries whether they answer (from test_doctor_verdicts.py)
+
+class _V2(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200 if self.path == "/v2/" else 404)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def registry():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _V2)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def closed_port() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def quiet_host(monkeypatch):
+    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda p: SimpleNamespace(total=500 * 2**30, used=0, free=500 * 2**30))
+
+
+def diagnose(tmp_path, backend, **sets):
+    publish = sets.pop("_registry", None)
+    m = load(MATRIX, [f"{k}={v}" for k, v in sets.items()])
+    return doctor.diagnose(m, m.backend(backend), connector=lambda: (FakeEngine(root=tmp_path), doctor.Check("docker daemon", True, "fake")),
+                           root=make_root(tmp_path), registry=publish)
+
+
+def test_a_registry_that_answers(registry):
+    check = doctor.check_registry("base registry", f"{registry}/debian:bookworm", "fix")
+    assert check.ok and f"{registry} answers (HTTP 200 at /v2/)" in check.detail
+
+
+def test_a_registry_that_does_not_answer(closed_port):
+    check = doctor.check_registry("base registry", f"{closed_port}/debian:bookworm", "the ways out", timeout=2)
+    assert not check.ok and check.blocking and f"{closed_port} for {closed_port}/debian:bookworm does not answer" in check.detail
+    assert check.fix == "the ways out"
+
+
+def test_rocm_without_a_gpu_can_build_but_not_run(tmp_path, quiet_host, registry):
+    report = diagnose(tmp_path, "rocm", **{"backends.rocm.base_image": f"{registry}/rocm/pytorch:latest"})
+    assert report.verdicts == {"build": True, "run": False}
+    lines = doctor_text(report).splitlines()
+    assert lines[-3] == "Can build rocm here."
+    assert lines[-2].startswith("Cannot run rocm here: ") and "device" in lines[-2]
+    assert lines[-1] == "Building needs no AMD GPU (ROCm): build here, run the image where one is."
+
+
+def test_an_unreachable_base_registry_blocks_building_with_every_way_out(tmp_path, quiet_host, closed_port):
+    report = diagnose(tmp_path, "cpu", **{"backends.cpu.base_image": f"{closed_port}/debian:bookworm"})
+    check = next(c for c in report.checks if c.name == "base registry")
+    assert check.status == "FAIL"
+    for way in (f"--mirror {closed_port}=MIRROR", "--set backends.cpu.base_image=IMAGE", "registry:2", "@sha256:"):
+        assert way in check.fix
+    assert report.verdicts == {"build": False, "run": True}
+    assert "Cannot build cpu here: 1 blocking problem(s): base registry." in doctor_text(report)
+
+
+def test_publish_checks_the_publish_registry(tmp_path, quiet_host, registry, closed_port):
+    ok = diagnose(tmp_path, "cpu", _registry=f"{registry}/envbuild")
+    assert next(c for c in ok.checks if c.name == "publish registry").ok
+    assert "publish" in ok.verdicts
+    down = diagnose(tmp_path, "cpu", _registry=f"{closed_port}/envbuild")
+    assert not next(c for c in down.checks if c.name == "publish registry").ok
+    assert down.verdicts["publish"] is False and down.verdicts["build"] is True

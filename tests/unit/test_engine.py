@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from support import engine_contract
 from support.constants import MATRIX as MATRIX_PATH
 
 from envbuild.core import engine
@@ -171,41 +172,23 @@ def test_a_local_engine_answers_ping_and_image_questions_without_the_sdk(tmp_pat
 # --- the contract: Engine and the unit tests' FakeEngine take the same parameters ------------------------
 
 def _contract() -> dict[str, object]:
-    return {name: fn for name, fn in vars(engine.EngineAPI).items() if callable(fn) and not name.startswith("_")}
-
-
-def _public(cls: type) -> set[str]:
-    return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
+    return engine_contract.contract()
 
 
 @pytest.mark.parametrize("name", sorted(_contract()))
 def test_engine_and_fake_take_the_contracts_parameters(name):
     """Each method a stage may call, with the parameters EngineAPI names (names, kinds, defaults, annotations), in
     both: a call with a wrong or missing name fails against the fake as it would against the daemon."""
-    import inspect
-
-    from support.fakes import FakeEngine
-
-    from envbuild.core.podman import Podman
-
-    want = inspect.signature(_contract()[name]).parameters
-    for cls in (engine.Engine, Podman, FakeEngine):
-        assert engine.EngineAPI in cls.__mro__  # declared, not merely shaped alike
-        own = next((vars(c)[name] for c in cls.__mro__ if c is not engine.EngineAPI and name in vars(c)), None)
-        assert own is not None, f"{cls.__name__} does not define {name} (it would inherit the contract's empty body)"
-        assert inspect.signature(own).parameters == want, f"{cls.__name__}.{name}{inspect.signature(own)}"
+    for cls in engine_contract.IMPLEMENTATIONS:  # Engine, Podman, FakeEngine, and any engine added by the recipe
+        problem = engine_contract.method_problem(cls, name)
+        assert problem is None, problem
 
 
 def test_neither_has_public_methods_beyond_the_contract():
     """What a stage may call is the contract; the fake's extras only set the scene, the engine's only connect."""
-    from support.fakes import FakeEngine
-
-    from envbuild.core.podman import Podman
-
     contract = set(_contract())
-    assert _public(engine.Engine) - contract == {"connect"}
-    assert _public(Podman) - contract == {"connect"}
-    assert _public(FakeEngine) - contract == {"add_image"}
+    for cls in engine_contract.IMPLEMENTATIONS:
+        assert engine_contract.public(cls) - contract == engine_contract.EXTRAS.get(cls, {"connect"}), cls.__name__
 
 
 CONCRETE = {"Engine", "Podman"}  # the engines themselves; a stage names the contract, EngineAPI
@@ -258,3 +241,36 @@ def test_stages_take_the_engine_contract_not_an_engine():
              if path.relative_to(root).parts[0] not in ("core", "cli")
              for where in concrete_annotations(path.read_text(encoding="utf-8"))]
     assert not wrong, "annotate with EngineAPI (core/engine.py), not the concrete engine: " + ", ".join(wrong)
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+@pytest.mark.parametrize("value", ["not a url", "tcp://", "http://[::1", "tcp://host:port"])
+def test_a_docker_host_that_is_no_address_exits_2(value, invoke, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", value)
+    result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX_PATH)
+    assert result.exit_code == 2 and "DOCKER_HOST=" in result.stderr
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+def test_a_container_whose_creation_was_interrupted_is_removed_by_name():
+    from envbuild.core.engine import Engine
+    from envbuild.matrix.model import RunSpec
+
+    removed = []
+
+    class Api:
+        def remove_container(self, ref, force, v):
+            removed.append(ref)
+
+    class Containers:
+        def create(self, *a, **k):
+            raise KeyboardInterrupt  # Ctrl-C while the daemon was creating it
+
+    class Client:
+        api, containers = Api(), Containers()
+
+    with pytest.raises(KeyboardInterrupt):
+        Engine(client=Client()).run("img", ["true"], name="envbuild-smoke-cpu-abc", labels={}, run=RunSpec(), timeout=5)
+    assert removed == ["envbuild-smoke-cpu-abc"]

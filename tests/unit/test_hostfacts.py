@@ -12,6 +12,9 @@ import pytest
 from envbuild.core import hostfacts
 from envbuild.matrix import stacks
 from envbuild.matrix.stacks import cuda
+import re
+from hypothesis import given, strategies as st
+from support.properties import HEAVY, HOSTILE, PROPS
 
 NVRM = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
 
@@ -80,3 +83,50 @@ def test_a_tool_that_floods_or_hangs_is_cut_off():
     assert hostfacts.run_tool([sys.executable, "-c", "print('9.0')"]) == "9.0\n"
     assert hostfacts.run_tool([sys.executable, "-c", "raise SystemExit(3)"]) is None
     assert hostfacts.run_tool(["/nonexistent/nvidia-smi"]) is None
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+VERSIONS = st.from_regex(r"\A[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{2})?\Z")
+
+
+@PROPS
+@given(VERSIONS, st.sampled_from(["x86_64", "aarch64", "ppc64le"]), st.booleans(), HOSTILE)
+def test_the_kernels_nvidia_line_gives_its_version(version, machine, open_module, tail):
+    from envbuild.matrix.stacks.cuda import nvidia_version
+
+    module = f"Kernel Module for {machine}" if open_module else "Kernel Module"
+    line = f"NVRM version: NVIDIA UNIX {machine} {module}  {version}  Sat Aug 19 01:15:15 UTC 2023\n"
+    assert nvidia_version(line + "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n" + tail.replace("Kernel", "")) == version
+    assert nvidia_version(version + "\n") == version  # /sys/module/nvidia/version
+
+
+@PROPS
+@given(HOSTILE)
+def test_any_text_gives_a_clean_version_or_none(text):
+    from envbuild.matrix.stacks.cuda import compute_caps, nvidia_version
+
+    version = nvidia_version(text)
+    assert version is None or re.fullmatch(r"[0-9]{1,5}(?:\.[0-9]{1,5}){1,2}", version)
+    assert all(re.fullmatch(r"sm_[0-9]{2,4}", c) for c in compute_caps(text))
+
+
+@PROPS
+@given(st.lists(st.from_regex(r"\A[0-9]{1,2}\.[0-9]\Z"), min_size=1, max_size=8))
+def test_nvidia_smis_compute_caps_read_back(caps):
+    from envbuild.matrix.stacks.cuda import compute_caps
+
+    assert compute_caps("\n".join(caps) + "\n") == ["sm_" + c.replace(".", "") for c in caps]
+
+
+@HEAVY
+@given(HOSTILE, st.sampled_from(["ascend", "habanalabs", "neuron", "amdgpu", "nvidia"]))
+def test_a_host_file_full_of_anything_gives_a_printable_version(tmp_path_factory, text, driver):
+    from envbuild.core import hostfacts
+
+    root = tmp_path_factory.mktemp("root")
+    for rel in ("usr/local/Ascend/driver/version.info", f"sys/module/{driver}/version", "proc/driver/nvidia/version"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"Version={text}\n" if "Ascend" in rel else text, encoding="utf-8", errors="surrogatepass")
+    found = stacks.read_driver(driver, root, path_env="", runner=lambda argv: None)
+    assert found.version is None or (found.version.isascii() and found.version.isprintable() and len(found.version) <= 64)

@@ -5,6 +5,8 @@ import pytest
 from envbuild.core.errors import InvalidInput
 from envbuild.core.imageref import Reference, mirror, parse_mirror
 from support.refforms import FORMS
+from hypothesis import example, given, strategies as st
+from support.properties import HOSTILE, PROPS, clean, own_error
 
 
 @pytest.mark.parametrize("form,full", FORMS, ids=[f[0][:40] or "empty" for f in FORMS])
@@ -71,3 +73,36 @@ def test_mirror(ref, rules, out):
 def test_mirror_rules_refused(rule):
     with pytest.raises(InvalidInput, match="--mirror"):
         parse_mirror(rule)
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+REF_TEXT = st.one_of(
+    HOSTILE,
+    st.from_regex(r"\A(?:[a-z0-9]{1,8}(?:\.[a-z0-9]{1,8})?(?::[0-9]{1,5})?/)?[a-z0-9]{1,8}(?:[._-][a-z0-9]{1,8})?"
+                  r"(?:/[a-z0-9]{1,8})?(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,10})?(?:@sha256:[0-9a-f]{64})?\Z"),
+)
+
+
+@PROPS
+@given(REF_TEXT)
+@example("debian:12")
+@example("localhost:5000/x@sha256:" + "a" * 64)
+def test_an_image_reference_parses_or_is_refused_and_round_trips(text):
+    from envbuild.core.imageref import Reference
+
+    ref = own_error(lambda: Reference.parse(text))
+    if ref is None:
+        return
+    assert Reference.parse(ref.full) == ref
+    assert Reference.parse(str(ref)) == ref
+    assert clean(ref.full)
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+def test_a_digest_with_a_trailing_newline_is_no_digest():
+    from envbuild.core.imageref import DIGEST, TAG
+
+    assert DIGEST.match("sha256:" + "a" * 64) and not DIGEST.match("sha256:" + "a" * 64 + "\n")
+    assert not TAG.match("cpu\n")

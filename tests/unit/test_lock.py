@@ -17,6 +17,7 @@ from envbuild.lock import build, locking
 from envbuild.core.errors import LockError, MatrixError, StaleLock
 from envbuild.lock import lockfile
 from envbuild.matrix import load, loads
+from pathlib import Path
 
 PINNED = "debian:bookworm-slim@sha256:" + "a" * 64  # a digest-pinned base: nothing is asked of a registry
 MATRIX = load(MATRIX_PATH, [f"backends.cpu.base_image={PINNED}"])
@@ -470,3 +471,32 @@ def test_lock_check_writes_nothing_with_a_wheelhouse(invoke, tmp_path, closed_so
                     "--set", f"backends.cpu.base_image={PINNED}")
     assert result.exit_code == 1 and "missing" in result.stdout, result.output
     assert sorted(p for p in work.rglob("*")) == before  # no .envbuild/context/cpu/.wheel-digests.json
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_lock_check_writes_nothing(tmp_path, monkeypatch):
+    from envbuild.imagebuild import plan
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "x-1.0-py3-none-any.whl").write_bytes(b"PK")
+    digests = tmp_path / "ctx" / "digests.json"
+    assert plan.wheels(wheels, digests, write=False) and not digests.exists()
+    assert plan.wheels(wheels, digests) and digests.exists()  # a build keeps it
+
+
+def test_lock_check_through_the_cli_leaves_the_folder_as_it_was(invoke, tmp_path, monkeypatch, closed_socket):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "cpu.txt").write_text("# not a lock\n")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "x-1.0-py3-none-any.whl").write_bytes(b"PK")
+    before = _snapshot(tmp_path)
+    result = invoke("lock", "--check", "--matrix", MATRIX_PATH, "--wheelhouse", wheels)
+    assert result.exit_code in (0, 1, 2) and _snapshot(tmp_path) == before and not (tmp_path / ".envbuild").exists()

@@ -19,6 +19,15 @@ from support.constants import MINIMAL as MINIMAL_PATH
 
 from envbuild import matrix
 from envbuild.core.errors import MatrixError, NotContainerizableError, Problem, UnknownBackendError
+import yaml
+from hypothesis import assume, given, strategies as st
+from support.properties import HEAVY, HOSTILE, JSON, PROPS, own_error
+import os
+import base64
+import json
+import subprocess
+import sys
+import time
 
 MINIMAL = MINIMAL_PATH.read_text(encoding="utf-8")
 
@@ -412,3 +421,364 @@ def test_a_backend_env_cannot_move_a_cache_off_the_cache_volume(name, invoke):
         assert f"'{name}' is reserved" in result.stderr and "bypass the cache volume" in result.stderr
         assert "--cache" in result.stderr  # the way out: your own folder at /cache
     assert invoke("validate", "--matrix", REPO_MATRIX, "--set", "backends.cpu.run.env.HF_HUB_OFFLINE=1").exit_code == 0
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+MATRIX_TEXT = FIXED.read_text(encoding="utf-8")
+
+
+PATHS = st.one_of(HOSTILE, st.builds(".".join, st.lists(st.sampled_from(
+    ["backends", "cpu", "cuda", "run", "env", "torch", "version", "index_url", "base_image", "platforms", "transformers",
+     "image", "apt", "", "X", "\x1b[2J"]), min_size=1, max_size=5)))
+
+
+@HEAVY
+@given(PATHS, HOSTILE)
+def test_a_set_of_any_path_and_value_validates_or_is_refused(path, value):
+    from envbuild.matrix import loads
+
+    own_error(lambda: loads(MATRIX_TEXT, overrides=[f"{path}={value}"]))
+
+
+@PROPS
+@given(st.from_regex(r"\A[A-Z][A-Z0-9_]{0,10}\Z").filter(lambda k: not k.startswith("ENVBUILD_")),
+       st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._/-]{0,30}\Z"))
+def test_a_set_env_value_that_is_accepted_reads_back(key, value):
+    from envbuild.matrix import loads
+
+    m = own_error(lambda: loads(MATRIX_TEXT, overrides=[f"backends.cpu.env.{key}={value}"]))
+    assume(m is not None)  # a reserved name (a cache, a secret's) is refused, said so
+    assert dict(m.backend("cpu").env)[key] == value
+
+
+def _mutations(tree):
+    """Every (path) of a YAML tree: a leaf or a section to replace."""
+    out = []
+
+    def walk(node, path):
+        out.append(path)
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, (*path, k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, (*path, i))
+
+    walk(tree, ())
+    return out
+
+
+TREE = yaml.safe_load(MATRIX_TEXT)
+
+
+WHERE = _mutations(TREE)
+
+
+@HEAVY
+@given(st.sampled_from(WHERE), JSON)
+def test_a_matrix_file_with_any_value_anywhere_validates_or_is_refused(where, value):
+    import copy
+
+    from envbuild.matrix import loads
+
+    tree = copy.deepcopy(TREE)
+    if not where:
+        tree = value
+    else:
+        node = tree
+        for part in where[:-1]:
+            node = node[part]
+        node[where[-1]] = value
+    text = yaml.safe_dump(tree, allow_unicode=True)
+    own_error(lambda: loads(text, source="matrix.yaml"))
+
+
+@PROPS
+@given(HOSTILE)
+def test_any_matrix_text_validates_or_is_refused(text):
+    from envbuild.matrix import loads
+
+    own_error(lambda: loads(text, source="matrix.yaml"))
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+@pytest.mark.parametrize("name", ["PIP_CONSTRAINT", "uv_constraint"])
+def test_the_matrix_cannot_lift_the_vendor_torch_guard(name, invoke):
+    for field in ("env", "run.env"):
+        result = invoke("validate", "--matrix", REPO_MATRIX, "--set", f"backends.cpu.{field}.{name}=/dev/null")
+        assert result.exit_code == 2 and "is reserved" in result.stderr
+
+
+def test_the_metadata_cache_that_is_no_file_exits_2(tmp_path, invoke):
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(REPO_MATRIX.read_text())
+    os.mkfifo(tmp_path / "matrix.metadata.json")
+    result = invoke("validate", "--matrix", matrix)
+    assert result.exit_code == 2, result.output
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+def _yaml(text: str) -> str:
+    """A YAML double-quoted scalar holding the text (its escapes carry every character through --set)."""
+    return '"' + "".join(c if c.isalnum() or c in " _-." else f"\\U{ord(c):08x}" for c in text) + '"'
+
+
+@pytest.mark.parametrize("escape", ["\\N", "\\L", "\\P", "\\x85", "\\u2028", "\\e[2J", "\\u202e"])
+def test_a_matrix_file_is_held_to_the_same_rule(escape, write_matrix, invoke):
+    text = MINIMAL_PATH.read_text().replace("description: CPU", f'description: "CPU{escape}RUN id"', 1)
+    result = invoke("validate", "--matrix", write_matrix(text))
+    assert result.exit_code == 2 and "backends.cpu.description" in result.stderr
+    assert ":16:" in result.stderr or "matrix.yaml:" in result.stderr
+
+
+def test_bytes_that_are_not_utf8_in_a_set_value_are_refused_by_name():
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "validate", "--matrix", str(REPO_MATRIX),
+                           "--set", os.fsdecode(b"backends.cpu.description=a\xffb")],
+                          capture_output=True, text=True, errors="replace", timeout=60)
+    assert proc.returncode == 2 and "lone surrogate" in proc.stderr, proc.stderr
+
+
+BILLION_LAUGHS = "".join(
+    ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"]
+    + [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}]\n" for i in range(1, 9)]
+)
+
+
+def _timed(*args: str, timeout: int = 30) -> subprocess.CompletedProcess:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, timeout=timeout)
+    assert time.monotonic() - start < timeout and "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_yaml_aliases_cannot_expand_without_bound(write_matrix):
+    proc = _timed("validate", "--matrix", str(write_matrix(BILLION_LAUGHS)))
+    assert proc.returncode == 2 and "expands to more than" in proc.stderr
+    proc = _timed("validate", "--matrix", str(REPO_MATRIX), "--set", "backends.cpu.env={a: &x [*x, *x]}")
+    assert proc.returncode == 2 and "a YAML alias refers to itself" in proc.stderr
+    proc = _timed("validate", "--matrix", str(write_matrix("a: &a [*a]\n", "self.yaml")))
+    assert proc.returncode == 2 and "refers to itself" in proc.stderr
+
+
+@pytest.mark.parametrize("override", ["backends.cpu={1: 2}", "backends.cpu.run={null: 1}", "image={true: x}",
+                                      "backends.cpu.python={1.5: x}", "backends.cuda.run.gpus=banana",
+                                      "backends.cuda.run.gpus=device=0,1", 'backends.cpu.description="\\ud800"'])
+def test_odd_set_values_are_located_errors(override, invoke, tmp_path):
+    result = invoke("render", "--matrix", REPO_MATRIX, "--output", tmp_path / "out", "--set", override)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: --set {override}: ") and "internal error" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field", ["backends.cpu.env", "backends.cpu.run.env"])
+def test_envbuild_variables_are_reserved(field, invoke):
+    result = invoke("validate", "--matrix", REPO_MATRIX, "--set", f"{field}={{ENVBUILD_PLUGIN_IMPORT: os}}")
+    assert result.exit_code == 2 and "is reserved" in result.stderr
+
+
+# Secrets of every well-known shape (made up; none is real). Each must be masked wherever envbuild prints it.
+SECRET_VALUES = {
+    "github-classic": "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+    "github-fine-grained": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789",
+    "github-oauth": "gho_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2",
+    "github-app": "ghs_" + "0123456789abcdefghijABCDEFGHIJklmnopqr",
+    "github-refresh": "ghr_" + "abcdefghijklmnopqrstuvwxyz0123456789AB",
+    "github-user": "ghu_" + "QWERTYUIOPasdfghjklZXCVBNM1234567890",
+    "huggingface": "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ01234567",
+    "huggingface-org": "api_org_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123",
+    "aws-access-key": "AKIA" + "Q3EGRIOSFODNN7EX",
+    "aws-session-key": "ASIA" + "ZZ9GRIOSFODNN7XY",
+    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "gitlab": "glpat-" + "x9Y8z7W6v5U4t3S2r1Q0",
+    "slack": "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "openai-style": "sk-" + "proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "npm": "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "pypi": "pypi-" + "AgEIcHlwaS5vcmcCJGE4YzQ1ZmQ3LTk0ZjAtNDdlOS05ZmQ1LWNhYjVkMjQ0YWQ3ZQ",
+    "docker-hub": "dckr_pat_" + "AbCdEfGhIjKlMnOpQrStUvWx",
+    "google-api": "AIza" + "SyA-bCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "aws-secret-key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
+    "github-short": "ghp_" + "0123456789abcdefXYZ",
+    "huggingface-short": "hf_" + "abcdefghijKLMNOP12",
+}
+
+
+# The part of each that must never show (for a URL: the password; else the whole value).
+SECRET_FORMS = {**{k: (v, v) for k, v in SECRET_VALUES.items()},
+                "url-https": ("https://alice:Pa55-w0rd.x@pypi.corp.example/simple", "Pa55-w0rd.x"),
+                "url-postgres": ("postgres://svc:db-s3cret-99@db.internal:5432/app", "db-s3cret-99"),
+                "url-token-only": ("https://tok3n-only-abcdef@git.example/repo.git", "tok3n-only-abcdef"),
+                "url-redis": ("redis://:r3dis-pass-xyz@cache:6379/0", "r3dis-pass-xyz"),
+                "bearer": ("Bearer abc123.def456-ghi789_jkl", "abc123.def456-ghi789_jkl"),
+                "basic": ("Basic " + base64.b64encode(b"bob:b0b-secret").decode(), base64.b64encode(b"bob:b0b-secret").decode()),
+                "pem": ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq9\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7bq9")}
+
+
+SHAPES = sorted(SECRET_FORMS)
+
+
+URL_FIELDS = ["index.url", "index.extra_urls", "backends.cuda.torch.index_url", "backends.xpu.plugin.index_url",
+              "image.source"]
+
+
+CREDENTIAL_URLS = ["https://alice:s3cr3t-idx@pypi.corp/simple", "https://__token__:pypi-AgEIcHlwaS5vcmc0123456789abcdef@upload.pypi.org/simple",
+                   "http://tok-only-123456@10.0.0.5:8080/simple", "https://user:p%40ss-enc@host/x/"]
+
+
+@pytest.mark.parametrize("url", CREDENTIAL_URLS)
+@pytest.mark.parametrize("field", URL_FIELDS)
+def test_credentials_in_an_index_url_are_refused_naming_the_right_way(field, url, invoke):
+    value = f"[{_yaml(url)}]" if field.endswith("extra_urls") else _yaml(url)
+    result = invoke("validate", "--matrix", REPO_MATRIX, "--set", f"{field}={value}")
+    assert result.exit_code == 2, result.output
+    assert "carries credentials" in result.stderr and "--netrc" in result.stderr and "BuildKit secret" in result.stderr
+    secret = url.split("://", 1)[1].split("@", 1)[0].split(":")[-1]
+    assert secret not in result.output
+
+
+def test_credentials_in_a_matrix_file_are_refused_with_its_line(write_matrix, invoke):
+    text = REPO_MATRIX.read_text().replace("https://download.pytorch.org/whl/cpu", "https://bob:file-s3cret@download.pytorch.org/whl/cpu", 1)
+    assert text != REPO_MATRIX.read_text()
+    result = invoke("render", "--matrix", write_matrix(text), "--output", "never")
+    assert result.exit_code == 2 and "carries credentials" in result.stderr and "file-s3cret" not in result.output
+    assert "matrix.yaml:" in result.stderr and not Path("never").exists()
+
+
+NETRC = "machine pypi.corp.example\n  login alice\n  password n3trc-Pa55word\n"
+
+
+NOT_MATRICES = {
+    "netrc": NETRC,
+    "netrc-one-line": "machine a login b password n3trc-Pa55word",
+    "docker-config": '{"auths": {"ghcr.io": {"auth": "n3trc-Pa55word"}}}',
+    "dotenv": "API_KEY=n3trc-Pa55word\nexport OTHER=n3trc-Pa55word\n",
+    "pem": "-----BEGIN OPENSSH PRIVATE KEY-----\nn3trc-Pa55word\n-----END OPENSSH PRIVATE KEY-----\n",
+    "yaml-secrets": "token: n3trc-Pa55word\nuser: bob\n",
+    "yaml-list": "- n3trc-Pa55word\n- x\n",
+    "number": "12345\n",
+    "pypirc": "[pypi]\nusername = __token__\npassword = n3trc-Pa55word\n",
+    "shell": "#!/bin/sh\ncurl -H 'Authorization: n3trc-Pa55word' x\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_MATRICES))
+def test_a_file_that_is_no_matrix_is_not_quoted(kind, write_matrix, invoke):
+    path = write_matrix(NOT_MATRICES[kind], f"{kind}.txt")
+    result = invoke("validate", "--matrix", path)
+    assert result.exit_code == 2 and "n3trc-Pa55word" not in result.output, result.output
+
+
+@pytest.mark.parametrize("field, payload", [("transformers.version", '5.24.0" # x'), ("transformers.version", "5.0\nx: 1"),
+                                            ("backends.cpu.base_image", "debian:12\n    env: {A: b}"),
+                                            ("backends.cpu.description", "CPU\n    device: cuda"), ("uv.version", '0.14", "x": "1'),
+                                            ("backends.cpu.base_image", "debian:12 #c")])
+def test_an_edit_that_would_change_other_fields_is_refused(field, payload, tmp_path):
+    from envbuild.core.errors import MatrixError
+    from envbuild.matrix.edit import apply
+
+    text = REPO_MATRIX.read_text()
+    with pytest.raises(MatrixError):
+        apply(text, {field: payload})
+
+
+SET_LOCATED = ["backends.cpu.description=null", "image=null", "backends.cuda.torch=null", "transformers.torch='>=9'",
+               "backends.npu.torch.version=2.1.0", "backends.cuda.variant_of=cpu", "backends.xpu.plugin.pairing=same-release",
+               "backends.npu.plugin.version=1.0.0", "accelerate.torch='>=99'", "backends.cpu.torch.version=2.1.0",
+               "backends.cpu.ci=null", "backends.npu.plugin.import=null", "backends.xpu.torch.index_url=null"]
+
+
+@pytest.mark.parametrize("override", SET_LOCATED)
+def test_set_errors_are_placed_at_the_set(override, invoke):
+    result = invoke("validate", "--matrix", REPO_MATRIX, "--set", override)
+    if result.exit_code == 0:
+        return  # a valid override (the matrix allows it)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines and all(line.startswith(f"Error: --set {override}: ") for line in lines), lines
+
+
+@pytest.mark.parametrize("field", ["group_add", "security_opt", "cap_add"])
+@pytest.mark.parametrize("value", ["--privileged", "-v", "--device=/dev/mem", "-"])
+def test_run_lists_hold_no_option(field, value, invoke):
+    result = invoke("validate", "--matrix", REPO_MATRIX, "--set", f"backends.rocm.run.{field}=[{_yaml(value)}]")
+    assert result.exit_code == 2 and f"backends.rocm.run.{field}[0]" in result.stderr
+
+
+@pytest.mark.parametrize("field", ["runtime", "ipc", "network"])
+def test_run_words_hold_no_option(field, invoke):
+    result = invoke("validate", "--matrix", REPO_MATRIX, "--set", f"backends.rocm.run.{field}=--privileged")
+    assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("field", ["backends.cpu.description", "backends.cpu.base_image", "transformers.version",
+                                   "backends.cpu.env.X", "packages"])
+def test_huge_values_are_capped_in_errors(field, invoke):
+    huge = "x" * (2 << 20) + "\x1b"
+    value = f"[{_yaml(huge)}]" if field == "packages" else _yaml(huge)
+    result = invoke("validate", "--matrix", REPO_MATRIX, "--set", f"{field}={value}")
+    assert result.exit_code == 2 and len(result.stderr) < 10_000, len(result.stderr)
+
+
+def test_many_duplicate_keys_give_a_bounded_message(write_matrix):
+    text = REPO_MATRIX.read_text() + "".join("dup: 1\n" for _ in range(300_000))
+    proc = _timed("validate", "--matrix", str(write_matrix(text)), timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") < 100 and "more problems" in proc.stderr
+
+
+SET_TEMPLATES = ["containerizable={flip}", "device=null", "torch.version=2.1.0", "torch.version=9.0.0", "plugin.version=0.0.1",
+                 "torch.source=pip", "torch.source=base", "torch.index_url=null", "host.stack=cuda", "variant_of=cpu",
+                 "plugin=null", "detect=null", "python=null", "run=null", "user=root", "platforms=[linux/s390x]",
+                 "host.version=99.0", "description=null", "base_image=null", "ci=null", "plugin.pairing=same-release"]
+
+
+@pytest.mark.parametrize("template", SET_TEMPLATES)
+def test_set_errors_are_placed_at_the_set_for_every_backend(template, invoke):
+    from envbuild.matrix import load
+
+    for b in load(REPO_MATRIX).backends:
+        override = f"backends.{b.name}.{template.format(flip=str(not b.containerizable).lower())}"
+        result = invoke("validate", "--matrix", REPO_MATRIX, "--set", override)
+        if result.exit_code == 0:
+            continue
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and all(line.startswith(f"Error: --set {override}: ") for line in lines), lines
+
+
+@pytest.mark.parametrize("field", ["backends.cpu.env", "backends.cpu.run.env"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_matrix_holds_no_secret_value(field, shape, invoke, tmp_path):
+    value, hidden = SECRET_FORMS[shape]
+    result = invoke("render", "--matrix", REPO_MATRIX, "--output", tmp_path / "out", "--set",
+                    f"{field}={{SOME_SETTING: {_yaml(value.splitlines()[0])}}}")
+    assert result.exit_code == 2 and "looks like a secret" in result.stderr, result.output
+    assert hidden.splitlines()[0] not in result.output and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "GITHUB_TOKEN", "MY_PAT", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "API_KEY"])
+def test_the_matrix_holds_no_secret_named_variable(name, invoke):
+    result = invoke("validate", "--matrix", REPO_MATRIX, "--set", f"backends.cpu.env={{{name}: x}}")
+    assert result.exit_code == 2 and "names a secret" in result.stderr
+
+
+BAD_METADATA = [
+    {"transformers": []},
+    {"transformers": {"releases": []}},
+    {"transformers": {"releases": {"not a version": {}}}},
+    {"transformers": {"releases": {"5.0.0": "x"}}},
+    {"transformers": {"releases": {"5.0.0": {"tags": "py3"}}}},
+    {"transformers": {"releases": {"5.0.0": {"tags": [1]}}}},
+    {"transformers": {"releases": {"5.0.0": {"wheels": []}}}},
+    {"transformers": {"releases": {"5.0.0": {"wheels": {"py3": {"torch": 2}}}}}},
+    {"transformers": {"index": ["x"]}},
+]
+
+
+@pytest.mark.parametrize("dists", BAD_METADATA, ids=range(len(BAD_METADATA)))
+def test_a_hand_edited_metadata_cache_is_refused_with_its_field_not_a_crash(dists, tmp_path, invoke):
+    (tmp_path / "matrix.yaml").write_text(REPO_MATRIX.read_text())
+    (tmp_path / "matrix.metadata.json").write_text(json.dumps({"format": 1, "distributions": dists}))
+    result = invoke("validate", "--matrix", tmp_path / "matrix.yaml")
+    assert result.exit_code == 2, result.stderr
+    assert "matrix.metadata.json: not a metadata cache envbuild wrote: distributions.transformers" in result.stderr

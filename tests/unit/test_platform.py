@@ -10,6 +10,8 @@ from support.constants import FIXED
 from envbuild.cli import cli
 from envbuild.core.errors import InvalidInput
 from envbuild.core.platform import InvalidPlatform, Platform, canonical, parse_list, target
+from hypothesis import given, strategies as st
+from support.properties import HOSTILE, PROPS, own_error
 
 ACCEPTED = {
     "linux/amd64": "linux/amd64",
@@ -136,3 +138,25 @@ def test_a_platform_the_backend_does_not_list_is_refused_alike_before_any_engine
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines()[-1] == (
         "Error: --platform linux/s390x: backend cpu lists linux/amd64, linux/arm64 (matrix.yaml, its `platforms`)")
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+PLATFORM_TEXT = st.one_of(HOSTILE, st.builds("/".join, st.lists(st.sampled_from(
+    ["linux", "LINUX", "windows", "amd64", "x86_64", "aarch64", "arm64", "v8", "v7", "arm", "", "s390x", "\x1b"]),
+    min_size=1, max_size=4)))
+
+
+@PROPS
+@given(PLATFORM_TEXT)
+def test_a_platform_parses_or_is_refused_and_round_trips(text):
+    from envbuild.core.platform import Platform, canonical, parse_list
+
+    found = own_error(lambda: Platform.parse(text))
+    if found is not None:
+        assert Platform.parse(str(found)) == found and canonical(str(found)) == str(found)
+    normal = Platform.normal(text)
+    if normal is not None:
+        assert Platform.normal(str(normal)) == normal
+    assert canonical(canonical(text)) == canonical(text)
+    own_error(lambda: parse_list(text))

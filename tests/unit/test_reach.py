@@ -145,7 +145,7 @@ def test_the_mirror_is_what_is_probed(m, answering, closed):
     assert "a working mirror for it" in str(caught.value)
 
 
-def test_lock_stops_before_resolving_when_an_index_is_dead(m, answering, closed, tmp_path, monkeypatch):
+def test_lock_stops_before_resolving_when_an_index_is_dead(m, answering, closed, tmp_path, monkeypatch, buildkit_client):
     """The resolver never starts (it would retry for minutes): the builder is not run."""
     from envbuild.lock import locking
     from envbuild.imagebuild.plan import BuildOptions

@@ -16,6 +16,11 @@ from support import testbed
 
 from envbuild.core.errors import RegistryAnswerError
 from envbuild.core.regclient import DOCKER_LIST, Registry
+from hypothesis import given
+from support.properties import JSON, PROPS, own_error
+import http.server
+import threading
+import time
 
 
 @pytest.fixture(scope="module")
@@ -338,3 +343,150 @@ def test_the_publish_credentials_never_go_to_a_base_images_registry(monkeypatch)
 
     assert base_digest(None, "nvcr.io/nvidia/cuda:13.0-base", "linux/amd64", Opts(), env) == "sha256:" + "1" * 64
     assert made == [{"publish": False}]
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+@PROPS
+@given(JSON)
+def test_a_registry_index_and_a_package_index_page_of_any_shape_are_read_or_refused(doc):
+    from envbuild.core.regclient import Manifest, sha256
+    from envbuild.maintain.sources.index import _from_json
+
+    raw = json.dumps({"manifests": doc} if not isinstance(doc, dict) else doc).encode()
+    platforms = own_error(lambda: Manifest("application/vnd.oci.image.index.v1+json", sha256(raw), raw).platforms())
+    assert platforms is None or all(isinstance(k, str) and isinstance(v, str) for k, v in platforms.items())
+    own_error(lambda: _from_json({"files": doc}, "https://idx.example/simple/x/"))
+    own_error(lambda: _from_json(doc, "https://idx.example/simple/x/"))
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+class _Server:
+    """A loopback HTTP server whose handler is `respond(handler)`; what each request carried is kept."""
+
+    def __init__(self, respond, host: str = "127.0.0.1"):
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                seen.append({"path": self.path, "auth": self.headers.get("Authorization")})
+                respond(self)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.host = f"{host}:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def _send(handler, status: int, body: bytes = b"", headers: dict | None = None):
+    handler.send_response(status)
+    for k, v in (headers or {}).items():
+        handler.send_header(k, v)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+@pytest.fixture
+def creds(monkeypatch):
+    monkeypatch.setenv("ENVBUILD_REGISTRY_USER", "alice")
+    monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "s3cret-pa55word")
+
+
+def test_the_password_never_goes_to_a_token_service_elsewhere_over_plain_http(creds):
+    from envbuild.core.errors import RegistryAuthError
+    from envbuild.core.regclient import Registry
+
+    tokens = _Server(lambda h: _send(h, 200, b'{"token": "abcdefgh"}'), host="127.0.0.2")
+    registry = _Server(lambda h: _send(h, 401, headers={"WWW-Authenticate": f'Bearer realm="http://{tokens.host}/token",service="x"'}))
+    try:
+        with pytest.raises(RegistryAuthError, match="plain HTTP on another host") as err:
+            Registry(f"{registry.host}/team/app").read_manifest("team/app", "cpu")
+        assert "s3cret" not in str(err.value)
+        assert tokens.seen == []  # not even asked
+    finally:
+        tokens.close()
+        registry.close()
+
+
+@pytest.mark.parametrize("answer", [b"<html>login</html>", b"[1, 2]", b'"token"', b'{"token": "abc\\r\\nX-Evil: 1"}',
+                                    b'{"token": 5}', b"[" * 100000])
+def test_a_token_service_that_answers_no_token_is_a_clear_error(answer, creds):
+    from envbuild.core.errors import RegistryAuthError
+    from envbuild.core.regclient import Registry
+
+    server = _Server(lambda h: _send(h, 200, answer) if h.path.startswith("/token")
+                     else _send(h, 401, headers={"WWW-Authenticate": f'Bearer realm="http://{server.host}/token"'}))
+    try:
+        with pytest.raises(RegistryAuthError, match="answered no usable token"):
+            Registry(f"{server.host}/team/app").read_manifest("team/app", "cpu")
+    finally:
+        server.close()
+
+
+def test_a_registry_error_that_echoes_the_token_prints_it_masked(creds, invoke, tmp_path):
+    token = "tok-" + "Zq9" * 10
+
+    def respond(h):
+        if h.path.startswith("/token"):
+            return _send(h, 200, json.dumps({"token": token}).encode())
+        if h.headers.get("Authorization") == f"Bearer {token}":
+            return _send(h, 500, f"internal: bad token {token}".encode())
+        return _send(h, 401, headers={"WWW-Authenticate": f'Bearer realm="http://{server.host}/token"'})
+
+    server = _Server(respond)
+    try:
+        key = tmp_path / "k.pub"
+        from envbuild.ship.trust import keys
+
+        key.write_bytes(keys.generate(b"x").public_pem)
+        result = invoke("verify", f"{server.host}/team/app:cpu", "--key", key)
+        assert result.exit_code == 1 and token not in result.output and "***" in result.output, result.output
+    finally:
+        server.close()
+
+
+def test_an_answer_that_trickles_is_cut_off(monkeypatch):
+    from envbuild.core import regclient
+    from envbuild.core.errors import RegistryUnreachableError
+
+    def respond(h):
+        h.send_response(200)
+        h.send_header("Content-Length", "1000")
+        h.end_headers()
+        for _ in range(1000):
+            try:
+                h.wfile.write(b"x")
+                h.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.2)
+
+    monkeypatch.setenv("ENVBUILD_NET_DEADLINE", "1")
+    server = _Server(respond)
+    try:
+        started = time.monotonic()
+        with pytest.raises(RegistryUnreachableError):
+            regclient.Registry(f"{server.host}/team/app").read_manifest("team/app", "cpu")
+        assert time.monotonic() - started < 5
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("doc", [b'{"config": "a string"}', b'{"config": {"digest": 5}}', b"[1]"])
+def test_a_registry_manifest_of_the_wrong_shape_is_a_registry_error(doc):
+    from envbuild.core.errors import RegistryAnswerError
+    from envbuild.core.regclient import Manifest
+
+    from envbuild.core.regclient import Registry
+
+    reg = Registry("127.0.0.1:9/team/app")
+    reg.manifest = lambda ref: Manifest("application/vnd.oci.image.manifest.v1+json", "sha256:" + "0" * 64, doc)
+    with pytest.raises(RegistryAnswerError, match="not a JSON object|names no config digest"):
+        reg.platform_digest("127.0.0.1:9/team/app:cpu", "linux/amd64")

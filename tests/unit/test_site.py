@@ -575,3 +575,34 @@ def test_the_signature_state_is_what_publish_records_when_it_signs():
               "attestations": [{"digest": "sha256:a"}]}
     assert signature({"signed": signed}) == "signed (key 3f2a9c0d11e2b4c5…, 2 digests, 1 attested)"
     assert signature({}) is None and signature({"signed": {"signatures": []}}) is None
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+@pytest.mark.parametrize("smoke", [
+    {"seconds": 10 ** 400}, {"seconds": float("inf")}, {"checks": [{"name": "device", "ok": True, "message": "\ud800"}]},
+    {"backend": "[x](http://evil.example) <b>|"}, {"checks": "device ok"},
+])
+def test_the_site_takes_hostile_smoke_results_without_an_internal_error(smoke, invoke, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    doc = {"backend": "cpu", "ok": True, "image": "x:cpu", "seconds": 1.0, "date": "2026-12-02T00:00:00Z",
+           "checks": [{"name": "device", "ok": True, "message": "ok"}], **smoke}
+    (results / "r.json").write_text(json.dumps(doc, allow_nan=True).replace("\\\\ud800", "\\ud800"), encoding="utf-8",
+                                    errors="surrogatepass")
+    result = invoke("site", "--smoke-json", results, "--output", tmp_path / "site", "--matrix", FIXED)
+    assert result.exit_code in (0, 2), result.output
+    if result.exit_code == 0:
+        grid = (tmp_path / "site" / "grid.md").read_text()
+        assert "](http://evil" not in grid and "<b>" not in grid
+
+
+def test_site_output_replaces_only_a_site_it_wrote(invoke, tmp_path):
+    out = tmp_path / "mine"
+    (out / ".envbuild-site").mkdir(parents=True)  # a folder named like the marker is not the marker
+    (out / "thesis.tex").write_text("months of work")
+    result = invoke("site", "--output", out, "--matrix", FIXED)
+    assert result.exit_code == 2 and (out / "thesis.tex").read_text() == "months of work"
+    (out / ".envbuild-site").rmdir()
+    (out / ".envbuild-site").write_text("I made this\n")  # a marker it did not write
+    assert invoke("site", "--output", out, "--matrix", FIXED).exit_code == 2 and (out / "thesis.tex").exists()

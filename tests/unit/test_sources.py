@@ -14,6 +14,12 @@ from envbuild.maintain.sources.bump import bump, changes, check_only, select
 from envbuild.maintain.sources.index import _from_html, requirement_of
 from envbuild.core.imageref import Reference
 from envbuild.maintain.sources.tags import follow, newer_tags
+import os
+import subprocess
+import sys
+from pathlib import Path
+from envbuild.core.errors import EnvbuildError
+from envbuild.maintain.sources import Sources
 
 
 @pytest.mark.parametrize("current, tags, repo, expected", [
@@ -188,3 +194,252 @@ def test_bump_takes_no_set_and_names_an_unknown_only(invoke, tmp_path):
     assert result.exit_code == 2 and "takes no --set" in result.output
     result = invoke("bump", "--matrix", MATRIX, "--only", "nope")
     assert result.exit_code == 2 and "--only 'nope': expected one of" in result.output
+
+
+# --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
+
+def _failing_replace(monkeypatch, k: int):
+    """os.replace that fails on its k-th call (then works again: putting files back must be possible)."""
+    real, calls = os.replace, [0]
+
+    def replace(src, dst, *a, **kw):
+        calls[0] += 1
+        if calls[0] == k:
+            raise PermissionError(13, "Permission denied", str(dst))
+        return real(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return calls
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("k", range(1, 12))
+def test_bump_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tmp_path):
+    from envbuild.maintain.sources.bump import bump
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX.read_text())
+    from envbuild import render
+    from envbuild.matrix import load
+
+    m = load(path)
+    render.write(render.render(m, m.containerizable()), tmp_path / "dockerfiles")
+    before = _snapshot(tmp_path)
+    _failing_replace(monkeypatch, k)
+    with pytest.raises(EnvbuildError, match="nothing was written"):
+        bump(path, {"accelerate.version": "1.14.0"}, tmp_path / "dockerfiles")
+    monkeypatch.undo()
+    assert _snapshot(tmp_path) == before
+
+
+BUMP_ONE = """
+import sys
+from pathlib import Path
+from envbuild.core.errors import EnvbuildError
+from envbuild.maintain.sources.bump import bump
+try:
+    bump(Path(sys.argv[1]), {f"backends.{sys.argv[2]}.description": f"Edited {sys.argv[2]}"}, Path(sys.argv[3]))
+except EnvbuildError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(3 if str(exc).startswith("busy") else 1)
+"""
+
+
+def test_concurrent_bumps_keep_every_change(tmp_path):
+    from envbuild.matrix import load
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX.read_text())
+    names = [b.name for b in load(path).backends]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    procs = [subprocess.Popen([sys.executable, "-c", BUMP_ONE, str(path), n, str(tmp_path / "dockerfiles")], env=env,
+                              stderr=subprocess.PIPE, text=True) for n in names]
+    codes = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert all(code in (0, 3) for code, _ in codes), codes
+    m = load(path)
+    for name, (code, _) in zip(names, codes):
+        if code == 0:  # kept; a refusal says busy and wrote nothing
+            assert m.backend(name).description == f"Edited {name}", name
+    assert sum(code == 0 for code, _ in codes) >= 1
+
+
+def test_shared_caches_use_names_of_their_own(tmp_path):
+    import threading
+
+    from envbuild.maintain.sources.index import _store
+
+    target = tmp_path / "cache" / "x.METADATA"
+    errors = []
+
+    def run(i):
+        try:
+            for _ in range(20):
+                _store(target, f"Metadata-Version: 2.1\nName: n{i}\n")
+        except Exception as exc:  # pragma: no cover - the failure being tested
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and target.read_text().startswith("Metadata-Version") and len(list(target.parent.iterdir())) == 1
+
+
+def test_a_held_edit_lock_makes_a_bump_refuse_busy(tmp_path, monkeypatch):
+    from envbuild.maintain.sources import bump as bumping
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX.read_text())
+    monkeypatch.setattr(bumping, "EDIT_WAIT", 0.2)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)", str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(EnvbuildError, match="^busy: "):
+            bumping.bump(path, {"uv.version": "0.13.9"}, tmp_path / "dockerfiles")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert path.read_text() == MATRIX.read_text()
+
+
+TO_PAYLOADS = ["5.24.0\n  env: {LD_PRELOAD: /tmp/x.so}", '5.24.0"', "5.24.0'", "5.24.0 # c", "x: y", "../../etc/passwd",
+               "5.24.0\r", "5.24.0\x85", "5.24.0\u2028", "{a: 1}", "[1]", "&a 5", "*a", "!!python/object:os.system",
+               "9" * 5000, "", " 5.24.0", "5.24.0\t", "5.24.0\\n", "--privileged"]
+
+
+@pytest.mark.parametrize("payload", TO_PAYLOADS, ids=range(len(TO_PAYLOADS)))
+def test_bump_to_is_validated_like_the_matrix_before_anything_is_written(payload, tmp_path):
+    from envbuild.core.errors import InvalidInput
+    from envbuild.maintain.sources import Finding
+    from envbuild.maintain.sources.bump import changes
+
+    found = [Finding("transformers.version", None, "src", "5.23.0", "5.24.0", "5.24.0")]
+    with pytest.raises(InvalidInput) as err:
+        changes(found, ("transformers",), payload)
+    assert str(err.value).startswith("--to: transformers.version: ") and len(str(err.value)) < 400
+
+
+class _Answer:
+    """A stand-in for the index's HTTP answer: a status, a reason phrase, a body (possibly endless)."""
+
+    def __init__(self, status=200, reason="OK", body=b"", content_type="application/vnd.pypi.simple.v1+json", endless=False):
+        self.status_code, self.reason, self.body, self.endless = status, reason, body, endless
+        self.headers = {"Content-Type": content_type}
+        self.url = "https://idx.example/simple/x/"
+        self.read = 0
+
+    def iter_content(self, size):
+        if self.endless:
+            while True:
+                self.read += size
+                yield b"x" * size
+        yield self.body
+
+    def close(self):
+        pass
+
+
+def _client(answer):
+    from envbuild.maintain.sources.index import IndexClient
+
+    client = IndexClient()
+    client._open = lambda *a, **k: answer
+    return client
+
+
+@pytest.mark.parametrize("body", [b"{", b"[]", b'{"files": 3}', b'{"files": [1, "x", null]}', b'{"files": [{"filename": 5}]}',
+                                  b'{"files": [{"filename": "x-1.0-py3-none-any.whl", "url": 7, "hashes": "no"}]}',
+                                  b"\xff\xfe", b"[" * 100000, b'{"files": [{"filename": "x-1.0-py3-none-any.whl", "url": "u", '
+                                  b'"hashes": {"sha256": "../../../../etc/x"}}]}'])
+def test_malformed_index_answers_are_source_errors(body):
+    from envbuild.maintain.sources.index import SourceError
+
+    try:
+        files = _client(_Answer(body=body)).files("https://idx.example/simple", "x")
+    except SourceError:
+        return
+    assert all(f.sha256 is None or len(f.sha256) == 64 for f in files)
+
+
+def test_an_endless_index_answer_is_cut_at_the_cap(monkeypatch):
+    from envbuild.maintain.sources import index
+
+    monkeypatch.setattr(index, "MAX_PAGE", 1 << 20)
+    answer = _Answer(endless=True)
+    with pytest.raises(index.SourceError, match="more than 1 MiB"):
+        _client(answer).files("https://idx.example/simple", "x")
+    assert answer.read <= (1 << 20) + (1 << 16) * 2  # stopped at the cap, not after
+
+
+@pytest.mark.parametrize("reason", ["\x1b]8;;https://evil.example\x07click\x1b]8;;\x07", "OK\r\nError: all good", "\x9b2J" * 50,
+                                    "x" * 10000])
+def test_an_index_reason_phrase_reaches_no_terminal_raw(reason):
+    from envbuild.core.output import SafeStream, Scrubber
+    from envbuild.maintain.sources.index import SourceError
+
+    with pytest.raises(SourceError) as err:
+        _client(_Answer(status=503, reason=reason)).files("https://idx.example/simple", "x")
+    import io
+
+    out = io.StringIO()
+    SafeStream(out, "output", Scrubber(environ={})).write(str(err.value) + "\n")
+    assert "\x1b" not in out.getvalue() and "\x9b" not in out.getvalue() and out.getvalue().count("\n") == 1
+    assert len(str(err.value)) < 300
+
+
+@pytest.mark.parametrize("body", [b"{", b"[]", b'{"tags": 5}', b'{"tags": [1, null, "ok-1", "bad tag", "-x"]}', b"\xff",
+                                  b"[" * 100000])
+def test_malformed_registry_answers_are_registry_errors(body):
+    from envbuild.core.errors import RegistryError
+    from envbuild.core.regclient import tag_list
+
+    try:
+        tags = tag_list(body, "reg.example")
+    except RegistryError:
+        return
+    assert tags == ["ok-1"]
+
+
+@pytest.mark.parametrize("garbage", [b"\xff\xfe\x00", b"", os.urandom(512)])
+def test_a_corrupt_metadata_cache_is_fetched_again(garbage, tmp_path):
+    from envbuild.maintain.sources.index import _cached
+
+    path = tmp_path / ("a" * 64 + ".METADATA")
+    path.write_bytes(garbage)
+    assert _cached(path) in (None, "")
+    os.unlink(path)
+    os.mkfifo(path)
+    assert _cached(path) is None  # never waited on
+
+
+@pytest.mark.parametrize("only", ["transformers", "uv", "torch", "base_image", "backends.cuda.base_image"])
+@pytest.mark.parametrize("payload", TO_PAYLOADS, ids=range(len(TO_PAYLOADS)))
+def test_bump_to_is_refused_before_any_index_is_asked(only, payload, invoke, tmp_path, closed_socket):
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX.read_text())
+    result = invoke("bump", "--matrix", path, "--only", only, "--to", payload, "--output", tmp_path / "df")
+    assert result.exit_code == 2, (only, payload, result.output)
+    assert path.read_text() == MATRIX.read_text() and not (tmp_path / "df").exists()
+    assert "\x1b" not in result.output and "LD_PRELOAD: /tmp" not in result.stdout
+
+
+# --- What the commands call, called directly (the CLI parses and prints) (from test_command_library.py)
+
+def test_sources_are_checked_before_anything_is_asked(tmp_path, monkeypatch):
+    with pytest.raises(InvalidInput, match="--mirror"):
+        Sources.checked(["not a rule"])
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInput, match=r"--netrc .*fifo: not a regular file"):
+        Sources.checked(netrc=fifo)
+    pem = tmp_path / "ca.pem"
+    pem.write_text("")
+    monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+    sources = Sources.checked(["docker.io=mirror.example:5000"])
+    assert sources.ca_bundle == pem and sources.mirrors == ("docker.io=mirror.example:5000",)

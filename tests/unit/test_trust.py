@@ -15,6 +15,11 @@ from pathlib import Path
 import pytest
 
 from envbuild.ship.trust import KeyError_, VerifyError, dsse, keys, sign
+from hypothesis import given
+from support.properties import JSON, PROPS, own_error
+from envbuild.ship.trust import TrustError
+from envbuild.core.errors import InvalidInput
+from envbuild.ship.trust.verify import split_image
 
 PASSPHRASE = "correct horse 7 battery"
 
@@ -248,3 +253,112 @@ def test_matrix_trust_public_key_is_what_pull_verifies_with(invoke, write_matrix
     skipped = invoke("pull", "--backend", "cpu", "--matrix", str(path), "--registry", f"127.0.0.1:{port}/envbuild",
                      "--ignore-host", "--insecure-skip-verify")
     assert "NOT checked" in skipped.output and "refusing the image" not in skipped.output
+
+
+# --- Signed is not well-formed: the shape of what is read back is checked before use (from test_shapes.py)
+
+@pytest.fixture(scope="module")
+def registry(engineless_registry):
+    return engineless_registry
+
+
+def _signed_image(registry, repo: str, predicate) -> tuple[str, bytes]:
+    """A tiny image in the registry, signed, with one smoke attestation whose predicate is `predicate`: the image
+    reference and the public key."""
+    from envbuild.core.regclient import OCI_MANIFEST, Registry
+    from envbuild.ship.trust import keys
+    from envbuild.ship.trust.sign import SMOKE, sign_published
+
+    pair = keys.generate(b"pw")
+    key = keys.load_private(pair.private_pem, b"pw", "test.key")
+    api = Registry(f"{registry.host}/{repo}")
+    config = api.put_blob(repo, b'{"architecture": "amd64", "os": "linux"}')
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 40},
+                           "layers": []}).encode()
+    digest = api.put_manifest(repo, "cpu", manifest, OCI_MANIFEST)
+    if isinstance(predicate, dict) and predicate.get("image_id") == "CONFIG":  # a result about this very image
+        predicate = {**predicate, "image_id": config}
+    sign_published(f"{registry.host}/{repo}", [digest], key, attest={digest: [(SMOKE, predicate)]})
+    return f"{registry.host}/{repo}:cpu", pair.public_pem
+
+
+@pytest.mark.parametrize("predicate", [
+    {"ok": True, "checks": ["import torch", "matmul"]},
+    {"ok": True, "checks": ["import torch", "matmul"], "image_id": "CONFIG"},
+    {"ok": True, "checks": "all"},
+    {"ok": "yes", "checks": []},
+    "passed",
+    [1, 2],
+    {"ok": True, "checks": [{"name": ["x"], "ok": True}]},
+], ids=["checks-strings", "checks-strings-this-image", "checks-string", "ok-string", "predicate-string", "predicate-list", "name-list"])
+def test_verify_refuses_a_signed_smoke_result_of_the_wrong_shape(predicate, registry, invoke, tmp_path):
+    image, public = _signed_image(registry, f"shapes/p{abs(hash(json.dumps(predicate))) % 10**8}", predicate)
+    key = tmp_path / "k.pub"
+    key.write_bytes(public)
+    result = invoke("verify", image, "--key", key)
+    assert result.exit_code == 1, result.output
+    assert "not of the shape envbuild writes" in result.output and "Traceback" not in result.output, result.output
+
+
+def test_verify_still_passes_a_well_formed_smoke_result(registry, invoke, tmp_path):
+    image, public = _signed_image(registry, "shapes/good", {"ok": True, "checks": [{"name": "import", "ok": True, "message": ""}],
+                                                             "device": "cpu", "date": "2026-01-01T00:00:00Z",
+                                                             "image_id": "CONFIG"})
+    key = tmp_path / "k.pub"
+    key.write_bytes(public)
+    result = invoke("verify", image, "--key", key)
+    assert result.exit_code == 0, result.output
+    assert "smoke: passed 1/1 checks" in result.output
+
+
+# --- Property tests (hypothesis): any input is parsed or refused with envbuild's own clean error (from test_properties.py)
+
+DIGEST = "sha256:" + "a" * 64
+
+
+@PROPS
+@given(JSON)
+def test_a_signed_smoke_predicate_of_any_shape_is_checked_before_use(predicate):
+    from envbuild.core.shape import problem
+    from envbuild.ship.trust.verify import SMOKE_PREDICATE, Verified, _smoke_of
+    from envbuild.ship.trust.sign import SMOKE
+
+    if problem(predicate, SMOKE_PREDICATE) is not None:
+        return  # refused by verify's reader, before _smoke_of
+    smoke = own_error(lambda: _smoke_of([{"predicateType": SMOKE, "predicate": predicate}], DIGEST))
+    if smoke is not None:
+        done = Verified("reg.example/x:cpu", DIGEST, "key", smoke=smoke)
+        assert all(isinstance(line, str) for line in done.lines())
+
+
+# --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
+
+@pytest.mark.parametrize("data", [b"not json", b"[]", b'"a string"', b"[" * 100000 + b"]" * 100000, b"\xff\xfe"])
+def test_a_manifest_that_is_not_a_json_object_is_a_trust_error(data):
+    from envbuild.ship.trust.oci import Manifest
+
+    with pytest.raises(TrustError, match="not a JSON object"):
+        Manifest(data, "application/vnd.oci.image.manifest.v1+json", "sha256:" + "0" * 64).json()
+
+
+# --- What the commands call, called directly (the CLI parses and prints) (from test_command_library.py)
+
+@pytest.mark.parametrize("value, expected", [
+    ("ghcr.io/org/envbuild:cpu", ("ghcr.io/org/envbuild", "cpu")),
+    ("127.0.0.1:5000/envbuild:cpu", ("127.0.0.1:5000/envbuild", "cpu")),
+    ("r/x@sha256:" + "a" * 64, ("r/x", "sha256:" + "a" * 64)),
+])
+def test_verify_takes_a_tag_or_a_digest(value, expected):
+    assert split_image(value) == expected
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("127.0.0.1:5000/envbuild", "give REPOSITORY:TAG or REPOSITORY@sha256:DIGEST"),
+    ("x@sha256:zz", "the digest must be sha256:<64 hex>"),
+    ("reg/x:bad\x1btag", "give REPOSITORY:TAG"),
+])
+def test_verify_refuses_anything_else(value, fragment):
+    with pytest.raises(InvalidInput, match=fragment.replace("(", r"\(")) as info:
+        split_image(value)
+    assert "\x1b" not in str(info.value)

@@ -12,6 +12,10 @@ from envbuild.imagebuild.plan import BuildOptions, content_key, make_plan
 from envbuild.lock.locking import planned_content_key
 from envbuild.matrix import load
 from envbuild.ship.shared import content_tag
+import os
+import pytest
+from envbuild.imagebuild import plan
+from envbuild.core.errors import BuildError, EnvbuildError, InvalidInput
 
 LOCK = b"# a lock: its inputs name the base image, its registry digest for the platform, the indexes and wheels\n"
 
@@ -26,11 +30,11 @@ def key(folder: Path, overrides: list[str] = (), backend: str = "cpu", **opts) -
     return content_key(plan, o)
 
 
-def test_the_same_checkout_in_two_folders_gives_the_same_key(tmp_path):
+def test_the_same_checkout_in_two_folders_gives_the_same_key(tmp_path, buildkit_client):
     assert key(tmp_path / "a") == key(tmp_path / "clone-elsewhere")
 
 
-def test_a_change_to_the_cell_changes_its_key_and_another_backends_does_not(tmp_path):
+def test_a_change_to_the_cell_changes_its_key_and_another_backends_does_not(tmp_path, buildkit_client):
     cpu = key(tmp_path / "a")
     assert key(tmp_path / "b", ["backends.cpu.apt=[less]"]) != cpu  # its Dockerfile
     assert key(tmp_path / "c", ["transformers.version=5.23.0"]) != cpu  # a pin every image carries
@@ -41,7 +45,7 @@ def test_a_change_to_the_cell_changes_its_key_and_another_backends_does_not(tmp_
     assert key(tmp_path / "g", build_args=("HTTP_PROXY=http://proxy:3128",)) == cpu
 
 
-def test_labels_and_the_engine_are_no_part_of_it(tmp_path):
+def test_labels_and_the_engine_are_no_part_of_it(tmp_path, buildkit_client):
     """A revision label differs on every commit; the engine, its ids and the builder's argv decide no content."""
     cpu = key(tmp_path / "a")
     assert key(tmp_path / "b", labels=("org.opencontainers.image.revision=0123abcd",)) == cpu
@@ -135,3 +139,33 @@ def test_a_signed_index_leaves_out_held_content_that_does_not_verify(monkeypatch
     monkeypatch.setattr(verify_mod, "verify", lambda *a, **k: None)  # it verifies: joined
     assert index._held_content(m, m.backend("cpu"), "reg.example/eb", "linux/arm64", SimpleNamespace(environ={}),
                                signed, said.append)["digest"] == digest
+
+
+# --- What the commands call, called directly (the CLI parses and prints) (from test_command_library.py)
+
+def test_build_options_refuse_special_files_and_a_missing_ca_bundle(tmp_path, monkeypatch):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for given in ({"ca_bundle": fifo}, {"netrc": fifo}):
+        with pytest.raises(InvalidInput, match=r"(--ca-bundle|--netrc) .*fifo: not a regular file"):
+            plan.options(**given)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "gone.pem"))
+    with pytest.raises(BuildError, match=r"gone.pem \(from the environment\) does not exist"):
+        plan.options()
+    assert plan.options(no_ca_bundle=True).ca_bundle is None  # --no-ca-bundle: not even the environment's
+    pem = tmp_path / "ca.pem"
+    pem.write_text("not read here")
+    monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+    assert plan.options().ca_bundle == pem
+    opts = plan.options(no_ca_bundle=True, tags=("a/b:c",), locks_dir=tmp_path / "locks")
+    assert opts.tags == ("a/b:c",) and opts.locks_dir == tmp_path / "locks"
+    with pytest.raises(InvalidInput, match="starts with '-'"):  # and every value the builder reads is checked
+        plan.options(no_ca_bundle=True, build_args=("-x=1",))
+
+
+def test_a_bad_netrc_is_named_never_quoted(tmp_path):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine example.org login u password n3trc-Pa55word extra-token\n")
+    with pytest.raises(EnvbuildError, match="not a valid netrc file") as info:
+        plan.options(no_ca_bundle=True, netrc=netrc)
+    assert "n3trc-Pa55word" not in str(info.value) and f"--netrc {netrc}:" in str(info.value)

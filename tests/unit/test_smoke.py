@@ -1,39 +1,62 @@
-"""Smoke-test logic without an engine: the preflight's verdicts and fixes, the model arguments, JUnit.
-tests/engine/test_build_smoke.py runs containers for real."""
+"""Unit tests of envbuild/smoke: results read from files and folders, several backends in one run."""
 
 from __future__ import annotations
 
-import os
-import xml.etree.ElementTree as ET
-from pathlib import Path
-
+import json
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
-
 from envbuild.report import report
 from envbuild import smoke
 from envbuild.core.errors import InvalidInput
 from envbuild.matrix import load
+import os
 from envbuild.smoke import preflight
+
+
+# --- What the commands call, called directly (the CLI parses and prints) (from test_command_library.py)
 
 MATRIX = load(MATRIX_PATH)
 
 
-def test_preflight_names_the_missing_piece(tmp_path):
-    (tmp_path / "dev").mkdir()
-    with pytest.raises(smoke.SmokeError, match="NVIDIA Container Toolkit"):
-        preflight.require(MATRIX.backend("cuda"), FakeEngine(["runc"]), root=tmp_path)
-    preflight.require(MATRIX.backend("cuda"), FakeEngine(["runc", "nvidia"]), root=tmp_path)
-    with pytest.raises(smoke.SmokeError, match="runtime=habana"):
-        preflight.require(MATRIX.backend("hpu"), FakeEngine(["runc"]), root=tmp_path)
-    with pytest.raises(smoke.SmokeError, match="/dev/kfd, /dev/dri"):
-        preflight.require(MATRIX.backend("rocm"), FakeEngine(["runc"]), root=tmp_path)
-    (tmp_path / "dev" / "kfd").touch()
-    (tmp_path / "dev" / "dri").mkdir()
-    preflight.require(MATRIX.backend("rocm"), FakeEngine(["runc"]), root=tmp_path)
-    preflight.require(MATRIX.backend("cpu"), FakeEngine([]), root=tmp_path)
+def test_smoke_results_are_read_from_files_and_folders(tmp_path):
+    good = {"backend": "cpu", "ok": True, "checks": [{"name": "device", "ok": True, "message": ""}]}
+    folder = tmp_path / "results"
+    (folder / "cpu").mkdir(parents=True)
+    (folder / "cpu" / "smoke.json").write_text(json.dumps(good))
+    (folder / "package.json").write_text('{"name": "something else"}')  # passed over in a folder
+    assert report.read_smoke_results([folder]) == [good]
+    both = tmp_path / "both.json"
+    both.write_text(json.dumps([good, {**good, "backend": "cuda"}]))
+    assert [d["backend"] for d in report.read_smoke_results([both])] == ["cpu", "cuda"]
+    with pytest.raises(InvalidInput, match=r"package.json: not the output of `envbuild smoke --json`"):
+        report.read_smoke_results([folder / "package.json"])  # named: refused
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**good, "ok": "yes"}))
+    with pytest.raises(InvalidInput, match='"ok" must be bool'):
+        report.read_smoke_results([bad])
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    with pytest.raises(InvalidInput, match="an empty list"):
+        report.read_smoke_results([empty])
 
+
+def test_smoke_each_keeps_going_only_when_asked():
+    """A smoke that cannot run (no image; no runtime for the device) is a SmokeError before any container: alone it
+    is raised; with keep_going it is a failed result, said, and the next backend still runs."""
+    chosen = [MATRIX.backend("cpu"), MATRIX.backend("cuda")]
+    with pytest.raises(smoke.SmokeError, match="is not on this Docker engine"):
+        smoke.smoke_each(MATRIX, chosen, FakeEngine(), keep_going=False, ignore_host=True)
+    said, seen = [], []
+    results = smoke.smoke_each(MATRIX, chosen, FakeEngine(), keep_going=True, failed=said.append, done=seen.append,
+                               ignore_host=True, platform="linux/amd64")
+    assert [r.backend for r in results] == ["cpu", "cuda"] and seen == results and len(said) == 2
+    assert not any(r.ok for r in results) and [r.error for r in results] == [str(e) for e in said]
+    assert "is not on this Docker engine" in results[0].error and "runtime 'nvidia'" in results[1].error
+    assert results[0].image == MATRIX.tags(chosen[0])[0] and results[0].platform == "linux/amd64"
+
+
+# --- Smoke-test logic without an engine: preflight, model arguments, JUnit (from test_smoke_units.py)
 
 @pytest.mark.parametrize("backend", ["cuda", "hpu", "musa", "rocm"])
 def test_smoke_and_doctor_give_the_same_fix(tmp_path, backend):
@@ -60,29 +83,9 @@ def test_model_arguments(tmp_path):
             smoke.model_args(bad)
 
 
-def test_junit_has_a_case_per_check_and_failures():
-    ok = smoke.SmokeResult("cpu", "img:cpu", True, 3.0, 0, [{"name": "load", "ok": True, "message": "m", "seconds": 1.0}])
-    bad = smoke.SmokeResult("cuda", "img:cuda", False, 1.0, 1, [{"name": "device", "ok": False, "message": "no cuda device", "seconds": 0.1}])
-    broken = smoke.SmokeResult("rocm", "img:rocm", False, 1.0, None, error="timed out after 1s")
-    root = ET.fromstring(report.junit_xml([ok, bad, broken]).split("\n", 1)[1])
-    suites = root.findall("testsuite")
-    assert [s.get("name") for s in suites] == ["envbuild.smoke.cpu", "envbuild.smoke.cuda", "envbuild.smoke.rocm"]
-    assert [s.get("failures") for s in suites] == ["0", "1", "1"]
-    assert suites[1].find("testcase/failure").get("message") == "no cuda device"
-    assert suites[2].find("testcase/failure").get("message") == "timed out after 1s"
-
-
 def test_missing_image_says_how_to_get_it():
     with pytest.raises(smoke.SmokeError, match="envbuild build --backend cpu.*envbuild pull --backend cpu"):
         smoke.smoke(MATRIX, MATRIX.backend("cpu"), FakeEngine(), image="envbuild-test/absent:nothing")
-
-
-def test_the_image_carries_the_matrix_s_run_flags_for_the_probe_s_advice():
-    from envbuild.render import render_backend
-
-    for b in MATRIX.containerizable():
-        assert f'ENVBUILD_RUN_FLAGS="{" ".join(b.run.docker_args())}"' in render_backend(MATRIX, b)
-    assert "DEVICE_FLAGS" not in Path(preflight.__file__).with_name("probe.py").read_text()
 
 
 # What runc and the daemon answer when a host will not start a container as asked (their own words).
@@ -95,17 +98,6 @@ REFUSALS = {
 }
 
 
-@pytest.mark.parametrize("backend", sorted(REFUSALS))
-def test_a_refused_flag_is_named_with_why_the_backend_needs_it(backend):
-    b = MATRIX.backend(backend)
-    said, flag = REFUSALS[backend]
-    why = preflight.refused(b, f"cannot run img: {said}")
-    assert why.startswith(f"this host refused `{flag}`, which the {backend} backend's container needs: {b.run.why}")
-    assert said in why
-    assert preflight.refused(MATRIX.backend("cpu"), said) is None  # cpu asks for no such flag
-    assert preflight.refused(b, "no space left on device") is None
-
-
 def test_smoke_says_which_flag_the_host_refused(tmp_path):
     engine = FakeEngine()
     engine.add_image("sha256:t", ["ghcr.io/envbuild/envbuild:tpu"])
@@ -116,8 +108,6 @@ def test_smoke_says_which_flag_the_host_refused(tmp_path):
     assert "only a privileged container may open" in str(info.value)
     assert info.value.exit_code == 1
 
-
-# --- one pass: the runner's flow, with an engine that answers what the probe would -------------------------
 
 CPU_TAG = "ghcr.io/envbuild/envbuild:cpu"
 

@@ -122,7 +122,6 @@ def test_nvidia_smis_compute_caps_read_back(caps):
 @HEAVY
 @given(HOSTILE, st.sampled_from(["ascend", "habanalabs", "neuron", "amdgpu", "nvidia"]))
 def test_a_host_file_full_of_anything_gives_a_printable_version(tmp_path_factory, text, driver):
-    from envbuild.core import hostfacts
 
     root = tmp_path_factory.mktemp("root")
     for rel in ("usr/local/Ascend/driver/version.info", f"sys/module/{driver}/version", "proc/driver/nvidia/version"):

@@ -45,7 +45,7 @@ class _PathArg(click.Path):
 
 class _PlatformArg(click.ParamType):
     """--platform: one platform (several, comma-separated, with `many`), read once by core.platform.Platform with
-    Docker's spellings; the value is its canonical string ('linux/arm64'). The same refusal (exit 2, the value
+    Docker's spellings; the value is a Platform (its canonical string, 'linux/arm64'). The same refusal (exit 2, the value
     escaped) from every command, before any engine or registry is asked."""
 
     name = "OS/ARCH"
@@ -59,7 +59,7 @@ class _PlatformArg(click.ParamType):
         if isinstance(value, tuple):  # already read (a default)
             return value
         try:
-            return parse_list(value) if self.many else str(Platform.parse(value))
+            return parse_list(value) if self.many else Platform.parse(value)
         except InvalidPlatform as exc:
             self.fail(str(exc), param, ctx)
 
@@ -68,8 +68,8 @@ def _listed(chosen: list, platforms: tuple[str, ...]) -> None:
     """Each --platform is one every chosen backend lists (matrix.yaml): refused alike by every command, exit 2,
     before any engine or registry is asked."""
     for backend in chosen:
-        if why := next(filter(None, (backend.unlisted(p) for p in platforms)), None):
-            raise InvalidInput(why)
+        for p in platforms:
+            backend.listed(p)
 
 
 def _sigterm_as_interrupt() -> None:

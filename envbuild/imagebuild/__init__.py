@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from envbuild.core import owner
-from envbuild.core.errors import BuildError, InvalidInput, LockError, StaleLock, UnreachableError
+from envbuild.core.errors import BuildError, LockError, StaleLock, UnreachableError
 from envbuild.core.platform import Platform, require_runnable
 from envbuild.imagebuild import builder, locking, reach, records
 from envbuild.imagebuild.plan import (BuildOptions, BuildPlan, content_key, default_ca_bundle, make_plan, with_content_label,
@@ -109,15 +109,15 @@ def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: EngineAP
     return result
 
 
-def check_platform(backend: Backend, platform: str | None, what: str = "building") -> bool:
+def check_platform(backend: Backend, platform: str | Platform | None, what: str = "building") -> bool:
     """Refuse a platform the backend does not list (with the list) or this host can neither run nor emulate (with
-    the fix); True when the platform is emulated here."""
+    the fix); True when the platform is emulated here. Any of Docker's spellings of a listed platform is that
+    platform (linux/aarch64, linux/arm64/v8 and aarch64 are the linux/arm64 a backend lists)."""
     if not platform:
         return False
-    Platform.parse(platform)  # the CLI gave it read; a library caller's by the same rule (one platform a build)
-    if why := backend.unlisted(platform):
-        raise InvalidInput(why)
-    return require_runnable(platform, f"{what} {backend.name} for {platform}")
+    # the CLI gave it read; a library caller's by the same rule (one platform a build)
+    found = backend.listed(Platform.of(platform))
+    return require_runnable(found, f"{what} {backend.name} for {found}")
 
 
 def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: EngineAPI, *, jobs: int = 1,

@@ -22,10 +22,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild.core.distbase import MADE_LABEL
-from envbuild.core.errors import InvalidInput, LockError, StaleLock
+from envbuild.core.errors import LockError, StaleLock
 from envbuild.core.files import write_all, write_atomic
 from envbuild.core.imageref import mirror
-from envbuild.core.platform import arch, require_runnable, target
+from envbuild.core.platform import Platform, arch, require_runnable, target
 from envbuild.lock import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
 from envbuild.lock.lockfile import LockFile, from_report
 from envbuild.imagebuild import builder, records
@@ -211,13 +211,9 @@ def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts:
     return results
 
 
-def _checked_platforms(backend: Backend, opts: BuildOptions) -> list[str]:
+def _checked_platforms(backend: Backend, opts: BuildOptions) -> list[Platform]:
     """--platform's platforms, refused unless the backend lists them; else every platform it lists."""
-    chosen = platforms(backend, opts)
-    for p in chosen:
-        if why := backend.unlisted(p):
-            raise InvalidInput(why)
-    return chosen
+    return [backend.listed(p) for p in platforms(backend, opts)]
 
 
 def check(matrix: Matrix, backends: list[Backend], opts: BuildOptions, *, require: bool) -> list[LockResult]:

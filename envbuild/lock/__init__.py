@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 from envbuild.core.errors import LockError, RegistryError
 from envbuild.core.files import read_user
-from envbuild.core.platform import target
+from envbuild.core.platform import Platform, target
 from envbuild.core import regclient
 from envbuild.lock.lockfile import FORMAT, LockFile, parse
 
@@ -33,7 +33,7 @@ class Settings(Protocol):
     image stage and names none of its types."""
 
     locks_dir: Path
-    platform: str | None
+    platform: Platform | None
     ca_bundle: Path | None
 
 
@@ -50,16 +50,16 @@ __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms",
            "torch_problem"]
 
 
-def path(opts: Settings, backend: Backend, platform: str | None = None) -> Path:
+def path(opts: Settings, backend: Backend, platform: str | Platform | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
-    return opts.locks_dir / backend.name / f"{target(platform).replace('/', '-')}.txt"
+    return opts.locks_dir / backend.name / f"{target(platform).stem}.txt"
 
 
-def platforms(backend: Backend, opts: Settings | None = None) -> list[str]:
+def platforms(backend: Backend, opts: Settings | None = None) -> list[Platform]:
     """The platforms to lock: the one asked for (--platform), else every one the backend lists."""
     if opts is not None and opts.platform:
-        return [opts.platform]
-    return [p for p in backend.platforms if p.startswith("linux/")]
+        return [Platform(opts.platform)]
+    return [p for p in backend.platforms if p.os == "linux"]
 
 
 def base_digest(backend: Backend, base_image: str, platform: str, opts: Settings,

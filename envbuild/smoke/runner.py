@@ -122,8 +122,8 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
           root: Path = Path("/"), cache: str | None = None, platform: str | None = None) -> SmokeResult:
     """Run the probe once, in one container (default image: the backend's tag for `platform`, REPO:BACKEND-ARCH when
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
-    if platform and (why := backend.unlisted(platform)):
-        raise InvalidInput(why)
+    if platform:
+        platform = backend.listed(platform)
     image = image or matrix.tags(backend, foreign_arch(platform))[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
     mounted_cache = cache_source(cache) if cache is not None else None

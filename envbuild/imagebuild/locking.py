@@ -53,7 +53,7 @@ class LockResult:
     status: str  # "up to date", "written", "stale", "missing", "wrong torch"
     why: list[str] = dataclasses.field(default_factory=list)
     count: int = 0
-    platform: str | None = None
+    platform: Platform | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "platform": self.platform, "lock": str(self.path), "status": self.status,
@@ -65,7 +65,7 @@ class LockResult:
 
 def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, lock_opts: LockOptions,
             previous: LockFile | None, echo: Callable[[str], None], verbose: bool = False,
-            engine: EngineAPI | None = None, *, platform: str, digest: str) -> LockFile:
+            engine: EngineAPI | None = None, *, platform: Platform, digest: str) -> LockFile:
     """Run the Dockerfile's `lock` target on the engine (for `platform`: the plan's --platform) and turn pip's
     report into the lock."""
     require_runnable(platform, f"locking {backend.name} for {platform}")
@@ -128,7 +128,7 @@ def _conflict(backend: Backend, matrix: Matrix, requirements: list[str], said: s
 # --- the commands -------------------------------------------------------------------------------------------
 
 
-def _platform_opts(opts: BuildOptions, platform: str) -> BuildOptions:
+def _platform_opts(opts: BuildOptions, platform: Platform) -> BuildOptions:
     """The options of one platform's build: --platform for any but this host's own."""
     return opts if platform == target(opts.platform) else dataclasses.replace(opts, platform=platform)
 

@@ -224,7 +224,7 @@ def content_key(plan: BuildPlan, opts: BuildOptions, environ: Mapping[str, str] 
     return digest(json.dumps(doc, sort_keys=True).encode())
 
 
-def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, platform: str | None = None,
+def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, platform: str | Platform | None = None,
                         environ: Mapping[str, str] | None = None) -> str | None:
     """The content key the image of this cell will carry, from the checkout alone: its committed lock for the
     platform (None when there is none: it cannot be known before resolving), nothing built, no engine asked."""

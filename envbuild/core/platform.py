@@ -1,4 +1,6 @@
-"""This host's platform in the matrix's spelling ('linux/amd64', 'darwin/arm64'): one table of architecture names."""
+"""The one Platform value ('linux/amd64', 'darwin/arm64'): Docker's spellings read once, here and nowhere else
+(aarch64 is arm64, arm64/v8 is arm64), its parts and forms (os, arch, oci, stem), this host's platform, and
+whether this host runs another's binaries (QEMU through binfmt_misc)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import click
 
-from envbuild.core.errors import InvalidInput
 from envbuild.core.output import safe, scrub
 from envbuild.core.text import shown
 
@@ -42,8 +41,8 @@ class PathArg(click.Path):
 
 class PlatformArg(click.ParamType):
     """--platform: one platform (several, comma-separated, with `many`), read once by core.platform.Platform with
-    Docker's spellings; the value is its canonical string ('linux/arm64'). The same refusal (exit 2, the value
-    escaped) from every command, before any engine or registry is asked."""
+    Docker's spellings; the value is a Platform (its canonical string, 'linux/arm64'). The same refusal (exit 2, the
+    value escaped) from every command, before any engine or registry is asked."""
 
     name = "OS/ARCH"
 
@@ -56,7 +55,7 @@ class PlatformArg(click.ParamType):
         if isinstance(value, tuple):  # already read (a default)
             return value
         try:
-            return parse_list(value) if self.many else str(Platform.parse(value))
+            return parse_list(value) if self.many else Platform.parse(value)
         except InvalidPlatform as exc:
             self.fail(str(exc), param, ctx)
 
@@ -65,8 +64,8 @@ def listed(chosen: list, platforms: tuple[str, ...]) -> None:
     """Each --platform is one every chosen backend lists (matrix.yaml): refused alike by every command, exit 2,
     before any engine or registry is asked."""
     for backend in chosen:
-        if why := next(filter(None, (backend.unlisted(p) for p in platforms)), None):
-            raise InvalidInput(why)
+        for p in platforms:
+            backend.listed(p)
 
 
 def image_ref(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -1,10 +1,11 @@
-"""This host's platform in the matrix's spelling ('linux/amd64', 'darwin/arm64'): one table of architecture names."""
+"""The one Platform value ('linux/amd64', 'darwin/arm64'): Docker's spellings read once, here and nowhere else
+(aarch64 is arm64, arm64/v8 is arm64), its parts and forms (os, arch, oci, stem), this host's platform, and
+whether this host runs another's binaries (QEMU through binfmt_misc)."""
 
 from __future__ import annotations
 
 import platform as _platform
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild.core.errors import InvalidInput, PlatformError
@@ -20,23 +21,77 @@ SUPPORTED = {"linux": ("amd64", "arm64", "ppc64le", "s390x"), "darwin": ("amd64"
 _ARCH_SPELLINGS = {**ARCH_ALIASES, "x86-64": "amd64", "i386": "386", "x86": "386", "armhf": "arm/v7", "armel": "arm/v6"}
 _DROPPED_VARIANTS = {"amd64": ("v1",), "arm64": ("v8", "8")}
 _OS_SPELLINGS = {"macos": "darwin"}
+# containerd's known architectures: a first part that is one of these is ARCH/VARIANT ('arm64/v8'), not OS/ARCH
+_ARCHES = {"386", "amd64", "amd64p32", "arm", "armbe", "arm64", "arm64be", "ppc64", "ppc64le", "loong64", "mips",
+           "mipsle", "mips64", "mips64le", "mips64p32", "mips64p32le", "ppc", "riscv", "riscv64", "s390", "s390x",
+           "sparc", "sparc64", "wasm", *_ARCH_SPELLINGS}
 
 
 class InvalidPlatform(InvalidInput):
     """A --platform (or a matrix's platform) that is not one envbuild builds for; the message escapes the value."""
 
 
-@dataclass(frozen=True)
-class Platform:
+class Platform(str):
     """One platform, in Docker's canonical form once parsed: str() gives 'linux/arm64' whatever was written
-    ('LINUX/aarch64', 'linux/arm64/v8'), so that every command, lock file name, tag and manifest agrees."""
+    ('LINUX/aarch64', 'linux/arm64/v8'), so that every command, lock file name, tag and manifest agrees.
 
-    os: str
-    arch: str
-    variant: str = ""
+    A value (immutable, hashable, equal only to its canonical spelling) that is also that spelling: JSON, labels,
+    lock headers and file names write it as they wrote the string, and the matrix's lists compare with it. Built
+    from parts (Platform('linux', 'arm64')) or from one text read as Docker reads it (Platform('linux/aarch64'))."""
+
+    __slots__ = ()
+
+    def __new__(cls, os: str, arch: str | None = None, variant: str = "") -> "Platform":
+        if arch is None:  # one text (copy and pickle come this way too): Docker's normalisation, any platform
+            if isinstance(os, Platform):
+                return os
+            found = cls.normal(os)
+            if found is None:
+                raise InvalidPlatform(_refusal(os, tuple(SUPPORTED)))
+            return found
+        return super().__new__(cls, "/".join(x for x in (os, arch, variant) if x))
+
+    def __repr__(self) -> str:
+        return f"Platform({str.__repr__(self)})"
 
     def __str__(self) -> str:
-        return "/".join(x for x in (self.os, self.arch, self.variant) if x)
+        return str.__str__(self)
+
+    @property
+    def os(self) -> str:
+        return self.split("/")[0]
+
+    @property
+    def arch(self) -> str:
+        """The architecture in Docker's words: 'arm64' for linux/arm64 (the suffix of a platform's own tags)."""
+        parts = self.split("/")
+        return parts[1] if len(parts) > 1 else ""
+
+    architecture = arch
+
+    @property
+    def variant(self) -> str:
+        parts = self.split("/")
+        return parts[2] if len(parts) > 2 else ""
+
+    @property
+    def oci(self) -> str:
+        """The OCI form, 'linux/arm64', as --platform, image indexes and labels write it."""
+        return str(self)
+
+    @property
+    def stem(self) -> str:
+        """The file name's form, 'linux-arm64' (locks/BACKEND/linux-arm64.txt)."""
+        return str(self).replace("/", "-")
+
+    def oci_dict(self) -> dict[str, str]:
+        """An image index's platform object: {'architecture': 'arm64', 'os': 'linux'} (and 'variant' when there is one)."""
+        return {"architecture": self.arch, "os": self.os, **({"variant": self.variant} if self.variant else {})}
+
+    @classmethod
+    def of(cls, value: "str | Platform") -> "Platform":
+        """A library caller's platform, read at the boundary by the same rule as the CLI's (parse); a Platform as it is."""
+        return value if isinstance(value, Platform) else cls.parse(value)
 
     @classmethod
     def normal(cls, text: str) -> "Platform | None":
@@ -44,8 +99,8 @@ class Platform:
         architecture as Linux's), supported or not; None for what is no platform at all. For what registries
         and images say (an index may list linux/arm/v7); what a user gives goes through parse."""
         parts = text.lower().split("/") if isinstance(text, str) else []
-        if len(parts) == 1 and parts[0] and parts[0] not in SUPPORTED:
-            parts = ["linux", *parts]  # `--platform arm64`: Docker reads it as the daemon's OS, which is Linux
+        if (len(parts) == 1 and parts[0] and parts[0] not in SUPPORTED) or (len(parts) == 2 and parts[0] in _ARCHES):
+            parts = ["linux", *parts]  # `--platform arm64` (or arm64/v8): Docker reads it as the daemon's OS, Linux
         if not 2 <= len(parts) <= 3 or not all(re.fullmatch(r"[a-z0-9_-]+", x) for x in parts):
             return None
         arch_, _, variant = "/".join([_ARCH_SPELLINGS.get(parts[1], parts[1]), *parts[2:]]).partition("/")
@@ -79,9 +134,9 @@ def _refusal(text: object, oses: tuple[str, ...]) -> str:
     return f"'{value}' is {what}: give one of {accepted} (or Docker's other names: x86_64, aarch64, arm64/v8)"
 
 
-def parse_list(text: str) -> tuple[str, ...]:
+def parse_list(text: str) -> tuple[Platform, ...]:
     """Several platforms, comma-separated (publish's index), each read by Platform.parse; in order, once each."""
-    return tuple(dict.fromkeys(str(Platform.parse(p)) for p in text.split(",")))
+    return tuple(dict.fromkeys(Platform.parse(p) for p in text.split(",")))
 
 
 def canonical(text: str) -> str:
@@ -91,9 +146,9 @@ def canonical(text: str) -> str:
     return str(found) if found else text
 
 
-def target(p: str | None) -> str:
+def target(p: str | None) -> Platform:
     """The platform asked for (--platform), else this host's: the one default of every stage."""
-    return p or host_platform()
+    return Platform(p) if p else Platform.host()
 
 
 def arch(machine: str | None = None) -> str:
@@ -102,12 +157,13 @@ def arch(machine: str | None = None) -> str:
     return ARCH_ALIASES.get(name, name)
 
 
-def host_platform(system: str | None = None, machine: str | None = None) -> str:
-    return str(Platform.host(system, machine))
+def host_platform(system: str | None = None, machine: str | None = None) -> Platform:
+    return Platform.host(system, machine)
 
 
 def describe(p: str) -> str:
-    os_name, _, cpu = p.partition("/")
+    found = Platform.normal(p)
+    os_name, cpu = (found.os, found.arch) if found else p.partition("/")[::2]
     if p == "darwin/arm64":
         return "macOS on Apple Silicon (darwin/arm64)"
     return f"{_OS_NAMES.get(os_name, os_name)} on {cpu} ({p})"
@@ -121,8 +177,9 @@ QEMU_NAMES = {"arm64": "aarch64", "amd64": "x86_64", "arm": "arm", "ppc64le": "p
 
 
 def platform_arch(p: str) -> str:
-    """'linux/arm64/v8' -> 'arm64'."""
-    return arch(p.split("/")[1] if "/" in p else p)
+    """'linux/arm64/v8' -> 'arm64'; a bare architecture ('aarch64') in Docker's words."""
+    found = p if isinstance(p, Platform) else Platform.normal(p)
+    return found.arch if found else arch(p)
 
 
 def emulator(p: str, root: str = "/") -> tuple[bool, str]:
@@ -164,7 +221,7 @@ def emulation_fix(p: str) -> str:
 def can_run(p: str, root: str = "/", host: str | None = None) -> tuple[bool, bool, str]:
     """(runs, emulated, how) for a linux platform on this host: natively, through QEMU, or not at all."""
     here = host or host_platform()
-    if here.split("/")[0] != "linux":
+    if Platform(here).os != "linux":
         return False, False, f"this host is {here}: containers of {p} run in Docker's Linux VM, not checked here"
     if platform_arch(p) == platform_arch(here):
         return True, False, f"natively ({here})"

@@ -35,6 +35,7 @@ from envbuild.core.engine import EngineAPI, EngineError, Exited, Image
 from envbuild.core.errors import DockerError
 from envbuild.core.imageref import Reference, is_loopback
 from envbuild.core.owner import Container
+from envbuild.core.platform import Platform
 
 if TYPE_CHECKING:
     from envbuild.core.runspec import RunSpec
@@ -474,7 +475,8 @@ def version_answer(doc: dict[str, Any]) -> dict[str, Any]:
     """`podman version --format json` ({"Client": {...}, "Server": {...} when remote}) as Docker's version
     answer: Version, ApiVersion, Os, Arch, and Platform.Name saying it is Podman."""
     side = doc.get("Server") or doc.get("Client") or {}
-    os_, _, arch = str(side.get("OsArch") or "/").partition("/")
+    found = Platform.normal(str(side.get("OsArch") or ""))  # 'linux/amd64': read by the one parser
+    os_, arch = (found.os, found.arch) if found else ("", "")
     return {"Version": str(side.get("Version") or "?"), "ApiVersion": str(side.get("APIVersion") or "?"),
             "Os": side.get("Os") or os_, "Arch": arch, "Platform": {"Name": "Podman"}}
 

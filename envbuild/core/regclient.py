@@ -29,7 +29,7 @@ from envbuild.core.errors import (EnvbuildError, NetDeadline, RegistryAnswerErro
                                   RegistryUnreachableError)
 from envbuild.core.output import hold_secret
 from envbuild.core.text import shown
-from envbuild.core.platform import canonical
+from envbuild.core.platform import Platform, canonical
 from envbuild.core.credentials import Credentials, config_login, from_env, github_token, login_fix
 from envbuild.core.imageref import Reference, api_host, is_loopback as _loopback
 
@@ -438,13 +438,8 @@ class Registry:
         media = self.index_media_type(children)
         entries = []
         for platform, m in children:
-            os_name, _, rest = platform.partition("/")
-            arch, _, variant = rest.partition("/")
-            entry: dict[str, Any] = {"mediaType": m.media_type, "digest": m.digest, "size": len(m.raw),
-                                     "platform": {"architecture": arch, "os": os_name}}
-            if variant:
-                entry["platform"]["variant"] = variant
-            entries.append(entry)
+            entries.append({"mediaType": m.media_type, "digest": m.digest, "size": len(m.raw),
+                            "platform": Platform(platform).oci_dict()})
         body = json.dumps({"schemaVersion": 2, "mediaType": media, "manifests": entries}, indent=3).encode()
         return self.put_manifest(*split(ref), body, media, what=f"the index for {ref}")
 

@@ -99,12 +99,12 @@ def build_plan(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOpt
     return result
 
 
-def check_platform(backend: Backend, platform: str | None, what: str = "building") -> bool:
+def check_platform(backend: Backend, platform: str | Platform | None, what: str = "building") -> bool:
     """Refuse a platform the backend does not list (with the list) or this host can neither run nor emulate (with
-    the fix); True when the platform is emulated here."""
+    the fix); True when the platform is emulated here. Any of Docker's spellings of a listed platform is that
+    platform (linux/aarch64, linux/arm64/v8 and aarch64 are the linux/arm64 a backend lists)."""
     if not platform:
         return False
-    Platform.parse(platform)  # the CLI gave it read; a library caller's by the same rule (one platform a build)
-    if why := backend.unlisted(platform):
-        raise InvalidInput(why)
-    return require_runnable(platform, f"{what} {backend.name} for {platform}")
+    # the CLI gave it read; a library caller's by the same rule (one platform a build)
+    found = backend.listed(Platform.of(platform))
+    return require_runnable(found, f"{what} {backend.name} for {found}")

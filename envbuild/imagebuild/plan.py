@@ -24,7 +24,7 @@ from envbuild.core.errors import BuildError, InvalidInput
 from envbuild.core.files import read_netrc, write_atomic
 from envbuild.core.paths import PROBE
 from envbuild.core.imageref import InvalidReference, Reference, is_loopback, mirror, parse_mirror
-from envbuild.core.platform import foreign_arch
+from envbuild.core.platform import Platform, foreign_arch
 from envbuild.core.text import unsafe_char, unsafe_message
 from envbuild.imagebuild.builder import Builder, find_builder, podman_builder
 from envbuild.imagebuild.records import RECORD
@@ -72,7 +72,7 @@ class BuildOptions:
     # the mirror; the image's content key and the lock's inputs keep the index's own URL.
     index_mirrors: tuple[tuple[str, str], ...] = ()
     no_cache: bool = False
-    platform: str | None = None
+    platform: Platform | None = None  # a str given is read as Docker reads it (linux/aarch64 is linux/arm64)
     builder: str | None = None
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
@@ -80,6 +80,11 @@ class BuildOptions:
     log_dir: Path = Path(".envbuild") / "logs"
     context_dir: Path = Path(".envbuild") / "context"
     locks_dir: Path = Path("locks")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.platform, str) and not isinstance(self.platform, Platform):
+            if (found := Platform.normal(self.platform)) is not None:  # what is none is refused by check()
+                object.__setattr__(self, "platform", found)
 
     def check(self) -> None:
         """Refuse, before any work, values the builder would read as options or that would corrupt its command
@@ -118,8 +123,6 @@ class BuildOptions:
             if ref.digest:
                 raise InvalidInput(f"--image {tag!r}: the tag to give cannot carry a digest (e.g. 'myorg/envbuild:cpu')")
         if self.platform:  # the CLI gave it read (canonical); a library caller's is read here, by the same rule
-            from envbuild.core.platform import Platform
-
             Platform.parse(self.platform)
         if self.network and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.network):
             raise InvalidInput(f"--network {self.network!r} is not a network name such as host, none or default")

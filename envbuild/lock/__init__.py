@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 from envbuild.core.errors import LockError, RegistryError
 from envbuild.core.files import read_user
-from envbuild.core.platform import target
+from envbuild.core.platform import Platform, target
 from envbuild.core import regclient
 from envbuild.lock.lockfile import FORMAT, LockFile, parse
 
@@ -35,7 +35,7 @@ class Settings(Protocol):
     pure part of the lock names none of the image stage's types."""
 
     locks_dir: Path
-    platform: str | None
+    platform: Platform | None
     ca_bundle: Path | None
 
 
@@ -52,19 +52,19 @@ __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms",
            "torch_problem"]
 
 
-def path(opts: Settings, backend: Backend, platform: str | None = None) -> Path:
+def path(opts: Settings, backend: Backend, platform: str | Platform | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
-    return opts.locks_dir / backend.name / f"{target(platform).replace('/', '-')}.txt"
+    return opts.locks_dir / backend.name / f"{target(platform).stem}.txt"
 
 
-def platforms(backend: Backend, opts: Settings | None = None) -> list[str]:
+def platforms(backend: Backend, opts: Settings | None = None) -> list[Platform]:
     """The platforms to lock: the one asked for (--platform), else every one the backend lists."""
     if opts is not None and opts.platform:
-        return [opts.platform]
-    return [p for p in backend.platforms if p.startswith("linux/")]
+        return [Platform(opts.platform)]
+    return [p for p in backend.platforms if p.os == "linux"]
 
 
-def base_digest(backend: Backend, base_image: str, platform: str, opts: Settings,
+def base_digest(backend: Backend, base_image: str, platform: Platform, opts: Settings,
                 environ: Any = None) -> str:
     """The registry's digest of the base image for `platform`: given by a digest-pinned reference (nothing is
     asked), else resolved from the registry's index (manifest list) for that platform."""
@@ -104,7 +104,7 @@ def requirements(matrix: Matrix, backend: Backend) -> list[str]:
     return [*reqs, f"transformers=={matrix.pin('transformers', backend)}", f"accelerate=={matrix.pin('accelerate', backend)}", *matrix.packages_for(backend)]
 
 
-def inputs(matrix: Matrix, backend: Backend, wheels: Iterable[Wheel], platform: str, digest: str | None) -> dict[str, Any]:
+def inputs(matrix: Matrix, backend: Backend, wheels: Iterable[Wheel], platform: Platform, digest: str | None) -> dict[str, Any]:
     """Everything a lock is resolved from: a different value is a stale lock. `digest`: the base's registry digest
     for `platform` (None: not asked, e.g. by `lock --check`, which reads files only). Not the wheel folder: the
     lock names each file by its URL and hash, and a wheel folder (or a mirror) only serves those files, so a lock
@@ -194,7 +194,7 @@ def torch_problem(backend: Backend, lockfile: LockFile) -> str | None:
             f"backends.{backend.name}.torch.index_url to it and lock again")
 
 
-def _cpu_problem(backend: Backend, lockfile: LockFile, torch: Any, index: str, platform: str) -> str | None:
+def _cpu_problem(backend: Backend, lockfile: LockFile, torch: Any, index: str, platform: Platform) -> str | None:
     """A cpu lock holding a CUDA build of torch: its CUDA wheels, or (where PyTorch's CPU index is declared, on
     x86_64, where that index's builds carry `+cpu`) a torch without the label."""
     cuda = [p.name for p in lockfile.packages if p.name.startswith(_CUDA_WHEELS)]

@@ -24,10 +24,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild.core.distbase import MADE_LABEL
-from envbuild.core.errors import InvalidInput, LockError, StaleLock
+from envbuild.core.errors import LockError, StaleLock
 from envbuild.core.files import write_all, write_atomic
 from envbuild.core.imageref import mirror
-from envbuild.core.platform import arch, require_runnable, target
+from envbuild.core.platform import Platform, arch, require_runnable, target
 from envbuild.imagebuild import builder, reach, records
 from envbuild.imagebuild.plan import DIGESTS, content_key, lock_command, make_plan, wheels, write_context
 from envbuild.lock import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
@@ -54,7 +54,7 @@ class LockResult:
     status: str  # "up to date", "written", "stale", "missing", "wrong torch"
     why: list[str] = dataclasses.field(default_factory=list)
     count: int = 0
-    platform: str | None = None
+    platform: Platform | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "platform": self.platform, "lock": str(self.path), "status": self.status,
@@ -90,7 +90,7 @@ def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, pl
 
 def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, lock_opts: LockOptions,
             previous: LockFile | None, echo: Callable[[str], None], verbose: bool = False,
-            engine: EngineAPI | None = None, *, platform: str, digest: str) -> LockFile:
+            engine: EngineAPI | None = None, *, platform: Platform, digest: str) -> LockFile:
     """Run the Dockerfile's `lock` target on the engine (for `platform`: the plan's --platform) and turn pip's
     report into the lock."""
     require_runnable(platform, f"locking {backend.name} for {platform}")
@@ -153,7 +153,7 @@ def _conflict(backend: Backend, matrix: Matrix, requirements: list[str], said: s
 # --- the commands -------------------------------------------------------------------------------------------
 
 
-def _platform_opts(opts: BuildOptions, platform: str) -> BuildOptions:
+def _platform_opts(opts: BuildOptions, platform: Platform) -> BuildOptions:
     """The options of one platform's build: --platform for any but this host's own."""
     return opts if platform == target(opts.platform) else dataclasses.replace(opts, platform=platform)
 
@@ -236,13 +236,9 @@ def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts:
     return results
 
 
-def _checked_platforms(backend: Backend, opts: BuildOptions) -> list[str]:
+def _checked_platforms(backend: Backend, opts: BuildOptions) -> list[Platform]:
     """--platform's platforms, refused unless the backend lists them; else every platform it lists."""
-    chosen = platforms(backend, opts)
-    for p in chosen:
-        if why := backend.unlisted(p):
-            raise InvalidInput(why)
-    return chosen
+    return [backend.listed(p) for p in platforms(backend, opts)]
 
 
 def check(matrix: Matrix, backends: list[Backend], opts: BuildOptions, *, require: bool) -> list[LockResult]:

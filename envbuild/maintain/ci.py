@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from envbuild.core.platform import Platform
 from envbuild.matrix import Backend, Matrix
 
 # What a CI smoke runs: the synthetic model needs no hub access; the timeout covers a cold image on a slow runner.
@@ -28,10 +29,10 @@ ARCH_LABELS = {"amd64": "x64", "arm64": "arm64"}
 _ANY_ARCH = {"x64", "amd64", "x86_64", "arm64", "aarch64"}
 
 
-def runs_on(backend: Backend, platform: str) -> list[str]:
+def runs_on(backend: Backend, platform: Platform) -> list[str]:
     """The labels of a native runner for `platform`: a self-hosted backend's ci.runs_on with its architecture label
     set to the platform's (added when it names none); a GitHub-hosted one's runner of that architecture."""
-    arch = platform.split("/")[1]
+    arch = Platform(platform).arch
     labels = list(backend.runs_on)
     if "self-hosted" in labels:
         wanted = ARCH_LABELS.get(arch, arch)
@@ -42,7 +43,7 @@ def runs_on(backend: Backend, platform: str) -> list[str]:
     return [HOSTED.get(arch, labels[0])]
 
 
-def job(m: Matrix, backend: Backend, platform: str | None = None) -> dict[str, Any]:
+def job(m: Matrix, backend: Backend, platform: Platform | None = None) -> dict[str, Any]:
     tags = m.tags(backend)
     per_platform = platform is not None
     platform = platform or backend.platforms[0]
@@ -57,7 +58,7 @@ def job(m: Matrix, backend: Backend, platform: str | None = None) -> dict[str, A
         "smoke_args": SMOKE_ARGS,
         "platforms": ",".join(backend.platforms),
         "platform": platform,
-        "arch": platform.split("/")[1],
+        "arch": Platform(platform).arch,
     }
 
 
@@ -67,7 +68,7 @@ def github_matrix(m: Matrix, backends: list[Backend] | None = None, *, per_platf
     runner of that architecture."""
     chosen = m.containerizable() if backends is None else [b for b in backends if b.containerizable]
     if per_platform:
-        return {"include": [job(m, b, p) for b in chosen for p in b.platforms if p.startswith("linux/")]}
+        return {"include": [job(m, b, p) for b in chosen for p in b.platforms if p.os == "linux"]}
     return {"include": [job(m, b) for b in chosen]}
 
 

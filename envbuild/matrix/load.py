@@ -18,6 +18,7 @@ from envbuild.core.errors import EnvbuildError, MatrixError, Problem
 from envbuild.core.files import read_user
 from envbuild.core.output import scrub
 from envbuild.core.paths import DEFAULT_MATRIX
+from envbuild.core.platform import Platform
 from envbuild.core.text import shown, unsafe_char
 from envbuild.matrix import rules, stacks
 from envbuild.matrix.facts import Facts, path_for, problems as fact_problems, read as read_facts
@@ -519,7 +520,7 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
         reason=b["reason"],
         alternatives=b["alternatives"],
         base_image=b["base_image"],
-        platforms=tuple(b["platforms"] or ()),
+        platforms=tuple(Platform(p) for p in b["platforms"] or ()),
         python=Python(**(b.get("python") or {})),
         torch=Torch(**torch),
         plugin=Plugin(**b["plugin"]) if b.get("plugin") else None,

@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from envbuild.core.errors import NotContainerizableError, UnknownBackendError
+from envbuild.core.errors import InvalidInput, NotContainerizableError, UnknownBackendError
+from envbuild.core.platform import Platform
 from envbuild.core.runspec import RUN_KINDS, RunFlag, RunSpec  # noqa: F401 (part of the model: a backend's run settings)
 
 
@@ -86,7 +87,7 @@ class Backend:
     reason: str | None
     alternatives: str | None
     base_image: str | None
-    platforms: tuple[str, ...]
+    platforms: tuple[Platform, ...]
     python: Python
     torch: Torch
     plugin: Plugin | None
@@ -109,11 +110,17 @@ class Backend:
         """The backend its variants share settings with: itself, or the one it is a variant of."""
         return self.variant_of or self.name
 
-    def unlisted(self, platform: str) -> str | None:
-        """Why `--platform platform` is refused for this backend (its `platforms` do not list it), or None."""
-        if platform in self.platforms:
-            return None
-        return f"--platform {platform}: backend {self.name} lists {', '.join(self.platforms)} (matrix.yaml, its `platforms`)"
+    def listed(self, platform: str | Platform) -> Platform:
+        """The one check that this backend lists `--platform platform` (matrix.yaml, its `platforms`), in any of
+        Docker's spellings (linux/aarch64 is the linux/arm64 it lists): the platform as listed, else InvalidInput
+        naming the list (exit 2, before any engine or registry is asked)."""
+        found = platform if isinstance(platform, Platform) else Platform.normal(platform)
+        if found is not None and found in self.platforms:
+            return found
+        from envbuild.core.text import shown
+
+        raise InvalidInput(f"--platform {shown(str(platform))}: backend {self.name} lists {', '.join(self.platforms)} "
+                           "(matrix.yaml, its `platforms`)")
 
     @property
     def pins(self) -> dict[str, str]:

@@ -86,7 +86,7 @@ def check_str(kind: str) -> Callable[[Any], tuple[Any, str | None]]:
         if kind == "url" and (why := url_credentials(value)):
             return None, why
         if kind == "platform":  # read as Docker reads it, kept in its one spelling: linux/aarch64 is linux/arm64
-            return str(Platform.parse(value, MATRIX_OSES)), None
+            return Platform.parse(value, MATRIX_OSES), None
         return value, None
 
     return check

@@ -417,7 +417,7 @@ def compat_rows(m: Matrix, manifest: dict[str, Any] | None = None) -> list[dict[
             "plugin": f"{b.plugin.package} {b.plugin.version}" if b.plugin else "-",
             "min driver": driver,
             "architectures": arch if isinstance(arch, str) else (", ".join(arch) if arch else "recorded at build"),
-            "platforms": ", ".join(p.split("/", 1)[1] for p in b.platforms),
+            "platforms": ", ".join(p.arch for p in b.platforms),
             "image size": f"{size / 1e9:.1f} GB" if isinstance(size, (int, float)) and size else "-",
             "last smoke": "-" if not isinstance(smoke, dict) else (("passed" if smoke.get("ok") else "FAILED")
                                                                    + (f" {str(smoke.get('date'))[:10]}" if smoke.get("date") else "")),

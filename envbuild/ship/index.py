@@ -29,23 +29,23 @@ if TYPE_CHECKING:
     from envbuild.ship.session import Session
 
 
-def platform_ref(m: Matrix, backend: Backend, registry: str, platform: str) -> str:
+def platform_ref(m: Matrix, backend: Backend, registry: str, platform: Platform) -> str:
     """Where one platform's image is pushed on its own: REG:<pinned tag>-<arch>."""
-    return with_tags(registry, [m.tags(backend, platform_arch(platform))[1]])[0]
+    return with_tags(registry, [m.tags(backend, Platform(platform).arch)[1]])[0]
 
 
-def single_platform_ref(m: Matrix, backend: Backend, registry: str, platform: str) -> str:
+def single_platform_ref(m: Matrix, backend: Backend, registry: str, platform: Platform) -> str:
     """The moving tag of one platform's image, REG:<backend>-<arch> (cuda-amd64): for tools that cannot read an image
     index (an older pyxis/enroot answers 404 for one), what `pick` users name there."""
-    return with_tags(registry, [m.tags(backend, platform_arch(platform))[0]])[0]
+    return with_tags(registry, [m.tags(backend, Platform(platform).arch)[0]])[0]
 
 
-def local_image(m: Matrix, backend: Backend, platform: str) -> str:
+def local_image(m: Matrix, backend: Backend, platform: Platform) -> str:
     """The engine's tag of one platform's image: REPO:BACKEND here, REPO:BACKEND-ARCH for another architecture."""
     return m.tags(backend, foreign_arch(platform))[0]
 
 
-def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session, platform: str,
+def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session, platform: Platform,
                    smoke_results: dict[str, dict[str, Any]], opts: PublishOptions,
                    echo: Callable[[str], None]) -> dict[str, Any]:
     """Check and push one platform's image; what the manifest records of it."""
@@ -55,7 +55,7 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
     if image is None:
         raise PublishError(f"image {source} is not on this Docker engine: build it with `envbuild build --backend "
                            f"{backend.name} --platform {platform}`")
-    has = f"{image.os}/{platform_arch(image.architecture)}"
+    has = Platform(image.os, platform_arch(image.architecture))
     if has != platform:
         raise PublishError(f"image {source} is {has}, not {platform}")
     problems = label_mismatches(m, backend, image.labels)
@@ -81,7 +81,7 @@ def _push_platform(m: Matrix, backend: Backend, registry: str, session: Session,
             "forced": bool(problems or (smoke and not smoke["ok"])) or None}
 
 
-def _unsmoked(backend: Backend, platform: str) -> str:
+def _unsmoked(backend: Backend, platform: Platform) -> str:
     return (f"no smoke result for {platform}: an index names only smoke-tested platforms; run `envbuild smoke --backend "
             f"{backend.name} --platform {platform} --json-file FILE` and pass --smoke-json FILE (or --force)")
 
@@ -104,7 +104,7 @@ def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: 
                                "entry with its \"digest\" (sha256:<64 hex>), as `publish --no-index` writes it")
         for written, rec in platforms.items():
             try:
-                platform = str(Platform.parse(written))
+                platform = Platform.parse(written)
             except InvalidPlatform:
                 raise InvalidInput(f"--index-from {file}: images.{backend.name}.platforms: {shown(written)} is not a "
                                    "platform") from None
@@ -114,7 +114,7 @@ def _joined(backend: Backend, registry: str, docs: list[dict[str, Any]], files: 
     return found
 
 
-def _held_content(m: Matrix, backend: Backend, registry: str, platform: str, session: Session, opts: PublishOptions,
+def _held_content(m: Matrix, backend: Backend, registry: str, platform: Platform, session: Session, opts: PublishOptions,
                   echo: Callable[[str], None]) -> dict[str, Any] | None:
     """A platform no job of this run built (`matrix --changed` left it out) whose content the registry holds: its
     record, from the content tag of what this checkout would build (its committed lock, no wheelhouse or build
@@ -194,7 +194,7 @@ def publish_platforms(m: Matrix, backend: Backend, registry: str, session: Sessi
         only = next(iter(done.values()))
         entry.update(tags=[rec["ref"] for rec in done.values()], digest=only["digest"], index=False)
         for p, rec in done.items():
-            rec["sbom"] = write_sbom(session.engine, rec["image_id"], backend, opts, echo, f"-{platform_arch(p)}")
+            rec["sbom"] = write_sbom(session.engine, rec["image_id"], backend, opts, echo, f"-{Platform(p).arch}")
     else:
         api = Registry(registry, environ)
         children = []

@@ -38,8 +38,8 @@ def publish(m: Matrix, backends: list[Backend], opts: PublishOptions, engine: En
         raise InvalidInput("--image needs a single backend")
     registry = check_repository(opts.registry or m.image.repository, "--registry" if opts.registry else "image.repository")
     for backend in backends:  # a platform a backend does not list is the input's fault: before any registry
-        if why := next(filter(None, (backend.unlisted(p) for p in opts.platforms)), None):
-            raise InvalidInput(why)
+        for p in opts.platforms:
+            backend.listed(p)
     session = Session(engine, registry, environ)
     smoke_results = manifest.load_smoke_results(opts.smoke_json) if opts.smoke_json else {}
     for extra in opts.smoke_jsons:

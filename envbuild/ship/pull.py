@@ -13,7 +13,7 @@ from envbuild.core.errors import PlatformError, PublishError, RegistryDeadlineEr
 from envbuild.core.errors import DigestMismatchError, EnvbuildError, InvalidInput, ManifestError
 from envbuild.ship import manifest as manifests
 from envbuild.core.imageref import TAG, Reference, check_repository
-from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform
+from envbuild.core.platform import Platform, can_run, emulation_fix, foreign_arch, host_platform
 from envbuild.core.regclient import Registry
 from envbuild.ship.session import Session
 from envbuild.smoke import preflight
@@ -33,7 +33,7 @@ class Pulled:
     verified: bool
     docker_run: str
     signature: dict[str, Any] | None = None  # what trust.verify proved, when a key was configured
-    platform: str | None = None
+    platform: Platform | None = None
     emulated: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -48,7 +48,7 @@ class Pulled:
 def pull(m: Matrix, backend: Backend, engine: EngineAPI, *, registry: str | None = None, tag: str | None = None,
          manifest: Path | None = None, echo: Callable[[str], None] = lambda s: None,
          environ: Mapping[str, str] | None = None, ignore_host: bool = False, root: Path = Path("/"),
-         key: Any = None, platform: str | None = None) -> Pulled:
+         key: Any = None, platform: str | Platform | None = None) -> Pulled:
     """Pull REG:TAG (default: the matrix's repository and pinned tag), verify its digest, tag it for smoke.
     An image this host's driver is known not to run is refused before anything is downloaded. With `key` (a
     trust.keys.PublicKey) the image must be signed by it, with a passing signed smoke result, before a layer moves;
@@ -84,7 +84,7 @@ def pull(m: Matrix, backend: Backend, engine: EngineAPI, *, registry: str | None
         if expected and proved.digest != expected:
             raise _mismatch(ref, proved.digest, expected, manifest)
         expected, signature = proved.digest, proved.to_json()
-    chosen = _platform_digest(m, backend, ref, platform, manifest, root, environ, missing)
+    chosen = _platform_digest(m, backend, ref, Platform.of(platform) if platform else None, manifest, root, environ, missing)
     if chosen is not None:
         return _pull_platform(m, backend, engine, session, ref, manifest, echo, missing, *chosen)
     if expected:
@@ -134,7 +134,7 @@ def _undo_pull(engine: EngineAPI, ref: str, before: str | None) -> None:
         pass
 
 
-def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None, manifest: Path | None, root: Path,
+def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: Platform | None, manifest: Path | None, root: Path,
                      environ: Mapping[str, str] | None, missing: str) -> tuple[str, str, bool] | None:
     """(platform, its digest, emulated) when `ref` names an image index; None for a single image (pulled as before).
     Everything is decided from the registry's index and the manifest, before a layer is downloaded."""
@@ -177,7 +177,7 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: str | None
 
 
 def _pull_platform(m: Matrix, backend: Backend, engine: EngineAPI, session: Session, ref: str, manifest: Path | None,
-                   echo: Callable[[str], None], missing: str, platform: str, digest: str, emulated: bool) -> Pulled:
+                   echo: Callable[[str], None], missing: str, platform: Platform, digest: str, emulated: bool) -> Pulled:
     repo = ref.rpartition(":")[0]
     by_digest = f"{repo}@{digest}"
     echo(f"[{backend.name}] pulling {ref} for {platform}{' (to run under QEMU emulation)' if emulated else ''}: {by_digest}")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from envbuild.core.errors import EnvbuildError, PublishError, RegistryError
+from envbuild.core.platform import Platform
 from envbuild.core.files import write_atomic
 from envbuild.ship import manifest
 
@@ -43,11 +44,14 @@ class PublishOptions:
     smoke_json: Path | None = None
     force: bool = False
     sign_key: Any = None  # a trust.keys.SigningKey: sign every pushed digest, attest the image (cosign's format)
-    platforms: tuple[str, ...] = ()  # publish these as one image index (each its own image: REPO:BACKEND[-ARCH])
+    platforms: tuple[Platform, ...] = ()  # publish these as one image index (each its own image: REPO:BACKEND[-ARCH])
     no_index: bool = False  # push the platforms' images and record them; the index comes later (--index-from)
     index_from: tuple[Path, ...] = ()  # manifests of per-platform publishes (native runners): join them in an index
     smoke_jsons: tuple[Path, ...] = ()  # more smoke results (one per platform)
     rebuild: bool = False  # push even when the registry holds this content already (its content tag)
+
+    def __post_init__(self) -> None:  # a library caller's strings, read as Docker reads them (publish refuses the rest)
+        object.__setattr__(self, "platforms", tuple(Platform.normal(p) or p for p in self.platforms))
 
 
 def label_mismatches(m: Matrix, backend: Backend, labels: Mapping[str, str]) -> list[str]:

@@ -10,6 +10,7 @@ from envbuild.smoke.runner import MODEL_MOUNT, OWNED_LABEL, SMOKE_LABEL, SmokeRe
 
 if TYPE_CHECKING:
     from envbuild.core.engine import EngineAPI
+    from envbuild.core.platform import Platform
     from envbuild.matrix import Backend, Matrix
 
 __all__ = ["MODEL_MOUNT", "OWNED_LABEL", "SMOKE_LABEL", "SmokeError", "SmokeResult", "leftover_containers", "model_args",
@@ -19,7 +20,7 @@ __all__ = ["MODEL_MOUNT", "OWNED_LABEL", "SMOKE_LABEL", "SmokeError", "SmokeResu
 def smoke_each(matrix: Matrix, backends: list[Backend], engine: EngineAPI, *, keep_going: bool,
                failed: Callable[[SmokeError], None] = lambda exc: None,
                done: Callable[[SmokeResult], None] = lambda result: None, image: str | None = None,
-               platform: str | None = None, **options: Any) -> list[SmokeResult]:
+               platform: str | Platform | None = None, **options: Any) -> list[SmokeResult]:
     """Smoke each backend in turn (options: as smoke()), `done` told of each result as it comes. A backend whose
     smoke cannot run (a SmokeError: the host, the image) is raised, or with `keep_going` (several backends, a report
     to write) told to `failed` and recorded as a failed result, and the rest still run."""

@@ -19,7 +19,7 @@ from envbuild.core import owner
 from envbuild.core.cachemount import CACHE, cache_mount, is_folder
 from envbuild.core.errors import DockerError, InvalidInput, SmokeError
 from envbuild.core.owner import OWNED_LABEL
-from envbuild.core.platform import can_run, emulation_fix, foreign_arch, host_platform, platform_arch, target
+from envbuild.core.platform import Platform, can_run, emulation_fix, foreign_arch, host_platform, platform_arch, target
 from envbuild.core.text import shown, unsafe_char
 from envbuild.smoke import preflight
 
@@ -44,7 +44,7 @@ class SmokeResult:
     stderr_tail: str = ""
     image_id: str | None = None  # what was tested, so `publish --smoke-json` can tell it is the same image
     date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    platform: str | None = None  # the image's own (os/architecture), which is what ran
+    platform: Platform | None = None  # the image's own (os/architecture), which is what ran
     emulated: bool = False  # it ran under QEMU on a host of another architecture
 
     def to_json(self) -> dict[str, Any]:
@@ -119,11 +119,11 @@ CLUSTER_USER = "4242:4242"
 def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | None = None, model: str = "synthetic",
           timeout: float = 600, extra_env: dict[str, str] | None = None,
           echo: Callable[[str], None] = lambda s: None, ignore_host: bool = False,
-          root: Path = Path("/"), cache: str | None = None, platform: str | None = None) -> SmokeResult:
+          root: Path = Path("/"), cache: str | None = None, platform: str | Platform | None = None) -> SmokeResult:
     """Run the probe once, in one container (default image: the backend's tag for `platform`, REPO:BACKEND-ARCH when
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
-    if platform and (why := backend.unlisted(platform)):
-        raise InvalidInput(why)
+    if platform:
+        platform = backend.listed(platform)
     image = image or matrix.tags(backend, foreign_arch(platform))[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
     mounted_cache = cache_source(cache) if cache is not None else None
@@ -144,7 +144,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
     if not ignore_host:  # again with the architectures its build measured (read from the image, not started)
         preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image_id), echo=echo)
     found = engine.image(image)
-    ran = f"{found.os}/{platform_arch(found.architecture)}" if found else target(platform)
+    ran = Platform(found.os, platform_arch(found.architecture)) if found else target(platform)
     if platform and ran != platform:
         raise SmokeError(f"image {image} is {ran}, not {platform}: build it with `envbuild build --backend {backend.name} "
                          f"--platform {platform}` (or pass --image)")

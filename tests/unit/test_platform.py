@@ -3,8 +3,11 @@ accepts and refuses the same spellings with the same message (exit 2, the value 
 
 from __future__ import annotations
 
+import os
+
 import click
 import pytest
+from hypothesis import given, settings, strategies as st
 from support.constants import FIXED
 
 from envbuild.cli import cli
@@ -160,3 +163,146 @@ def test_a_platform_parses_or_is_refused_and_round_trips(text):
         assert Platform.normal(str(normal)) == normal
     assert canonical(canonical(text)) == canonical(text)
     own_error(lambda: parse_list(text))
+
+
+# --- Platform as a value, end to end: what the CLI makes is what the stages take ---------------------------------
+
+SPELLINGS = {  # Docker's (containerd's) spellings of each platform envbuild builds for
+    "linux/amd64": ["linux/amd64", "LINUX/AMD64", "Linux/amd64", "linux/x86_64", "linux/x86-64", "linux/amd64/v1",
+                    "amd64", "x86_64", "X86_64"],
+    "linux/arm64": ["linux/arm64", "linux/aarch64", "LINUX/AARCH64", "linux/arm64/v8", "linux/arm64/8",
+                    "linux/aarch64/v8", "arm64", "aarch64", "arm64/v8"],
+    "linux/ppc64le": ["linux/ppc64le", "Linux/PPC64LE", "ppc64le"],
+    "linux/s390x": ["linux/s390x", "s390x"],
+}
+
+
+def test_the_value_carries_its_forms():
+    p = Platform.parse("linux/aarch64")
+    assert isinstance(p, Platform) and (p.os, p.arch, p.variant) == ("linux", "arm64", "")
+    assert (p.oci, p.stem, str(p), f"{p}", repr(p)) == ("linux/arm64", "linux-arm64", "linux/arm64", "linux/arm64",
+                                                        "Platform('linux/arm64')")
+    assert type(str(p)) is str and p == "linux/arm64" and p == Platform("linux", "arm64") == Platform("aarch64")
+    assert p.oci_dict() == {"architecture": "arm64", "os": "linux"}
+    assert Platform.normal("linux/arm/v7").oci_dict() == {"architecture": "arm", "os": "linux", "variant": "v7"}
+    assert __import__("json").dumps({"platform": p}) == '{"platform": "linux/arm64"}'  # serialised as before
+    assert __import__("pickle").loads(__import__("pickle").dumps(p)) == p
+    with pytest.raises(InvalidPlatform):
+        Platform("linux//amd64")
+
+
+def _fixed_cpu():
+    from envbuild.matrix import load
+
+    return load(FIXED, with_facts=False).backend("cpu")
+
+
+def test_the_matrix_and_the_cli_give_platforms():
+    cpu = _fixed_cpu()
+    assert cpu.platforms == ("linux/amd64", "linux/arm64") and all(isinstance(p, Platform) for p in cpu.platforms)
+    param = next(p for p in COMMANDS["build"].params if "--platform" in p.opts)
+    assert isinstance(param.type.convert("linux/aarch64", None, None), Platform)
+    param = next(p for p in COMMANDS["publish"].params if "--platform" in p.opts)
+    assert all(isinstance(p, Platform) for p in param.type.convert("aarch64,x86_64", None, None))
+
+
+@pytest.mark.parametrize("listed", ["linux/amd64", "linux/arm64"])
+def test_check_platform_accepts_each_of_dockers_spellings_of_a_listed_platform(monkeypatch, listed):
+    """imagebuild.check_platform(cpu, 'linux/aarch64') refused a platform cpu lists: only the CLI's normalising hid
+    it. Each spelling is the listed platform, and what runs next (the emulation check) is given that one."""
+    from envbuild import imagebuild
+
+    asked = []
+    monkeypatch.setattr(imagebuild, "require_runnable", lambda p, what: asked.append((p, what)) or False)
+    cpu = _fixed_cpu()
+    for spelling in SPELLINGS[listed]:
+        assert imagebuild.check_platform(cpu, spelling) is False
+        assert cpu.listed(spelling) == listed
+    assert {(str(p), type(p)) for p, _ in asked} == {(listed, Platform)}
+    assert {what for _, what in asked} == {f"building cpu for {listed}"}
+
+
+def test_check_platform_runs_this_hosts_platform_in_any_spelling():
+    """Without a stand-in: this host's own architecture needs no emulation, whichever way it is written."""
+    from envbuild import imagebuild
+    from envbuild.core.platform import host_platform
+
+    here = host_platform()
+    if here not in ("linux/amd64", "linux/arm64"):
+        pytest.fail(f"this test runs on a linux/amd64 or linux/arm64 host, not {here}")
+    for spelling in SPELLINGS[here]:
+        assert imagebuild.check_platform(_fixed_cpu(), spelling) is False
+
+
+def test_a_platform_the_backend_does_not_list_is_refused_once_alike():
+    cpu = _fixed_cpu()
+    for spelling in ("linux/ppc64le", "s390x"):
+        with pytest.raises(InvalidInput, match=r"backend cpu lists linux/amd64, linux/arm64 \(matrix.yaml"):
+            cpu.listed(spelling)
+    with pytest.raises(InvalidInput, match="lists linux/amd64, linux/arm64"):
+        cpu.listed("linux/arm/v7")
+
+
+def test_the_stages_take_the_platform_in_any_spelling(tmp_path):
+    """A library caller's string is read at the boundary: the build's options, the lock's file name, publish's
+    platforms and the CI matrix all hold the one value."""
+    from envbuild.imagebuild.plan import BuildOptions
+    from envbuild.lock import path, platforms
+    from envbuild.maintain.ci import job, runs_on
+    from envbuild.matrix import load
+    from envbuild.ship.shared import PublishOptions
+
+    opts = BuildOptions(platform="linux/aarch64", locks_dir=tmp_path)
+    assert isinstance(opts.platform, Platform) and opts.platform == "linux/arm64"
+    cpu = _fixed_cpu()
+    assert path(opts, cpu, opts.platform) == tmp_path / "cpu" / "linux-arm64.txt"
+    assert path(opts, cpu, "linux/arm64/v8") == tmp_path / "cpu" / "linux-arm64.txt"
+    assert platforms(cpu, opts) == ["linux/arm64"] and platforms(cpu) == ["linux/amd64", "linux/arm64"]
+    assert PublishOptions(platforms=("aarch64", "linux/x86_64")).platforms == ("linux/arm64", "linux/amd64")
+    m = load(FIXED, with_facts=False)
+    assert job(m, cpu, Platform.parse("aarch64"))["arch"] == "arm64" and runs_on(cpu, "linux/aarch64") == ["ubuntu-24.04-arm"]
+
+
+def test_no_platform_is_split_by_hand_outside_its_module():
+    """core/platform.py is where a platform's parts are read; elsewhere the value's os, arch, stem and oci."""
+    import re
+    from pathlib import Path
+
+    import envbuild
+
+    root = Path(envbuild.__file__).parent
+    by_hand = re.compile(r"\b(?:\w*platform\w*|plat|p)(?:\[[^\]]*\])?\.(?:r?split|r?partition)\(\s*['\"]/['\"]")
+    found = [f"{f.relative_to(root)}:{n}" for f in root.rglob("*.py") if f.name != "platform.py" or f.parent.name != "core"
+             for n, line in enumerate(f.read_text().splitlines(), 1) if by_hand.search(line)]
+    assert found == []
+
+
+def _case(text: str, draw_upper: list[bool]) -> str:
+    return "".join(c.upper() if up else c for c, up in zip(text, draw_upper + [False] * len(text)))
+
+
+@st.composite
+def _spelling(draw) -> tuple[str, str]:
+    """(a platform envbuild builds for, one of Docker's spellings of it): any case, aarch64/x86_64, the variant
+    Docker drops, with or without the OS."""
+    want = draw(st.sampled_from(sorted(SPELLINGS)))
+    arch = want.split("/")[1]
+    name = draw(st.sampled_from({"amd64": ["amd64", "x86_64", "x86-64"], "arm64": ["arm64", "aarch64"]}.get(arch, [arch])))
+    variant = draw(st.sampled_from(["", *{"amd64": ["/v1"], "arm64": ["/v8", "/8"]}.get(arch, [])]))
+    text = draw(st.sampled_from(["linux/", ""])) + name + variant
+    if text.startswith("/"):
+        text = text[1:]
+    return want, _case(text, draw(st.lists(st.booleans(), max_size=len(text))))
+
+
+@settings(max_examples=int(os.environ.get("ENVBUILD_PROPERTY_EXAMPLES", "50")), deadline=None,
+          derandomize=bool(os.environ.get("CI")))
+@given(_spelling())
+def test_every_spelling_parses_to_one_value_that_prints_one_way(case):
+    want, text = case
+    found = Platform.parse(text)
+    assert found == Platform.parse(want) == Platform(text) == Platform.normal(text)
+    assert (str(found), found.oci, repr(found)) == (want, want, f"Platform({want!r})")
+    assert found.stem == want.replace("/", "-") and f"{found.os}/{found.arch}" == want and not found.variant
+    assert parse_list(f"{text},{want}") == (want,)
+    assert canonical(text) == want

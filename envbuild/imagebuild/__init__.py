@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from envbuild.core import owner
-from envbuild.core.errors import BuildError, InvalidInput, UnreachableError
+from envbuild.core.errors import BuildError, UnreachableError
 from envbuild.core.platform import Platform, require_runnable
 from envbuild.imagebuild import builder, reach, records
 from envbuild.imagebuild.plan import (BuildOptions, BuildPlan, content_key, default_ca_bundle, make_plan, with_content_label,

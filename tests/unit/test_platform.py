@@ -13,7 +13,6 @@ from support.constants import FIXED
 from envbuild.cli import cli
 from envbuild.core.errors import InvalidInput
 from envbuild.core.platform import InvalidPlatform, Platform, canonical, parse_list, target
-from hypothesis import given, strategies as st
 from support.properties import HOSTILE, PROPS, own_error
 
 ACCEPTED = {

@@ -12,6 +12,7 @@ from envbuild.imagebuild import builder
 from envbuild.imagebuild.status import StatusBoard
 from envbuild.core.errors import DockerError
 from support.constants import MATRIX
+from support.hostile import SECRET_VALUES
 
 
 @pytest.fixture(autouse=True)
@@ -216,30 +217,6 @@ def test_build_arg_values_stay_out_of_logs_and_the_builder_gets_no_registry_cred
     assert "\n0\n" in text  # the builder's environment held no registry password
 
 
-# Secrets of every well-known shape (made up; none is real). Each must be masked wherever envbuild prints it.
-SECRET_VALUES = {
-    "github-classic": "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
-    "github-fine-grained": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789",
-    "github-oauth": "gho_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2",
-    "github-app": "ghs_" + "0123456789abcdefghijABCDEFGHIJklmnopqr",
-    "github-refresh": "ghr_" + "abcdefghijklmnopqrstuvwxyz0123456789AB",
-    "github-user": "ghu_" + "QWERTYUIOPasdfghjklZXCVBNM1234567890",
-    "huggingface": "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ01234567",
-    "huggingface-org": "api_org_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123",
-    "aws-access-key": "AKIA" + "Q3EGRIOSFODNN7EX",
-    "aws-session-key": "ASIA" + "ZZ9GRIOSFODNN7XY",
-    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
-    "gitlab": "glpat-" + "x9Y8z7W6v5U4t3S2r1Q0",
-    "slack": "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
-    "openai-style": "sk-" + "proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
-    "npm": "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
-    "pypi": "pypi-" + "AgEIcHlwaS5vcmcCJGE4YzQ1ZmQ3LTk0ZjAtNDdlOS05ZmQ1LWNhYjVkMjQ0YWQ3ZQ",
-    "docker-hub": "dckr_pat_" + "AbCdEfGhIjKlMnOpQrStUvWx",
-    "google-api": "AIza" + "SyA-bCdEfGhIjKlMnOpQrStUvWxYz012345",
-    "aws-secret-key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
-    "github-short": "ghp_" + "0123456789abcdefXYZ",
-    "huggingface-short": "hf_" + "abcdefghijKLMNOP12",
-}
 
 
 def test_builder_logs_mask_secret_shapes(tmp_path, buildkit_client):

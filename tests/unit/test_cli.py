@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from support.constants import ALL, CONTAINERIZABLE, DOCKERFILES, FIXED, GOLDEN, MATRIX
+from support.hostile import SECRET_FORMS, SHAPES
 
 from envbuild.core import files
 from envbuild import matrix
@@ -597,44 +598,6 @@ def test_an_unexpected_error_is_scrubbed_too(invoke, monkeypatch):
     assert base64.b64encode(b"robot:s3cr3t-p@ss").decode()[:10] not in result.stderr
 
 
-# Secrets of every well-known shape (made up; none is real). Each must be masked wherever envbuild prints it.
-SECRET_VALUES = {
-    "github-classic": "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
-    "github-fine-grained": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789",
-    "github-oauth": "gho_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2",
-    "github-app": "ghs_" + "0123456789abcdefghijABCDEFGHIJklmnopqr",
-    "github-refresh": "ghr_" + "abcdefghijklmnopqrstuvwxyz0123456789AB",
-    "github-user": "ghu_" + "QWERTYUIOPasdfghjklZXCVBNM1234567890",
-    "huggingface": "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ01234567",
-    "huggingface-org": "api_org_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123",
-    "aws-access-key": "AKIA" + "Q3EGRIOSFODNN7EX",
-    "aws-session-key": "ASIA" + "ZZ9GRIOSFODNN7XY",
-    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
-    "gitlab": "glpat-" + "x9Y8z7W6v5U4t3S2r1Q0",
-    "slack": "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
-    "openai-style": "sk-" + "proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
-    "npm": "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
-    "pypi": "pypi-" + "AgEIcHlwaS5vcmcCJGE4YzQ1ZmQ3LTk0ZjAtNDdlOS05ZmQ1LWNhYjVkMjQ0YWQ3ZQ",
-    "docker-hub": "dckr_pat_" + "AbCdEfGhIjKlMnOpQrStUvWx",
-    "google-api": "AIza" + "SyA-bCdEfGhIjKlMnOpQrStUvWxYz012345",
-    "aws-secret-key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
-    "github-short": "ghp_" + "0123456789abcdefXYZ",
-    "huggingface-short": "hf_" + "abcdefghijKLMNOP12",
-}
-
-
-# The part of each that must never show (for a URL: the password; else the whole value).
-SECRET_FORMS = {**{k: (v, v) for k, v in SECRET_VALUES.items()},
-                "url-https": ("https://alice:Pa55-w0rd.x@pypi.corp.example/simple", "Pa55-w0rd.x"),
-                "url-postgres": ("postgres://svc:db-s3cret-99@db.internal:5432/app", "db-s3cret-99"),
-                "url-token-only": ("https://tok3n-only-abcdef@git.example/repo.git", "tok3n-only-abcdef"),
-                "url-redis": ("redis://:r3dis-pass-xyz@cache:6379/0", "r3dis-pass-xyz"),
-                "bearer": ("Bearer abc123.def456-ghi789_jkl", "abc123.def456-ghi789_jkl"),
-                "basic": ("Basic " + base64.b64encode(b"bob:b0b-secret").decode(), base64.b64encode(b"bob:b0b-secret").decode()),
-                "pem": ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq9\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7bq9")}
-
-
-SHAPES = sorted(SECRET_FORMS)
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 from support.constants import MATRIX
+from support.hostile import failing_replace, snapshot
 
 
 # --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)
@@ -118,22 +119,6 @@ def test_a_netrc_that_is_not_a_regular_file_is_refused(tmp_path):
         read_netrc(fifo)
 
 
-def _failing_replace(monkeypatch, k: int):
-    """os.replace that fails on its k-th call (then works again: putting files back must be possible)."""
-    real, calls = os.replace, [0]
-
-    def replace(src, dst, *a, **kw):
-        calls[0] += 1
-        if calls[0] == k:
-            raise PermissionError(13, "Permission denied", str(dst))
-        return real(src, dst, *a, **kw)
-
-    monkeypatch.setattr(os, "replace", replace)
-    return calls
-
-
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("k", range(1, 5))
@@ -143,11 +128,11 @@ def test_write_all_puts_back_new_files_too(k, monkeypatch, tmp_path):
 
     (tmp_path / "a.txt").write_text("old a")
     (tmp_path / "c.txt").write_text("old c")
-    before = _snapshot(tmp_path)
-    _failing_replace(monkeypatch, k)
+    before = snapshot(tmp_path)
+    failing_replace(monkeypatch, k)
     files = {tmp_path / n: f"new {n}" for n in ("a.txt", "b.txt", "c.txt", "d.txt")}
     with pytest.raises(EnvbuildError, match="nothing was written"):
         write_all(files)
     monkeypatch.undo()
-    assert _snapshot(tmp_path) == before
-    assert write_all(files) and _snapshot(tmp_path) == {n: f"new {n}".encode() for n in ("a.txt", "b.txt", "c.txt", "d.txt")}
+    assert snapshot(tmp_path) == before
+    assert write_all(files) and snapshot(tmp_path) == {n: f"new {n}".encode() for n in ("a.txt", "b.txt", "c.txt", "d.txt")}

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from support.constants import CONTAINERIZABLE, DOCKERFILES, FIXED, GOLDEN, MATRIX, MINIMAL, VENDOR_TORCH
+from support.hostile import failing_replace, snapshot
 
 from envbuild import matrix
 from envbuild import render as r
@@ -830,22 +831,6 @@ def test_render_check_quotes_only_its_own_side_of_a_stale_dockerfile(invoke, tmp
     assert result.exit_code == 1 and "stale: cpu.Dockerfile" in result.stdout and "n3trc-Pa55word" not in result.output
 
 
-def _failing_replace(monkeypatch, k: int):
-    """os.replace that fails on its k-th call (then works again: putting files back must be possible)."""
-    real, calls = os.replace, [0]
-
-    def replace(src, dst, *a, **kw):
-        calls[0] += 1
-        if calls[0] == k:
-            raise PermissionError(13, "Permission denied", str(dst))
-        return real(src, dst, *a, **kw)
-
-    monkeypatch.setattr(os, "replace", replace)
-    return calls
-
-
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("k", range(1, 11))
@@ -858,10 +843,10 @@ def test_render_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tm
     out = tmp_path / "out"
     m = load(MATRIX)
     render.write(render.render(m, m.containerizable()), out)
-    before = _snapshot(out)
+    before = snapshot(out)
     changed = load(MATRIX, ["accelerate.version=1.14.0"])
-    _failing_replace(monkeypatch, k)
+    failing_replace(monkeypatch, k)
     with pytest.raises(EnvbuildError, match="nothing was written"):
         render.write(render.render(changed, changed.containerizable()), out)
     monkeypatch.undo()
-    assert _snapshot(out) == before  # every file as it was, no temporary file left
+    assert snapshot(out) == before  # every file as it was, no temporary file left

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from support.constants import MATRIX
+from support.hostile import failing_replace, snapshot
 
 from envbuild.core.errors import InvalidInput, MatrixError
 from envbuild.matrix import load, loads
@@ -198,22 +199,6 @@ def test_bump_takes_no_set_and_names_an_unknown_only(invoke, tmp_path):
 
 # --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
 
-def _failing_replace(monkeypatch, k: int):
-    """os.replace that fails on its k-th call (then works again: putting files back must be possible)."""
-    real, calls = os.replace, [0]
-
-    def replace(src, dst, *a, **kw):
-        calls[0] += 1
-        if calls[0] == k:
-            raise PermissionError(13, "Permission denied", str(dst))
-        return real(src, dst, *a, **kw)
-
-    monkeypatch.setattr(os, "replace", replace)
-    return calls
-
-
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("k", range(1, 12))
@@ -227,12 +212,12 @@ def test_bump_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tmp_
 
     m = load(path)
     render.write(render.render(m, m.containerizable()), tmp_path / "dockerfiles")
-    before = _snapshot(tmp_path)
-    _failing_replace(monkeypatch, k)
+    before = snapshot(tmp_path)
+    failing_replace(monkeypatch, k)
     with pytest.raises(EnvbuildError, match="nothing was written"):
         bump(path, {"accelerate.version": "1.14.0"}, tmp_path / "dockerfiles")
     monkeypatch.undo()
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 BUMP_ONE = """

@@ -76,3 +76,13 @@ def own_path(tmp_path: Path, monkeypatch) -> Path:
     bindir.mkdir()
     monkeypatch.setenv("PATH", str(bindir))
     return bindir
+
+
+# What runc and the daemon answer when a host will not start a container as asked (their own words).
+REFUSALS = {
+    "tpu": ("OCI runtime create failed: runc create failed: unable to start container process: unable to apply caps: "
+            "operation not permitted: unknown", "--privileged"),
+    "cuda": ('could not select device driver "" with capabilities: [[gpu]]', "--gpus=all"),
+    "hpu": ("unknown or invalid runtime name: habana", "--runtime=habana"),
+    "rocm": ("unable to find group video: no matching entries in group file", "--group-add video"),
+}

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
+from support.hosts import REFUSALS
 from envbuild import smoke
 from envbuild.matrix import load
 from envbuild.smoke import preflight
@@ -39,14 +40,6 @@ def test_the_image_carries_the_matrix_s_run_flags_for_the_probe_s_advice():
     assert "DEVICE_FLAGS" not in Path(preflight.__file__).with_name("probe.py").read_text()
 
 
-# What runc and the daemon answer when a host will not start a container as asked (their own words).
-REFUSALS = {
-    "tpu": ("OCI runtime create failed: runc create failed: unable to start container process: unable to apply caps: "
-            "operation not permitted: unknown", "--privileged"),
-    "cuda": ('could not select device driver "" with capabilities: [[gpu]]', "--gpus=all"),
-    "hpu": ("unknown or invalid runtime name: habana", "--runtime=habana"),
-    "rocm": ("unable to find group video: no matching entries in group file", "--group-add video"),
-}
 
 
 @pytest.mark.parametrize("backend", sorted(REFUSALS))

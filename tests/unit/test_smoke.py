@@ -6,6 +6,7 @@ import json
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
+from support.hosts import REFUSALS
 from envbuild.report import report
 from envbuild import smoke
 from envbuild.core.errors import InvalidInput
@@ -88,14 +89,6 @@ def test_missing_image_says_how_to_get_it():
         smoke.smoke(MATRIX, MATRIX.backend("cpu"), FakeEngine(), image="envbuild-test/absent:nothing")
 
 
-# What runc and the daemon answer when a host will not start a container as asked (their own words).
-REFUSALS = {
-    "tpu": ("OCI runtime create failed: runc create failed: unable to start container process: unable to apply caps: "
-            "operation not permitted: unknown", "--privileged"),
-    "cuda": ('could not select device driver "" with capabilities: [[gpu]]', "--gpus=all"),
-    "hpu": ("unknown or invalid runtime name: habana", "--runtime=habana"),
-    "rocm": ("unable to find group video: no matching entries in group file", "--group-add video"),
-}
 
 
 def test_smoke_says_which_flag_the_host_refused(tmp_path):

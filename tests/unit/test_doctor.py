@@ -13,6 +13,7 @@ import pytest
 from support.constants import MATRIX
 from support.fakes import FakeEngine
 from support.hosts import VENDORS, add_driver, make_root, nvidia_version
+from support.loopback import serve
 
 from envbuild.core import engine
 from envbuild.imagebuild import builder
@@ -23,7 +24,6 @@ from envbuild.matrix import load
 from envbuild.smoke import preflight
 import http.server
 import socket
-import threading
 from envbuild.report.report import doctor_text
 
 SECRET = "s3cr3t-never-printed"
@@ -438,12 +438,8 @@ class _V2(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def registry():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _V2)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve(_V2) as host:
+        yield host
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from support.loopback import serve
 
 DEADLINE = 1  # second: ENVBUILD_NET_DEADLINE in these tests (the servers drip a byte a second)
 SLACK = 4  # what a test allows past the deadline
@@ -131,15 +132,9 @@ def test_a_token_service_is_cut_off_at_the_deadline(server):
         def log_message(self, *args):
             pass
 
-    registry = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Challenge)
-    threading.Thread(target=registry.serve_forever, daemon=True).start()
-    try:
-        host = f"127.0.0.1:{registry.server_address[1]}"
+    with serve(Challenge) as host:
         message = _cut_off(lambda: Registry(f"{host}/team/app").read_manifest("team/app", "cpu"), RegistryDeadlineError)
         assert server.host in message  # the token service is the one named
-    finally:
-        registry.shutdown()
-        registry.server_close()
 
 
 def test_tag_listing_for_outdated_is_cut_off(server):

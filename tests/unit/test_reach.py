@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import socket
-import threading
 import time
 from dataclasses import replace
 
@@ -14,6 +13,7 @@ import pytest
 from support.constants import MATRIX
 from support.fakes import FakeEngine
 from support.hosts import make_root
+from support.loopback import serve
 
 from envbuild.core import netprobe
 from envbuild.core.errors import UnreachableError
@@ -44,12 +44,8 @@ class _Answer(http.server.BaseHTTPRequestHandler):
 def answering():
     """An index that answers 200 (any path: also a proxy's absolute-URL requests)."""
     _Answer.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve(_Answer) as host:
+        yield f"http://{host}"
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import tarfile
 import pytest
 from support import testbed
 from support.constants import MATRIX as MATRIX_PATH
+from support.loopback import serve
 
 from envbuild.core.errors import (LockError, PublishError, RegistryAnswerError, RegistryAuthError, RegistryDeadlineError,
                                   RegistryError, RegistryUnreachableError)
@@ -99,7 +100,6 @@ def test_every_registry_question_asks_one_address(host, root):
 def refusing() -> str:
     """A registry that refuses every request (403): its host."""
     import http.server
-    import threading
 
     class Refuse(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -110,11 +110,8 @@ def refusing() -> str:
         def log_message(self, *args):
             pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), Refuse)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+    with serve(Refuse) as host:
+        yield host
 
 
 @pytest.mark.parametrize("publish, way", [(True, "log in: `docker login 127.0.0.1:[0-9]+` \\(or set ENVBUILD_REGISTRY_USER"),

@@ -18,6 +18,7 @@ from envbuild.core.errors import RegistryAnswerError
 from envbuild.core.regclient import DOCKER_LIST, Registry
 from hypothesis import given
 from support.properties import JSON, PROPS, own_error
+from support.loopback import serve
 import http.server
 import threading
 import time
@@ -78,8 +79,7 @@ def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_doe
     redirected to storage elsewhere is fetched without the registry's Authorization."""
     import base64
     import hashlib
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     seen: list[tuple[str, str | None]] = []
     config = b'{"os": "linux", "architecture": "amd64"}'
@@ -118,10 +118,7 @@ def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_doe
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    host = f"127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serve(Handler) as host:
         env = {"ENVBUILD_REGISTRY_USER": "alice", "ENVBUILD_REGISTRY_PASSWORD": "s3cret"}
         reg = Registry(host, env)
         got = reg.manifest(f"{host}/org/img:1")
@@ -132,9 +129,6 @@ def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_doe
         assert [p for p, a in seen if p.startswith("/token")] == [seen[1][0]]  # one token, reused
         with pytest.raises(Exception, match="refused"):
             Registry(host, {"ENVBUILD_REGISTRY_USER": "alice", "ENVBUILD_REGISTRY_PASSWORD": "wrong"}).manifest(f"{host}/org/img:1")
-    finally:
-        server.shutdown()
-        server.server_close()
     from envbuild.core.errors import RegistryUnreachableError
 
     with pytest.raises(RegistryUnreachableError, match=f"registry {host} unreachable"):

@@ -850,3 +850,76 @@ def test_render_is_all_or_nothing_whichever_replacement_fails(k, monkeypatch, tm
         render.write(render.render(changed, changed.containerizable()), out)
     monkeypatch.undo()
     assert snapshot(out) == before  # every file as it was, no temporary file left
+
+
+# The template compiled ahead of time (render/precompiled.py): used only while its key matches.
+
+def _from_precompiled(template) -> bool:
+    return template.root_render_func.__code__.co_filename.endswith("precompiled.py")
+
+
+def test_the_precompiled_template_is_current() -> None:
+    """Fails after an edit of the template until `python -m envbuild.render.precompile` is run; under another Jinja
+    than the one that made it, the template is compiled from source (the key names Jinja's version)."""
+    import hashlib
+
+    import jinja2
+
+    from envbuild.render import precompiled
+    source = (r.TEMPLATES / r.TEMPLATE).read_text(encoding="utf-8")
+    assert precompiled.SOURCE == hashlib.sha256(source.encode()).hexdigest(), "run `python -m envbuild.render.precompile`"
+    r._template.cache_clear()
+    try:
+        if precompiled.JINJA == jinja2.__version__:
+            assert r.precompiled_text() == (Path(r.__file__).parent / "precompiled.py").read_text(encoding="utf-8")
+            assert _from_precompiled(r._template())
+        else:
+            assert not _from_precompiled(r._template())
+    finally:
+        r._template.cache_clear()
+
+
+def test_a_precompiled_template_whose_key_differs_is_not_used(monkeypatch) -> None:
+    """Another template, Jinja or setting changes the key: the source is compiled instead, and every Dockerfile is
+    byte for byte what the precompiled template gives."""
+    from envbuild.render import precompiled
+    m = matrix.load(MATRIX)
+    r._template.cache_clear()
+    try:
+        fast = r._template()
+        ahead = r.render(m, m.containerizable())
+        monkeypatch.setattr(precompiled, "KEY", "0" * 64)
+        r._template.cache_clear()
+        slow = r._template()
+        assert not _from_precompiled(slow) and slow.filename == str(r.TEMPLATES / r.TEMPLATE)
+        assert r.render(m, m.containerizable()) == ahead and fast is not slow
+    finally:
+        r._template.cache_clear()
+
+
+def test_an_edited_template_is_rendered_from_its_source(monkeypatch, tmp_path) -> None:
+    """The key holds the template's text: an edit is seen at once, never hidden by the precompiled module."""
+    edited = tmp_path / "templates"
+    shutil.copytree(r.TEMPLATES, edited)
+    (edited / r.TEMPLATE).write_text((r.TEMPLATES / r.TEMPLATE).read_text() + "# an edit\n")
+    monkeypatch.setattr(r, "TEMPLATES", edited)
+    monkeypatch.setattr(r, "_ENVIRONMENT", r.jinja2.Environment(loader=r.jinja2.FileSystemLoader(str(edited)), **r.OPTIONS))
+    m = matrix.load(MATRIX)
+    r._template.cache_clear()
+    try:
+        assert r.render_backend(m, m.backend("cpu")).endswith("# an edit\n")
+        assert not _from_precompiled(r._template())
+    finally:
+        r._template.cache_clear()
+
+
+def test_the_key_names_every_setting_the_template_is_compiled_under(monkeypatch) -> None:
+    source = (r.TEMPLATES / r.TEMPLATE).read_text(encoding="utf-8")
+    key = r.template_key(source)
+    monkeypatch.setitem(r.OPTIONS, "trim_blocks", False)
+    assert r.template_key(source) != key
+    monkeypatch.setitem(r.OPTIONS, "trim_blocks", True)
+    monkeypatch.setattr(r.jinja2, "__version__", "0.0")
+    assert r.template_key(source) != key
+    monkeypatch.undo()
+    assert r.template_key(source) == key and r.template_key(source + " ") != key

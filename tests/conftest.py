@@ -164,6 +164,14 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+# The arm64 module last: its base is made under QEMU in the background meanwhile (scripts/test, support/prefetch.py).
+LAST = ("test_arm64.py",)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda item: item.path.name in LAST)  # stable: every other test keeps its place
+
+
 # Outside programs a test runs (`@pytest.mark.needs("chromium")`), and the Debian package scripts/test installs
 # each from. Without one such a test is skipped, saying which and how to get it; with CI set it fails instead:
 # CI's test bed installs them all, so a missing one there is a broken test bed, not a reason to skip.

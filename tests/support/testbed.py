@@ -12,6 +12,8 @@ the benchmark (benchmarks/bench.py) uses it too.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import os
 import shutil
@@ -21,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from .constants import CPU_SET, TORCH
 
@@ -120,6 +123,20 @@ def _wait_listening(port: int, proc: subprocess.Popen, workdir: Path) -> None:
 def debootstrap_base(tar: Path = BASE_TAR, arch: str | None = None, include: str = "python3") -> Path:
     """A Debian bookworm rootfs with Debian's python3 and nothing else, as a tarball (cached). With `arch`
     (arm64), a foreign one: debootstrap's second stage runs under QEMU (binfmt), no engine needed."""
+    with _held(tar):  # scripts/test may be making it in the background already (tests/support/prefetch.py)
+        return _debootstrap(tar, arch, include)
+
+
+@contextlib.contextmanager
+def _held(path: Path) -> Iterator[None]:
+    """One maker of a cached file at a time, across processes: a second waits, then finds it made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _debootstrap(tar: Path, arch: str | None, include: str) -> Path:
     if tar.exists():
         return tar
     if not shutil.which("debootstrap"):
@@ -234,7 +251,9 @@ def multiplatform_base(registry: Registry, docker_client, amd64_ref: str) -> str
 
 def aarch64_torch_wheelhouse(into: Path = CACHE / "wheels-arm64", torch: str = "2.9.1") -> Path:
     """PyPI's aarch64 torch wheel (2.9.1's is a CPU build; 2.13.0's is a CUDA build pulling GBs), cached."""
-    if not list(into.glob(f"torch-{torch}-*aarch64.whl")):
+    with _held(into):
+        if list(into.glob(f"torch-{torch}-*aarch64.whl")):
+            return into
         into.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--platform",
                         "manylinux_2_28_aarch64", "--python-version", "3.11", f"torch=={torch}", "-d", str(into)], check=True)

@@ -4,6 +4,8 @@ Asked all at once (one thread each), with one budget for all: a refused connecti
 accepts and never answers is given up on when the budget ends. The request goes as the build's would: through
 $HTTPS_PROXY/$HTTP_PROXY unless $NO_PROXY names the host, trusting the CA bundle given (else the system's).
 The build's own RUN steps may see another network (BuildKit's, --network): what is probed is this machine's view.
+A registry is asked by the registry client (core/regclient.py: its transport, proxy, CA and netrc handling), a
+package index's page here; what is kept here is the asking all at once, the budget and the words of the result.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+from envbuild.core.netread import proxy_for as _proxy
+from envbuild.core.netread import without_password as _no_password
 
 BUDGET = 5.0  # seconds for every probe of a step together
 CONNECT = 3.0  # a blackholed host: given up on after this
@@ -46,25 +51,16 @@ def index_target(index_url: str, project: str, purpose: str) -> Target:
     return Target("index", index_url, index_url.rstrip("/") + f"/{project}/", purpose)
 
 
+def _registry_host(name: str) -> str:
+    return "docker.io" if name == "index.docker.io" else name
+
+
 def registry_target(host: str, purpose: str) -> Target:
-    """A registry's API root, where the registry client (core/regclient.py) would ask it: 200 or 401 both say it
-    is a registry that answers."""
+    """A registry's API root, where the registry client (core/regclient.py) asks it (Registry.ping): 200 or 401
+    both say it is a registry that answers."""
     from envbuild.core.regclient import api_root
 
-    return Target("registry", host, f"{api_root('docker.io' if host == 'index.docker.io' else host)}/v2/", purpose)
-
-
-def _proxy(url: str, environ: Mapping[str, str]) -> str | None:
-    parts = urllib.parse.urlsplit(url)
-    lower = {k.lower(): v for k, v in environ.items() if k.lower() in ("https_proxy", "http_proxy", "no_proxy")}
-    proxy = lower.get(f"{parts.scheme}_proxy")
-    if not proxy:
-        return None
-    no = [h.strip().lstrip(".").lower() for h in lower.get("no_proxy", "").split(",") if h.strip()]
-    host = (parts.hostname or "").lower()
-    if "*" in no or any(host == h or host.endswith("." + h) or f"{host}:{parts.port}" == h for h in no):
-        return None
-    return proxy
+    return Target("registry", host, f"{api_root(_registry_host(host))}/v2/", purpose)
 
 
 def _auth(url: str, netrc: Path | None) -> str | None:
@@ -85,6 +81,10 @@ def _auth(url: str, netrc: Path | None) -> str | None:
 
 def _ask(target: Target, environ: Mapping[str, str], ca_bundle: Path | None, netrc: Path | None,
          timeout: float) -> tuple[bool, str, str]:
+    """(answers, what it answered or why not, how it was asked) for one target: a registry through the registry
+    client, an index's page here."""
+    if target.kind == "registry":
+        return _ask_registry(target, environ, ca_bundle, netrc, timeout)
     import ssl  # with urllib.request and http.client: 40 ms, paid only by a step that probes
     import urllib.error
     import urllib.request
@@ -124,6 +124,41 @@ def _ask(target: Target, environ: Mapping[str, str], ca_bundle: Path | None, net
         return False, _reason(exc), via
 
 
+def _ask_registry(target: Target, environ: Mapping[str, str], ca_bundle: Path | None, netrc: Path | None,
+                  timeout: float) -> tuple[bool, str, str]:
+    """The registry's /v2/ as the registry client asks it (Registry.ping), said in the probe's words."""
+    import ssl
+
+    from envbuild.core.errors import EnvbuildError, RegistryDeadlineError, RegistryUnreachableError
+    from envbuild.core.regclient import Registry
+
+    via = "directly"
+    try:
+        registry = Registry(_registry_host(target.name), environ, ca_bundle, publish=False, netrc=netrc)
+        via = registry.via()
+        status = registry.ping(timeout)
+    except RegistryDeadlineError:
+        return False, "no answer (timed out)", via
+    except RegistryUnreachableError as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            # the engine has its own trust (certs.d, insecure-registries): the registry answered, that is enough
+            return True, f"answers (TLS not verified from here: {reason.verify_message})", via
+        return False, _reason(reason), via
+    except EnvbuildError as exc:  # a Docker config or setting that cannot be read: said, not a dead thread
+        return False, str(exc), via
+    if status == 401:
+        return True, "HTTP 401 (asks for a login: it answers)", via
+    if status < 400:
+        return True, f"HTTP {status}", via
+    if status == 403:
+        return False, ("HTTP 403: it refuses without credentials (give them in a netrc file: --netrc FILE, "
+                       "or netrc in the settings)"), via
+    if status == 407:
+        return False, "HTTP 407: the proxy asks for credentials (put them in $HTTPS_PROXY)", via
+    return False, f"HTTP {status}", via
+
+
 def _reason(reason: object) -> str:
     import socket
     import ssl
@@ -138,13 +173,6 @@ def _reason(reason: object) -> str:
     if isinstance(reason, socket.gaierror):
         return "the name does not resolve (no DNS answer for the host)"
     return str(getattr(reason, "strerror", None) or reason)
-
-
-def _no_password(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@", 1)
-    return url
 
 
 def probe(targets: list[Target], *, ca_bundle: Path | None = None, netrc: Path | None = None,

@@ -144,7 +144,31 @@ def _connect(conn: http.client.HTTPConnection, connect: Callable[[], None], cloc
     conn.sock = _Guarded(conn.sock, clock, per_read)  # type: ignore[assignment]
 
 
-def _opener(clock: _Clock, per_read: float, context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
+    """The proxy a request to `url` goes through, as the build's would: $HTTPS_PROXY/$HTTP_PROXY (either case) for
+    its scheme, unless $NO_PROXY names its host (a domain suffix, host:port, or *); None: directly."""
+    parts = urlsplit(url)
+    lower = {k.lower(): v for k, v in environ.items() if k.lower() in ("https_proxy", "http_proxy", "no_proxy")}
+    proxy = lower.get(f"{parts.scheme}_proxy")
+    if not proxy:
+        return None
+    no = [h.strip().lstrip(".").lower() for h in lower.get("no_proxy", "").split(",") if h.strip()]
+    host = (parts.hostname or "").lower()
+    if "*" in no or any(host == h or host.endswith("." + h) or f"{host}:{parts.port}" == h for h in no):
+        return None
+    return proxy
+
+
+def without_password(url: str) -> str:
+    """A proxy URL as it may be shown: its password, if any, as ***."""
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
+
+
+def _opener(clock: _Clock, per_read: float, context: ssl.SSLContext | None,
+            proxies: dict[str, str] | None = None) -> urllib.request.OpenerDirector:
     class Plain(http.client.HTTPConnection):
         def connect(self) -> None:
             _connect(self, super().connect, clock, per_read)
@@ -165,7 +189,10 @@ def _opener(clock: _Clock, per_read: float, context: ssl.SSLContext | None) -> u
         def redirect_request(self, *args: Any, **kwargs: Any) -> None:
             return None  # followed by open(), which decides where the credentials go
 
-    return urllib.request.build_opener(PlainHandler(), TlsHandler(), NoRedirect())
+    handlers: list[Any] = [PlainHandler(), TlsHandler(), NoRedirect()]
+    if proxies is not None:  # else urllib's own reading of os.environ
+        handlers.append(urllib.request.ProxyHandler(proxies))
+    return urllib.request.build_opener(*handlers)
 
 
 def tls_context(ca_bundle: Path | str | None = None) -> ssl.SSLContext:
@@ -212,11 +239,13 @@ class Answer:
 
 def open_url(method: str, url: str, *, headers: Mapping[str, str] | None = None, data: bytes | None = None,
              context: ssl.SSLContext | None = None, authorization: str | None = None,
-             timeout: float | None = None, same_origin_redirects_auth: bool = False) -> Answer:
+             timeout: float | None = None, same_origin_redirects_auth: bool = False,
+             environ: Mapping[str, str] | None = None) -> Answer:
     """Send one request and read the answer's status and headers, within the deadline; an error status is an
     answer, not an exception. Redirects of GET and HEAD are followed; `authorization` goes to the URL asked
     for only (a registry's blob redirect gets none), or with `same_origin_redirects_auth` also to a redirect on the
-    same origin (an index's netrc login, as pip and requests send it), never elsewhere. OSError (and http.client's errors, as ConnectionError) when nothing usable answers; NetDeadline
+    same origin (an index's netrc login, as pip and requests send it), never elsewhere. With `environ`, each hop
+    goes through the proxy `proxy_for` names in it (else urllib's reading of os.environ). OSError (and http.client's errors, as ConnectionError) when nothing usable answers; NetDeadline
     when the deadline passes, now or while the body is read."""
     clock = _Clock(url, deadline_seconds())
     per_read = timeout or READ_TIMEOUT
@@ -226,7 +255,9 @@ def open_url(method: str, url: str, *, headers: Mapping[str, str] | None = None,
         if authorization and (hop == 0 or (same_origin_redirects_auth and urlsplit(url)[:2] == origin)):
             req.add_unredirected_header("Authorization", authorization)
         try:
-            resp: Any = _opener(clock, per_read, context if url.startswith("https:") else None).open(
+            proxy = proxy_for(url, environ) if environ is not None else None
+            proxies = None if environ is None else {urlsplit(url).scheme: proxy} if proxy else {}
+            resp: Any = _opener(clock, per_read, context if url.startswith("https:") else None, proxies).open(
                 req, timeout=min(per_read, clock.check()))
             status = resp.status
         except urllib.error.HTTPError as exc:

@@ -1,8 +1,10 @@
 """The registry's own HTTP API (OCI distribution spec), for what the engine cannot do: read a manifest list
 without pulling, resolve a platform's digest in it, PUT an image index, and (for signatures) upload a blob and
 PUT a manifest. envbuild's one HTTP client of a registry, and its one reachability check: publish, pull, the
-lock's base digest, doctor, `outdated`'s tags and trust.oci (these calls in signing's terms) all ask through it,
-and its failures are RegistryErrors (core/errors.py). Only the engine's own push and pull reach a registry
+lock's base digest, doctor, the probe before a lock or build (core/netprobe.py), `outdated`'s tags and trust.oci
+(these calls in signing's terms) all ask through it, and its failures are RegistryErrors (core/errors.py). Every
+request goes through the proxy its environment names ($HTTPS_PROXY/$HTTP_PROXY, $NO_PROXY), trusting the CA
+bundle given, with a --netrc login for the host if one is given. Only the engine's own push and pull reach a registry
 another way.
 
 Docker's engine knows one platform per tag and pushes single manifests; an index is assembled here from the
@@ -16,6 +18,7 @@ import base64
 import hashlib
 import http.client
 import json
+import os
 import re
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -200,14 +203,16 @@ def sha256(data: bytes) -> str:
 
 
 def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None, context: Any,
-          authorization: str | None, timeout: float | None = None) -> _Response:
+          authorization: str | None, timeout: float | None = None,
+          environ: Mapping[str, str] | None = None) -> _Response:
     """One request, its answer read whole up to MAX_DOC + 1 bytes, within core/netread's deadline (no `requests`
-    to import: a no-op build asks the registry for its base's digest, and that import alone took 0.1 s). An error
-    status is an answer, not an exception; the authorization is never forwarded to another origin by a redirect
-    (a blob served from storage elsewhere)."""
+    to import: a no-op build asks the registry for its base's digest, and that import alone took 0.1 s), through
+    the proxy `environ` names for it (netread.proxy_for: $HTTPS_PROXY/$HTTP_PROXY unless $NO_PROXY names the
+    host). An error status is an answer, not an exception; the authorization is never forwarded to another origin
+    by a redirect (a blob served from storage elsewhere)."""
     try:
         with netread.open_url(method, url, headers=headers, data=data, context=context, authorization=authorization,
-                              timeout=timeout or TIMEOUT) as answer:
+                              timeout=timeout or TIMEOUT, environ=os.environ if environ is None else environ) as answer:
             return _Response(answer.status_code, answer.headers, answer.read(MAX_DOC))
     except http.client.HTTPException as exc:  # a cut or garbled body: unreachable, as a refused connection is
         raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
@@ -218,6 +223,30 @@ def _http(method: str, url: str, headers: Mapping[str, str], data: bytes | None,
 def _reason(exc: OSError) -> str:
     reason = getattr(exc, "reason", None) or exc
     return f"{type(reason).__name__}: {str(reason)[:200]}"
+
+
+def _unreachable(message: str, exc: OSError) -> RegistryUnreachableError:
+    """The error, carrying what the connection met (`reason`: a refusal, a timeout, a TLS or DNS failure), for a
+    caller that says it in its own words (core/netprobe.py)."""
+    error = RegistryUnreachableError(message)
+    error.reason = getattr(exc, "reason", None) or exc  # type: ignore[attr-defined]
+    return error
+
+
+def _netrc_login(url: str, path: Path | None) -> Credentials | None:
+    """The login a netrc file (--netrc) holds for `url`'s host; None without one (or for a file that cannot be read:
+    it was checked where the user gave it)."""
+    import netrc
+
+    if path is None:
+        return None
+    try:
+        found = netrc.netrc(str(path)).authenticators(urlsplit(url).hostname or "")
+    except (OSError, netrc.NetrcParseError, UnicodeError, ValueError):
+        return None
+    if not found or not found[2]:
+        return None
+    return Credentials(found[0], found[2], source=f"the netrc file {path}")
 
 
 def _basic(creds: Credentials) -> str:
@@ -231,17 +260,31 @@ class Registry:
     """One registry host, spoken to over HTTP(S): loopback hosts in plain HTTP (as Docker treats them), others TLS."""
 
     def __init__(self, ref: str, environ: Mapping[str, str] | None = None, ca_bundle: Path | None = None, *,
-                 publish: bool = True):
+                 publish: bool = True, netrc: Path | None = None):
         """`publish`: this is the registry envbuild publishes to, whose credentials ENVBUILD_REGISTRY_USER and
         _PASSWORD are. False for one it only reads a base image from: then only what is that host's own (its
-        Docker config login, GHCR's GitHub token) is offered, as the engine pulling the base would."""
+        Docker config login, GHCR's GitHub token) is offered, as the engine pulling the base would. `environ`
+        names the proxy too, as the build's. `netrc` (--netrc): its login for this host goes with every request
+        to the registry's own API, as curl and pip send it, and answers its challenges when nothing else does."""
         self.host = _host(ref)
-        self.creds = ((from_env if publish else github_token)(self.host, environ)
-                      or config_login(self.host, environ))
-        self.publish = publish
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.base = api_root(self.host)
+        login = _netrc_login(self.base, netrc)
+        self._netrc_auth = _basic(login) if login else None
+        self.creds = ((from_env if publish else github_token)(self.host, environ)
+                      or config_login(self.host, environ) or login)
+        self.publish = publish
         self.verify: Any = str(ca_bundle) if ca_bundle else True
         self._tokens: dict[str, str] = {}
+
+    def via(self, url: str | None = None) -> str:
+        """How a request to `url` (the API root's by default) goes: "directly" or "through the proxy URL", the
+        proxy's password never shown."""
+        proxy = netread.proxy_for(url or f"{self.base}/v2/", self.environ)
+        if not proxy:
+            return "directly"
+        hold_secret(urlsplit(proxy).password)
+        return f"through the proxy {netread.without_password(proxy)}"
 
     def _request(self, method: str, repo: str, path: str, *, push: bool = False, data: bytes | None = None,
                  headers: Mapping[str, str] | None = None, url: str | None = None) -> _Response:
@@ -250,12 +293,12 @@ class Registry:
         ours = urlsplit(url)[:2] == urlsplit(self.base)[:2]
         scope = f"repository:{repo}:{'pull,push' if push else 'pull'}"
         for attempt in range(2):
-            auth = self._tokens.get(scope) if ours else None
+            auth = (self._tokens.get(scope) or self._netrc_auth) if ours else None
             try:
-                resp = _http(method, url, headers or {}, data, self._context(url), auth)
+                resp = _http(method, url, headers or {}, data, self._context(url), auth, environ=self.environ)
             except OSError as exc:
-                raise RegistryUnreachableError(f"registry {self.host} unreachable ({_reason(exc)}): is it running, and "
-                                               "is the address right?") from None
+                raise _unreachable(f"registry {self.host} unreachable ({_reason(exc)}): is it running, and "
+                                   "is the address right?", exc) from None
             if resp.status_code == 401 and attempt == 0 and ours:
                 self._tokens[scope] = self._authorize(resp.headers.get("WWW-Authenticate", ""), scope)
                 continue
@@ -307,9 +350,10 @@ class Registry:
             raise RegistryAuthError(f"registry {self.host} sends its login to a token service over plain HTTP on another "
                                     f"host ({where.scheme}://{shown(where.netloc)}): refused, the password was not sent")
         try:
-            resp = _http("GET", url, {}, None, self._context(url), _basic(self.creds) if self.creds else None)
+            resp = _http("GET", url, {}, None, self._context(url), _basic(self.creds) if self.creds else None,
+                         environ=self.environ)
         except OSError as exc:
-            raise RegistryUnreachableError(f"the token service of {self.host} is unreachable ({_reason(exc)})") from None
+            raise _unreachable(f"the token service of {self.host} is unreachable ({_reason(exc)})", exc) from None
         if resp.status_code != 200:
             raise RegistryAuthError(f"the token service of {self.host} refused ({resp.status_code})")
         body = json_object(resp.content)
@@ -322,12 +366,15 @@ class Registry:
 
     def ping(self, timeout: float) -> int:
         """The status the registry's API root (/v2/) answers with: 200, or 401 asking for a login (it answers
-        either way); RegistryUnreachableError when nothing answers within `timeout` seconds."""
+        either way); RegistryUnreachableError (its `reason` what the connection met) when nothing answers, the
+        connection and each read given `timeout` seconds. Through the proxy, with the CA bundle and the netrc's
+        login, as every request."""
         url = f"{self.base}/v2/"
         try:
-            return _http("GET", url, {}, None, self._context(url), None, timeout=timeout).status_code
+            return _http("GET", url, {}, None, self._context(url), self._netrc_auth, timeout=timeout,
+                         environ=self.environ).status_code
         except OSError as exc:
-            raise RegistryUnreachableError(f"registry {self.host} unreachable ({_reason(exc)})") from None
+            raise _unreachable(f"registry {self.host} unreachable ({_reason(exc)})", exc) from None
 
     # -- reading ------------------------------------------------------------------------------------------------
     def manifest(self, ref: str) -> Manifest | None:

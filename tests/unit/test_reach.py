@@ -181,6 +181,7 @@ def test_a_dead_base_registry_names_a_mirror_and_a_local_registry(m, closed):
                       budget=BUDGET, environ={})
     said = str(caught.value)
     assert f"building cpu: the registry {host} (the base image {host}/library/debian:12) does not answer" in said
+    assert f"connection refused (asked {closed}/v2/ directly" in said  # regclient's failure, in the probe's words
     assert f"`--mirror {host}=MIRROR`" in said and f'registry_mirrors."{host}" = "MIRROR"' in said
     assert "a local registry" in said
     # the distribution's archive only where envbuild base can make the base (Docker Hub's debian and ubuntu:
@@ -205,3 +206,23 @@ def test_a_base_registry_that_never_answers_fails_the_lock_in_seconds(m, silent)
     said = str(caught.value)
     assert f"cannot resolve the base image {host}/library/debian:12" in said and host in said
     assert "a local registry" in said and "envbuild base" not in said  # another registry's image: not one it makes
+
+
+@pytest.mark.parametrize("status, ok, detail", [
+    (401, True, "HTTP 401 (asks for a login: it answers)"),
+    (403, False, "HTTP 403: it refuses without credentials (give them in a netrc file: --netrc FILE, or netrc in the settings)"),
+    (500, False, "HTTP 500")])
+def test_a_registry_probe_says_each_answer_in_people_s_words(status, ok, detail):
+    """The registry client asks (tests/unit/test_regclient.py); the probe keeps the words of the result."""
+    class Status(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with serve(Status) as host:
+        result, = netprobe.probe([netprobe.registry_target(host, "the base")], budget=BUDGET, environ={})
+    assert (result.ok, result.detail, result.via) == (ok, detail, "directly")

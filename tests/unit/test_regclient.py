@@ -119,3 +119,72 @@ def refusing() -> str:
 def test_a_refusal_names_the_registry_and_the_way_in(refusing, publish, way):
     with pytest.raises(RegistryAuthError, match=f"registry {refusing} refused GET team/app \\(403\\); used no credentials: {way}"):
         Registry(f"{refusing}/team/app", {}, publish=publish).manifest(f"{refusing}/team/app:1")
+
+
+@pytest.fixture
+def recorder():
+    """A loopback server that answers 200 to anything (a registry's /v2/, or a proxy's absolute-URL requests):
+    (its host, what it was asked as (path, Authorization, Proxy-Authorization))."""
+    import http.server
+
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            seen.append((self.path, self.headers.get("Authorization"), self.headers.get("Proxy-Authorization")))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    with serve(Answer) as host:
+        yield host, seen
+
+
+def test_a_registry_probe_is_the_request_the_registry_client_makes(recorder, closed_port, monkeypatch):
+    """The probe before a lock or build (core/netprobe.py) asks a registry through regclient, which takes the proxy
+    from the environment it is given and never shows the proxy's password."""
+    from envbuild.core import netprobe, regclient
+
+    proxy, seen = recorder
+    made = []
+    real = regclient._http
+    monkeypatch.setattr(regclient, "_http", lambda method, url, *a, **kw: made.append((method, url)) or real(method, url, *a, **kw))
+    target = netprobe.registry_target(f"127.0.0.1:{closed_port}", "the base image")
+    result, = netprobe.probe([target], environ={"HTTP_PROXY": f"http://probe:s3cret-pw@{proxy}"}, budget=2.0)
+    assert result.ok and result.detail == "HTTP 200", result
+    assert result.via == f"through the proxy http://probe:***@{proxy}"
+    assert made == [("GET", f"http://127.0.0.1:{closed_port}/v2/")]  # regclient's own request
+    assert [s[0] for s in seen] == [f"http://127.0.0.1:{closed_port}/v2/"]  # and it went through the proxy
+    assert seen[0][2] and seen[0][2].startswith("Basic ")
+
+
+def test_every_registry_request_takes_the_proxy_its_environment_names_and_no_proxy_bypasses_it(recorder, closed_port):
+    proxy, seen = recorder
+    through = Registry(f"127.0.0.1:{closed_port}/team/app", {"HTTP_PROXY": f"http://{proxy}"}, publish=False)
+    assert through.ping(2.0) == 200 and through.via() == f"through the proxy http://{proxy}"
+    assert through.manifest(f"127.0.0.1:{closed_port}/team/app:1") is not None
+    assert [s[0] for s in seen] == [f"http://127.0.0.1:{closed_port}/v2/",
+                                    f"http://127.0.0.1:{closed_port}/v2/team/app/manifests/1"]
+    bypassed = Registry(f"127.0.0.1:{closed_port}", {"HTTP_PROXY": f"http://{proxy}", "NO_PROXY": "localhost,127.0.0.1"})
+    assert bypassed.via() == "directly"
+    with pytest.raises(RegistryUnreachableError, match="unreachable") as err:
+        bypassed.ping(2.0)
+    assert isinstance(err.value.reason, ConnectionRefusedError)  # what netprobe words as "connection refused"
+    assert len(seen) == 2
+
+
+def test_a_netrc_login_goes_with_each_request_to_the_registry(recorder, tmp_path):
+    import base64
+
+    host, seen = recorder
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login robot password n3trc-pw\n")
+    netrc.chmod(0o600)
+    registry = Registry(host, {}, publish=False, netrc=netrc)
+    assert registry.ping(2.0) == 200
+    assert seen == [("/v2/", "Basic " + base64.b64encode(b"robot:n3trc-pw").decode(), None)]
+    assert registry.creds and registry.creds.source == f"the netrc file {netrc}"

@@ -1,6 +1,7 @@
 """Locks on the real engine, against a real package index served over HTTP on loopback (support/pyindex.py):
 resolved in the image's base, installed hash-checked, stable while the index moves, refreshed only when
-asked, refused when stale or tampered with; extras per backend; an image that guards its torch; its SBOM."""
+asked, refused when stale or tampered with; extras per backend, two backends built at once (--jobs); an image that
+guards its torch; its SBOM."""
 
 from __future__ import annotations
 
@@ -133,14 +134,27 @@ def test_an_extra_that_wants_another_torch_fails_the_lock(args, tmp_path):
     assert "torch==2.12.0" in proc.stderr and not (tmp_path / "locks" / "cpu" / "linux-amd64.txt").exists()
 
 
-def test_an_extra_of_one_backend_is_in_that_image_only(base_image, index, wheelhouse, ca_bundle, tmp_path, docker_client):
+def test_two_backends_build_at_once_each_with_its_own_extras(base_image, index, wheelhouse, ca_bundle, tmp_path, docker_client):
+    """`build --jobs 2` of two cpu-like backends on the session's base, one with an extra: their shared steps run
+    once for both (or come from the cache); each gets its own final stage, tags and extras. Not a terminal: plain
+    lines prefixed with the backend, and a summary table (one build for both checks: CI's time budget)."""
     (tmp_path / "matrix.yaml").write_text(testbed.cpu_matrix(
         base_image, "envbuild-test/extras", {"cpu": "    packages: [envbuild-testdep]\n", "plain": ""},
         top=f"index:\n  extra_urls: [{index.url}]\n"))
-    proc = envbuild("build", "--backend", "all", "--matrix", tmp_path / "matrix.yaml", "--wheelhouse", wheelhouse,
-                    "--ca-bundle", ca_bundle, "--network", "host", cwd=tmp_path, timeout=1800)
+    proc = envbuild("build", "--backend", "all", "--jobs", "2", "--matrix", tmp_path / "matrix.yaml", "--wheelhouse",
+                    wheelhouse, "--ca-bundle", ca_bundle, "--network", "host", "--json-file", tmp_path / "b.json",
+                    cwd=tmp_path, timeout=1800)
     try:
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr
+        # Not a terminal: every line says which backend it is about.
+        assert any(ln.startswith("[cpu] ") for ln in proc.stderr.splitlines())
+        assert any(ln.startswith("[plain] ") for ln in proc.stderr.splitlines())
+        assert "\x1b[" not in proc.stderr
+        table = proc.stdout[proc.stdout.index("BACKEND"):]
+        assert "plain" in table and "envbuild-test/extras:cpu" in table
+        results = json.loads((tmp_path / "b.json").read_text())
+        assert [r["backend"] for r in results] == ["cpu", "plain"] and all(r["ok"] for r in results)
         assert installed(docker_client, "envbuild-test/extras:cpu", "envbuild-testdep") in ("1.0.0", "1.1.0")
         with pytest.raises(Exception, match="PackageNotFoundError"):
             installed(docker_client, "envbuild-test/extras:plain", "envbuild-testdep")
@@ -148,7 +162,8 @@ def test_an_extra_of_one_backend_is_in_that_image_only(base_image, index, wheelh
     finally:
         for image in docker_client.images.list(name="envbuild-test/extras"):
             for tag in image.tags:
-                docker_client.images.remove(tag)
+                if tag.startswith("envbuild-test/extras:"):  # only ours: an identical image carries others' tags too
+                    docker_client.images.remove(tag)
 
 
 def test_pip_cannot_replace_the_image_s_torch(locked, docker_client):

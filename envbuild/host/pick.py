@@ -123,7 +123,7 @@ def family_for(m: Matrix, described: Described) -> Backend:
     for b in m.backends:
         if not b.variant_of and b.host and b.host.stack == stack and b.containerizable:
             return b
-    raise InvalidInput(f"the matrix has no image for {stack}")
+    raise InvalidInput(f"the matrix has no image for {stacks.STACKS[stack].title if stack in stacks.STACKS else stack} GPUs")
 
 
 def resolve(m: Matrix, b: Backend, *, variant_text: str | None = None, root: str | os.PathLike[str] = "/",
@@ -140,7 +140,7 @@ def resolve(m: Matrix, b: Backend, *, variant_text: str | None = None, root: str
         if b.host is None:
             raise InvalidInput(f"--driver and --gpu describe a GPU host; the {b.name} image needs no driver")
         if described.stack and described.stack != b.host.stack:
-            raise InvalidInput(f"--gpu names {described.stack.upper()} GPUs; the {b.name} image is for "
+            raise InvalidInput(f"--gpu names {stacks.STACKS[described.stack].title} GPUs; the {b.name} image is for "
                                f"{stacks.STACKS[b.host.stack].title}")
         host = described.host(stacks.STACKS[b.host.stack].driver)
     platform = described.platform if described else None

@@ -136,6 +136,7 @@ def test_amd_by_gfx_or_product_name(invoke):
     (["--driver", "9" * 30], "not a driver version"),
     (["--gpu", "A100", "--gpu", "MI300X"], "--gpu names NVIDIA and AMD GPUs together"),
     (["--gpu", "A100", "--backend", "rocm"], "--gpu names CUDA GPUs; the rocm image is for ROCm"),
+    (["--gpu", "MI300X", "--backend", "cuda"], "--gpu names ROCm GPUs; the cuda image is for CUDA"),  # not "ROCM"
     (["--gpu", "A100", "--backend", "cpu"], "the cpu image needs no driver"),
 ])
 def test_what_cannot_describe_a_host_is_refused_clearly(invoke, args, says):

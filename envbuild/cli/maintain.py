@@ -26,7 +26,7 @@ def _outdated(m, backends, sources, quiet: bool):
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only this backend's pins besides the shared ones (repeatable) [default: every containerizable backend].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--markdown", is_flag=True, help="A Markdown table (a pull request body, a job summary).")
-@click.option("--exit-code", is_flag=True, help="Exit 1 when something newer fits (CI: propose a bump).")
+@click.option("--exit-code", is_flag=True, help="Exit 1 when something newer fits (CI: propose a bump); 3 when nothing newer was found but a pin's source did not answer.")
 @source_options
 @matrix_options
 def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc, matrix_path, overrides) -> None:
@@ -37,7 +37,8 @@ def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc,
     and the registry of the base image (same-shaped tags; a moved digest). A newer release fits when every
     rule holds: the plugin's pairing and torch range, the torch that transformers and accelerate declare,
     wheels for each platform, a vendor base that fixes torch. A source that cannot be reached is reported
-    for its pins; the rest still answer. Writes nothing.
+    for its pins; the rest still answer, and the command exits 1 (3 with --exit-code), since its answer is not
+    whole. Writes nothing.
 
     \b
     Examples:
@@ -55,11 +56,14 @@ def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc,
         click.echo(report.markdown_table(report.outdated_rows(findings), report.OUTDATED_COLUMNS), nl=False)
     else:
         click.echo(report.table(report.outdated_rows(findings), report.OUTDATED_COLUMNS))
-        unreachable = [f for f in findings if f.error]
-        if unreachable:
-            click.secho(f"{len(unreachable)} pin(s) could not be asked: their source did not answer.", fg="yellow", err=True)
-    if exit_code and any(f.newer or f.also for f in findings):
+    newer = any(f.newer or f.also for f in findings)
+    if exit_code and newer:
         sys.exit(1)
+    unasked = [f for f in findings if f.error]
+    if unasked:  # an answer that is not whole is not "nothing newer"
+        click.secho(f"{len(unasked)} pin(s) could not be asked: their source did not answer (the table says why); "
+                    "`envbuild doctor` checks this machine's way to the indexes and registries.", fg="yellow", err=True)
+        sys.exit(3 if exit_code else 1)
 
 
 @cli.command("metadata")

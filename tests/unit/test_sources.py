@@ -428,3 +428,29 @@ def test_sources_are_checked_before_anything_is_asked(tmp_path, monkeypatch):
     monkeypatch.setenv("SSL_CERT_FILE", str(pem))
     sources = Sources.checked(["docker.io=mirror.example:5000"])
     assert sources.ca_bundle == pem and sources.mirrors == ("docker.io=mirror.example:5000",)
+
+
+# `outdated`'s exit status: an answer that is not whole is never "nothing newer".
+
+@pytest.mark.parametrize("findings, flags, status", [
+    ([Finding("transformers.version", None, "https://pypi.org/simple", "5.23.0", fits="5.23.0")], [], 0),
+    ([Finding("transformers.version", None, "https://pypi.org/simple", "5.23.0", fits="5.23.0")], ["--exit-code"], 0),
+    ([Finding("transformers.version", None, "https://pypi.org/simple", "5.23.0", fits="5.24.0")], ["--exit-code"], 1),
+    ([Finding("transformers.version", None, "https://pypi.org/simple", "5.23.0", error="no answer within 5 s")], [], 1),
+    ([Finding("transformers.version", None, "https://pypi.org/simple", "5.23.0", error="no answer within 5 s")],
+     ["--exit-code"], 3),
+    ([Finding("transformers.version", None, "https://pypi.org/simple", "5.23.0", fits="5.24.0"),
+      Finding("uv.version", None, "https://pypi.org/simple", "0.13.8", error="connection refused")], ["--exit-code"], 1),
+    ([Finding("uv.version", None, "https://pypi.org/simple", "0.13.8", error="connection refused")], ["--json"], 1),
+])
+def test_outdated_exits_non_zero_when_a_source_did_not_answer(monkeypatch, findings, flags, status):
+    from click.testing import CliRunner
+
+    from envbuild.cli import cli
+    from envbuild.cli import maintain
+
+    monkeypatch.setattr(maintain, "_outdated", lambda *a, **k: findings)
+    result = CliRunner().invoke(cli, ["outdated", "--matrix", str(MATRIX), *flags])
+    assert result.exit_code == status, result.output
+    unasked = status == 3 or (status == 1 and "--exit-code" not in flags)
+    assert ("could not be asked" in result.stderr) == unasked, result.stderr

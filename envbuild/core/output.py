@@ -55,41 +55,33 @@ def _basic(match: re.Match) -> str:
 
 # No nested quantifiers and one start per word: linear in the text's length (a 2 MB value is scrubbed at once).
 _NAME = r"[A-Za-z0-9_.-]*(?:token|secret|passwd|password|passphrase|pwd|credentials?|auth|authorization|apikey|signature|sig|cookie|pat|[_.-]key)"
-
-
-# Compiled on the first scrub, not at import: about 8 ms that a start printing no secret never pays.
-@functools.cache
-def shapes() -> list[tuple[re.Pattern, str | Callable[[re.Match], str]]]:
-    return [(re.compile(*p) if isinstance(p, tuple) else re.compile(p), replacement) for p, replacement in _SHAPES]
-
-
 # (pattern, replacement), applied in order; each keeps what says where the secret was and drops the secret.
-_SHAPES: list[tuple[tuple[str, re.RegexFlag] | str, str | Callable[[re.Match], str]]] = [  # (pattern[, flags]), ...
+SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
     # a private key block (PEM, OpenSSH), whole
-    ((r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.DOTALL),
+    (re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.DOTALL),
      rf"-----BEGIN \1PRIVATE KEY----- {MASK}"),
     # a URL's userinfo (user:password@, token@), whatever the scheme
-    ((r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/?#\"'<>`]{0,512}@"), rf"\1{MASK}@"),
+    (re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/?#\"'<>`]{0,512}@"), rf"\1{MASK}@"),
     # an HTTP authorization: Bearer TOKEN, Basic BASE64(user:password)
-    ((r"\b((?:Bearer|bearer|BEARER)\s+)[A-Za-z0-9._~+/-]{8,}=*"), rf"\1{MASK}"),
-    ((r"\b((?:Token|token)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{12,}=*"), rf"\1{MASK}"),
-    ((r"\b((?:Basic|basic|BASIC)\s+)([A-Za-z0-9+/]{6,}=*)"), _basic),
+    (re.compile(r"\b((?:Bearer|bearer|BEARER)\s+)[A-Za-z0-9._~+/-]{8,}=*"), rf"\1{MASK}"),
+    (re.compile(r"\b((?:Token|token)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{12,}=*"), rf"\1{MASK}"),
+    (re.compile(r"\b((?:Basic|basic|BASIC)\s+)([A-Za-z0-9+/]{6,}=*)"), _basic),
     # NAME=VALUE, NAME: VALUE in JSON ("name": "value"), ?name=value, for a secret-looking NAME
-    ((rf"(?<![A-Za-z0-9_.-])({_NAME}(?![A-Za-z0-9])[\"']?)(\s*=\s*|[\"']?\s*:\s*[\"'])([^\s\"',;&)}}\]]+)", re.IGNORECASE),
+    (re.compile(rf"(?<![A-Za-z0-9_.-])({_NAME}(?![A-Za-z0-9])[\"']?)(\s*=\s*|[\"']?\s*:\s*[\"'])([^\s\"',;&)}}\]]+)", re.IGNORECASE),
      rf"\1\2{MASK}"),
     # netrc contents: `password X` where netrc has it (a line of its own, or after machine/login/account on one
     # line); not `getent passwd 1000` in a build log
-    ((r"^([ \t]*(?:(?:machine|login|account|default)\b[^\n]*?[ \t])?(?:password|passwd)[ \t]+)(?!\*\*\*)\S+",
+    (re.compile(r"^([ \t]*(?:(?:machine|login|account|default)\b[^\n]*?[ \t])?(?:password|passwd)[ \t]+)(?!\*\*\*)\S+",
                 re.IGNORECASE | re.MULTILINE), rf"\1{MASK}"),
     # well-known token shapes
-    ((r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,})"), MASK),  # GitHub
-    ((r"\b(?:hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{16,})"), MASK),  # Hugging Face
-    ((r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}\b"), MASK),  # AWS
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,})"), MASK),  # GitHub
+    (re.compile(r"\b(?:hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{16,})"), MASK),  # Hugging Face
+    (re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}\b"), MASK),  # AWS
     # an AWS secret access key: 40 characters of base64 with both cases and a digit (a git or image digest is hex)
-    ((r"(?<![A-Za-z0-9/+_-])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[0-9])"
+    (re.compile(r"(?<![A-Za-z0-9/+_-])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[0-9])"
                 r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])"), MASK),
-    ((r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), MASK),  # JWT
-    ((r"\b(?:glpat-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|pypi-[A-Za-z0-9_-]{40,}|"
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), MASK),  # JWT
+    (re.compile(r"\b(?:glpat-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|pypi-[A-Za-z0-9_-]{40,}|"
                 r"npm_[A-Za-z0-9]{20,}|dckr_pat_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{30,}|"
                 r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,})"), MASK),
 ]
@@ -126,7 +118,7 @@ class Scrubber:
         for value in (*sorted(_HELD, key=len, reverse=True), *self.values):
             if value in text:
                 text = text.replace(value, MASK)
-        for pattern, replacement in shapes():
+        for pattern, replacement in SHAPES:
             text = pattern.sub(replacement, text)
         return text
 

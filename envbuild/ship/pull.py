@@ -65,12 +65,12 @@ def pull(m: Matrix, backend: Backend, engine: EngineAPI, *, registry: str | None
     if not TAG.match(tag):
         raise InvalidInput(f"--tag {tag!r} is not a valid image tag (letters, digits, '_', '.', '-'; at most 128)")
     ref = f"{registry}:{tag}"
-    expected = None
+    entry = None
     if manifest is not None:
         entry = manifests.load(manifest, must_exist=True)["images"].get(backend.name)
         if entry is None:
             raise ManifestError(f"manifest {manifest} has no image for backend '{backend.name}' (it was never published there)")
-        expected = entry["digest"]
+    expected = entry["digest"] if entry else None
     missing = f"{ref} is not in the registry: has `envbuild publish --backend {backend.name}` pushed it there?"
     session = Session(engine, registry, environ)
     session.login(lambda s: None)
@@ -84,12 +84,13 @@ def pull(m: Matrix, backend: Backend, engine: EngineAPI, *, registry: str | None
         if expected and proved.digest != expected:
             raise _mismatch(ref, proved.digest, expected, manifest)
         expected, signature = proved.digest, proved.to_json()
-    chosen = _platform_digest(m, backend, ref, Platform.of(platform) if platform else None, manifest, root, environ, missing)
+    chosen, remote = _platform_digest(ref, Platform.of(platform) if platform else None, manifest, entry, root, environ,
+                                      missing)
     if chosen is not None:
         return _pull_platform(m, backend, engine, session, ref, manifest, echo, missing, *chosen)
     if expected:
         # Ask the registry first: a tag that moved is refused before a single layer is fetched.
-        remote = session.remote_digest(ref, missing)
+        remote = remote or session.remote_digest(ref, missing)
         if remote != expected:
             raise _mismatch(ref, remote, expected, manifest)
     before = engine.image_id(ref)
@@ -134,14 +135,11 @@ def _undo_pull(engine: EngineAPI, ref: str, before: str | None) -> None:
         pass
 
 
-def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: Platform | None, manifest: Path | None, root: Path,
-                     environ: Mapping[str, str] | None, missing: str) -> tuple[str, str, bool] | None:
-    """(platform, its digest, emulated) when `ref` names an image index; None for a single image (pulled as before).
-    Everything is decided from the registry's index and the manifest, before a layer is downloaded."""
-    entry = manifests.load(manifest, must_exist=True)["images"].get(backend.name) if manifest else None
-    if manifest and entry is None:
-        raise ManifestError(f"manifest {manifest} has no image for backend '{backend.name}' (it was never published there)")
-
+def _platform_digest(ref: str, platform: Platform | None, manifest: Path | None, entry: dict | None, root: Path,
+                     environ: Mapping[str, str] | None, missing: str) -> tuple[tuple[Platform, str, bool] | None, str | None]:
+    """((platform, its digest, emulated), None) when `ref` names an image index; (None, its digest) for a single
+    image, pulled as before (its digest read once, here); (None, None) when this process cannot reach the registry.
+    Everything is decided from the registry's index and the manifest's `entry`, before a layer is downloaded."""
     try:
         top = Registry(ref, environ).manifest(ref)
     except RegistryDeadlineError:
@@ -149,13 +147,13 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: Platform |
     except RegistryUnreachableError:
         if platform:
             raise
-        return None  # the daemon may reach it where this process cannot (a proxy): it picks this host's platform
+        return None, None  # the daemon may reach it where this process cannot (a proxy): it picks this host's platform
     if top is None:
         raise PublishError(missing)
     if not top.is_index:
         if platform:
             raise PublishError(f"{ref} is a single image, not an index: --platform has nothing to choose")
-        return None
+        return None, top.digest
     if entry is not None and entry.get("digest") != top.digest:
         raise _mismatch(ref, top.digest, entry.get("digest") or "?", manifest)
     here = host_platform()
@@ -173,7 +171,7 @@ def _platform_digest(m: Matrix, backend: Backend, ref: str, platform: Platform |
     recorded = ((entry or {}).get("platforms") or {}).get(wanted, {}).get("digest")
     if entry is not None and recorded != digest:
         raise _mismatch(f"{ref} ({wanted})", digest, recorded or "(no record of this platform)", manifest)
-    return wanted, digest, emulated
+    return (wanted, digest, emulated), None
 
 
 def _pull_platform(m: Matrix, backend: Backend, engine: EngineAPI, session: Session, ref: str, manifest: Path | None,

@@ -213,7 +213,7 @@ def test_pulls_digest_check_is_cut_off_not_handed_to_the_daemon(server):
     from envbuild.core.errors import RegistryDeadlineError
     from envbuild.ship.pull import _platform_digest
 
-    _cut_off(lambda: _platform_digest(None, None, f"{server.host}/team/app:cpu", None, None, Path("/"), None, "missing"),
+    _cut_off(lambda: _platform_digest(f"{server.host}/team/app:cpu", None, None, None, Path("/"), None, "missing"),
              RegistryDeadlineError)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from envbuild.core.netread import basic_auth, netrc_login
 from envbuild.core.netread import proxy_for as _proxy
 from envbuild.core.netread import without_password as _no_password
 
@@ -63,22 +64,6 @@ def registry_target(host: str, purpose: str) -> Target:
     return Target("registry", host, f"{api_root(_registry_host(host))}/v2/", purpose)
 
 
-def _auth(url: str, netrc: Path | None) -> str | None:
-    import netrc as netrcs
-
-    if netrc is None:
-        return None
-    try:
-        found = netrcs.netrc(str(netrc)).authenticators(urllib.parse.urlsplit(url).hostname or "")
-    except (OSError, netrcs.NetrcParseError):
-        return None
-    if not found or not found[2]:
-        return None
-    import base64
-
-    return "Basic " + base64.b64encode(f"{found[0]}:{found[2]}".encode()).decode()
-
-
 def _ask(target: Target, environ: Mapping[str, str], ca_bundle: Path | None, netrc: Path | None,
          timeout: float) -> tuple[bool, str, str]:
     """(answers, what it answered or why not, how it was asked) for one target: a registry through the registry
@@ -96,8 +81,8 @@ def _ask(target: Target, environ: Mapping[str, str], ca_bundle: Path | None, net
     handlers.append(urllib.request.HTTPSHandler(context=context))
     opener = urllib.request.build_opener(*handlers)
     request = urllib.request.Request(target.url, method="GET", headers={"User-Agent": "envbuild-probe"})
-    if auth := _auth(target.url, netrc):
-        request.add_header("Authorization", auth)
+    if login := netrc_login(target.url, netrc):
+        request.add_header("Authorization", basic_auth(*login))
     via = f"through the proxy {_no_password(proxy)}" if proxy else "directly"
     try:
         with opener.open(request, timeout=timeout) as response:

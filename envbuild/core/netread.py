@@ -204,6 +204,20 @@ def basic_auth(username: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
 
 
+def netrc_login(url: str, path: Path | str | None) -> tuple[str, str] | None:
+    """(login, password) a netrc file (--netrc) holds for `url`'s host; None without one, or for a file that cannot
+    be read (it was checked where the user gave it: core/files.read_netrc)."""
+    import netrc
+
+    if path is None:
+        return None
+    try:
+        found = netrc.netrc(str(path)).authenticators(urlsplit(url).hostname or "")
+    except (OSError, netrc.NetrcParseError, UnicodeError, ValueError):
+        return None
+    return (found[0], found[2]) if found and found[2] else None
+
+
 class Answer:
     """One HTTP answer, its body not yet read: every read of it keeps to the deadline of the request."""
 

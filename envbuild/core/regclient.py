@@ -233,22 +233,6 @@ def _unreachable(message: str, exc: OSError) -> RegistryUnreachableError:
     return error
 
 
-def _netrc_login(url: str, path: Path | None) -> Credentials | None:
-    """The login a netrc file (--netrc) holds for `url`'s host; None without one (or for a file that cannot be read:
-    it was checked where the user gave it)."""
-    import netrc
-
-    if path is None:
-        return None
-    try:
-        found = netrc.netrc(str(path)).authenticators(urlsplit(url).hostname or "")
-    except (OSError, netrc.NetrcParseError, UnicodeError, ValueError):
-        return None
-    if not found or not found[2]:
-        return None
-    return Credentials(found[0], found[2], source=f"the netrc file {path}")
-
-
 def _basic(creds: Credentials) -> str:
     encoded = base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
     hold_secret(creds.password)
@@ -269,7 +253,8 @@ class Registry:
         self.host = _host(ref)
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.base = api_root(self.host)
-        login = _netrc_login(self.base, netrc)
+        found = netread.netrc_login(self.base, netrc)
+        login = Credentials(*found, source=f"the netrc file {netrc}") if found else None
         self._netrc_auth = _basic(login) if login else None
         self.creds = ((from_env if publish else github_token)(self.host, environ)
                       or config_login(self.host, environ) or login)

@@ -279,12 +279,13 @@ def test_the_conformance_check_refuses_an_engine_that_strays():
     assert any("beyond the contract: inspect_everything" in p for p in found)
 
 
-def test_the_places_the_engine_recipe_names_hold_what_it_says():
-    from envbuild.core import engine_select
+def test_the_places_the_engine_recipe_names_hold_what_it_says(monkeypatch):
+    from envbuild.core import engine_select, podman
     from envbuild.imagebuild import builder
 
     assert "podman" in engine_select.ENGINES and callable(engine_select.choose)
-    assert builder.builder_for("podman").kind == "podman"
+    monkeypatch.setattr(podman, "executable", lambda: "/usr/bin/podman")  # a unit test needs no Podman installed
+    assert builder.builder_for("podman").kind == "podman" and builder.builder_for("podman").argv[0] == "/usr/bin/podman"
     assert engine_contract.problems(engine_contract.IMPLEMENTATIONS[1]) == []  # Podman, the worked example
 
 

@@ -200,7 +200,7 @@ def steps_from(output: str) -> list[dict[str, Any]]:
 
 
 def _docker_client():
-    from envbuild.core.engine import Engine
+    from envbuild.engine.docker import Engine
 
     return Engine.connect().client  # the SDK client itself: the benchmark asks what envbuild never needs
 
@@ -330,10 +330,10 @@ QUICK = (1, 3, 1)
 def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) -> list[Row]:
     from support import testbed
 
-    from envbuild import imagebuild as build_mod
+    from envbuild.image import build as build_mod
     from envbuild import matrix as matrix_mod
-    from envbuild.imagebuild import builder as builder_mod
-    from envbuild.core.engine import Engine
+    from envbuild.image import builder as builder_mod
+    from envbuild.engine.docker import Engine
     from envbuild.core.paths import cache_dir
 
     reps, cli_reps, smoke_reps = (QUICK if args.quick else FULL)

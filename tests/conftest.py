@@ -34,7 +34,7 @@ def _no_outside_index(monkeypatch) -> None:
     test: another host is answered "not asked", as a test never depends on the network."""
     import urllib.parse
 
-    from envbuild.core import netprobe
+    from envbuild.net import netprobe
 
     real = netprobe._ask
 
@@ -113,7 +113,7 @@ def closed_socket(tmp_path, monkeypatch) -> str:
 @pytest.fixture
 def fake_docker():
     """Writes a fake `docker` client into a folder: answers `--version` and whether `buildx` works, and
-    logs every call to DIR/calls. For the engine module's own client discovery (envbuild.core.engine.client_executables,
+    logs every call to DIR/calls. For the engine module's own client discovery (envbuild.engine.docker.client_executables,
     build.builder.find_builder); everything behind the engine is faked by support/fakes.py's FakeEngine."""
 
     def make(dirpath: Path, version: str, buildx: bool) -> Path:
@@ -138,7 +138,7 @@ def buildkit_client(tmp_path, fake_docker, monkeypatch):
     one: for the unit tests of what a build is handed (the fake engine runs it), which ask which client builds."""
     import os
 
-    from envbuild.imagebuild import builder
+    from envbuild.image import builder
 
     exe = fake_docker(tmp_path / "client-bin", "28.2.2", buildx=True)
     monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)

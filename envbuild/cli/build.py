@@ -132,7 +132,7 @@ def build(backends, variant, matrix_path, overrides, inputs, locked, build_args,
     # the environment, DOCKER_*/BUILDX_*, the local base) and its tags are in place; --no-cache, --platform,
     # --builder and --cache-to always build. With several backends it goes on past a failure and exits 1 if any
     # failed. --jobs N runs N builder processes on one daemon: BuildKit runs a shared step once.
-    from envbuild.lock import build as b
+    from envbuild.image import build as b
 
     m = load(matrix_path, overrides)
     chosen = choose(m, backends, variant, for_host=True)
@@ -144,7 +144,7 @@ def build(backends, variant, matrix_path, overrides, inputs, locked, build_args,
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     engine = options.engine()
     if jobs > 1 and len(chosen) > 1:
-        from envbuild.imagebuild.status import StatusBoard
+        from envbuild.image.status import StatusBoard
 
         # -v wants every line of every builder: then no live board, only prefixed lines
         live = False if verbose else None
@@ -261,7 +261,7 @@ def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, c
     # header records the platform and the base's registry digest for it (asked of the registry, or given by a base
     # pinned by digest), so a lock made on one machine is current on every other.
     from envbuild.report import report
-    from envbuild.lock import locking
+    from envbuild.image import locking
 
     m = load(matrix_path, overrides)
     chosen = choose(m, backends) if backends else m.containerizable()

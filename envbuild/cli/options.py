@@ -103,7 +103,7 @@ class _Inputs:
         return self.site.path("netrc")
 
     def options(self, **more: Any):
-        from envbuild.imagebuild.plan import options
+        from envbuild.image.plan import options
 
         site = self.site
         return options(ca_bundle=site.path("ca_bundle"), no_ca_bundle=self.no_ca_bundle, netrc=site.path("netrc"),
@@ -153,7 +153,7 @@ def input_options(f):
 def engine(setup: bool = True):
     """The engine the command works on (--engine, $ENVBUILD_ENGINE, else a Docker daemon that answers, else Podman);
     with `setup`, where no Docker engine answers (Debian, Ubuntu), offer to install and start one."""
-    from envbuild.core.engine_select import choose
+    from envbuild.engine.select import choose
     from envbuild.host.engine_setup import ensure_engine
 
     ctx = click.get_current_context()

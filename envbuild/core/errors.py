@@ -154,5 +154,5 @@ class PlatformError(EnvbuildError):
 
 
 class UnreachableError(LockError):
-    """A package index or registry a step needs does not answer (envbuild/core/netprobe.py): said before the step
+    """A package index or registry a step needs does not answer (envbuild/net/netprobe.py): said before the step
     waits on it, with the ways out."""

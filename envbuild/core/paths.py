@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Mapping
 
 PACKAGE = Path(__file__).parent.parent  # the envbuild package
 DEFAULT_MATRIX = "matrix.yaml"
@@ -31,3 +32,13 @@ def cache_dir(*parts: str) -> Path:
     """envbuild's per-user cache: $XDG_CACHE_HOME/envbuild, else ~/.cache/envbuild (never needed for correctness)."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(root, "envbuild", *parts)
+
+
+def config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The docker client's configuration folder: $DOCKER_CONFIG, else ~/.docker (config.json, contexts, buildx)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
+
+
+def config_file(environ: Mapping[str, str] | None = None) -> Path:
+    return config_dir(environ) / "config.json"

@@ -316,7 +316,7 @@ def detect_host(matrix: Matrix, root: str | os.PathLike[str] | None = None) -> D
 
 def docker_runtimes_from_engine() -> set[str] | None:
     """Runtimes registered with the Docker daemon (e.g. {'runc', 'nvidia'}); None when none is reachable."""
-    from envbuild.core.engine import Engine
+    from envbuild.engine.docker import Engine
 
     engine = Engine(timeout=5)
     try:

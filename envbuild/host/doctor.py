@@ -17,20 +17,20 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
-from envbuild.core import engine as engines
+from envbuild.engine import docker as engines
 from envbuild.core.errors import DockerError, EnvbuildError, RegistryAuthError
 from envbuild.matrix import Backend, Matrix, not_containerizable_message
-from envbuild.core import credentials
+from envbuild.net import credentials
 from envbuild.core.imageref import Reference
 from envbuild.smoke import preflight
 from envbuild.core.checks import Check, skip as _skip
-from envbuild.core.owner import left_behind
+from envbuild.engine.owner import left_behind
 from envbuild.matrix import compat
 from envbuild.core.platform import can_run, emulation_fix, host_platform
 from envbuild.host.detect import detect
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
     from envbuild.core.settings import Settings
 
 DOCTOR_TIMEOUT = 20  # seconds for each question to the daemon: a doctor must not hang on a dead engine
@@ -117,7 +117,7 @@ ENGINE_CHECK = {"docker": "docker daemon", "podman": "podman"}  # each engine's 
 def connect(timeout: int = DOCTOR_TIMEOUT, engine_name: str | None = None) -> tuple[EngineAPI | None, Check]:
     """(engine, check): an engine that answered, or None with the failed check and its fix. The engine is the one
     commands would use (--engine, $ENVBUILD_ENGINE, else auto), and the check says which and why."""
-    from envbuild.core.engine_select import choose
+    from envbuild.engine.select import choose
 
     choice = choose(engine_name, timeout=timeout)
     engine = choice.engine
@@ -150,7 +150,7 @@ def connect(timeout: int = DOCTOR_TIMEOUT, engine_name: str | None = None) -> tu
 
 
 def check_builder(kind: str = "docker") -> Check:
-    from envbuild.imagebuild.builder import find_builder, podman_builder
+    from envbuild.image.builder import find_builder, podman_builder
 
     name = "podman build" if kind == "podman" else "buildkit"
     try:
@@ -282,7 +282,7 @@ def check_registry(name: str, ref: str, fix: str, *, publish: bool = False, time
     """Whether the registry of `ref` (an image, a repository or a host) answers its API (/v2/) at all: what a lock
     and a build ask first (the base's), or what publish pushes to."""
     from envbuild.core.errors import EnvbuildError, RegistryUnreachableError
-    from envbuild.core.regclient import Registry
+    from envbuild.net.regclient import Registry
 
     try:
         registry = Registry(ref, publish=publish)
@@ -300,7 +300,7 @@ def check_registry(name: str, ref: str, fix: str, *, publish: bool = False, time
 def check_indexes(matrix: Matrix, backend: Backend, site: Settings | None = None) -> list[Check]:
     """Whether each package index a lock of `backend` asks answers (through the site's mirrors), as `lock` probes
     them before resolving: one check each, with the ways out when it does not."""
-    from envbuild.imagebuild import reach
+    from envbuild.image import reach
 
     found = reach.needs(matrix, backend, index_mirrors=site.index_mirrors if site else ())
     results = reach.probe(found, ca_bundle=_site_path(site, "ca_bundle"), netrc=_site_path(site, "netrc"))

@@ -3,7 +3,7 @@ after asking (or with --yes), so that the README's first command works on a fres
 
 System administration (apt-get, systemctl, dockerd as root), apart from the core and beside it in host/: the CLI
 calls it before a command that needs an engine, no stage imports it. It starts no docker client; it asks the
-engine only through envbuild.core.engine (ping).
+engine only through envbuild.engine.docker (ping).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from envbuild.core import engine as engines
+from envbuild.engine import docker as engines
 from envbuild.core.errors import DockerError
 from envbuild.core.files import read_host
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
 
 LOG = "/var/log/envbuild-dockerd.log"
 

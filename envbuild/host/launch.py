@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from envbuild.core import runspec
+from envbuild.engine import runspec
 from envbuild.core.errors import InvalidInput
 from envbuild.core.imageref import Reference
 from envbuild.matrix import Backend

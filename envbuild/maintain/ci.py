@@ -77,8 +77,8 @@ def changed(m: Matrix, doc: dict[str, Any], opts: Any, registry: str, echo: Any 
     the cell's image will carry (its committed lock, Dockerfile and context). A cell without a lock, or a registry
     that cannot be asked, counts as changed: building once too often is safe, skipping wrongly is not."""
     from envbuild.core.errors import EnvbuildError
-    from envbuild.core.regclient import Registry, split
-    from envbuild.lock.locking import planned_content_key
+    from envbuild.net.regclient import Registry, split
+    from envbuild.image.locking import planned_content_key
     from envbuild.ship.shared import content_tag
 
     keep = []

@@ -8,7 +8,7 @@ from typing import Iterable
 
 from envbuild.core.errors import InvalidInput, NotContainerizableError, UnknownBackendError
 from envbuild.core.platform import Platform
-from envbuild.core.runspec import RUN_KINDS, RunFlag, RunSpec  # noqa: F401 (part of the model: a backend's run settings)
+from envbuild.engine.runspec import RUN_KINDS, RunFlag, RunSpec  # noqa: F401 (part of the model: a backend's run settings)
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class Torch:
     version: str
     index_url: str | None
     # The matrix accepts any build of torch the indexes serve (e.g. PyPI's default, CUDA, for cpu); else a lock
-    # holding another build than the backend's is refused (envbuild.lock.torch_problem).
+    # holding another build than the backend's is refused (envbuild.image.lockstate.torch_problem).
     any_build: bool = False
 
 

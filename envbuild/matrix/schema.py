@@ -14,7 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import InvalidInput
-from envbuild.core.cachemount import CACHE, CACHE_DERIVED_ENV, CACHE_ENV
+from envbuild.engine.cachemount import CACHE, CACHE_DERIVED_ENV, CACHE_ENV
 from envbuild.core.imageref import Reference
 from envbuild.core.output import scrub, secret_name
 from envbuild.core.platform import Platform

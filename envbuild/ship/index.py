@@ -16,7 +16,7 @@ from envbuild.core.errors import EnvbuildError, InvalidInput, PublishError, Regi
 from envbuild.matrix.compat import image_arch
 from envbuild.core.platform import InvalidPlatform, Platform, foreign_arch, platform_arch
 from envbuild.ship import manifest
-from envbuild.core.regclient import Registry
+from envbuild.net.regclient import Registry
 from envbuild.core.imageref import DIGEST, with_tags
 from envbuild.core.text import shown
 from envbuild.ship.shared import Published, label_mismatches, push_or_move, smoke_summary, write_sbom
@@ -121,8 +121,8 @@ def _held_content(m: Matrix, backend: Backend, registry: str, platform: Platform
     arguments, as the publish workflow builds). None when the key cannot be known, the tag is not there, or (with a
     signing key) what is there does not verify with it: the index is signed, and must not vouch for an image that
     anyone able to push a tag could have put there."""
-    from envbuild.imagebuild.plan import BuildOptions
-    from envbuild.lock.locking import planned_content_key
+    from envbuild.image.plan import BuildOptions
+    from envbuild.image.locking import planned_content_key
     from envbuild.ship.shared import content_tag, content_there
 
     try:

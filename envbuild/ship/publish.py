@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from envbuild.core.errors import EnvbuildError, InvalidInput, PublishError, RegistryAuthError, RegistryUnreachableError
 from envbuild.matrix.compat import image_arch
 from envbuild.ship import manifest
-from envbuild.imagebuild.plan import CONTENT_LABEL
+from envbuild.image.plan import CONTENT_LABEL
 from envbuild.ship.index import publish_platforms
 from envbuild.core.imageref import check_repository, with_tags
 from envbuild.ship.session import Session
@@ -26,7 +26,7 @@ from envbuild.ship.shared import Published, PublishOptions, label_mismatches, pu
 from envbuild.ship.trust.attest import sign_publish
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI, Image
+    from envbuild.engine.docker import EngineAPI, Image
     from envbuild.matrix import Backend, Matrix
 
 

@@ -14,12 +14,12 @@ from envbuild.core.errors import DigestMismatchError, EnvbuildError, InvalidInpu
 from envbuild.ship import manifest as manifests
 from envbuild.core.imageref import TAG, Reference, check_repository
 from envbuild.core.platform import Platform, can_run, emulation_fix, foreign_arch, host_platform
-from envbuild.core.regclient import Registry
+from envbuild.net.regclient import Registry
 from envbuild.ship.session import Session
 from envbuild.smoke import preflight
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
     from envbuild.matrix import Backend, Matrix
 
 

@@ -17,10 +17,10 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from envbuild.core.errors import EnvbuildError
-from envbuild.lock.lockfile import parse
+from envbuild.image.lockfile import parse
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
 
 LOCK = "/opt/envbuild/lock.txt"
 INSTALLED = "/opt/envbuild/installed.json"

@@ -13,14 +13,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-from envbuild.core.engine import EngineError, StreamBroken
+from envbuild.engine.docker import EngineError, StreamBroken
 from envbuild.core.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryError, RegistryUnreachableError
-from envbuild.core.credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
+from envbuild.net.credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
 from envbuild.core.imageref import DIGEST, Reference
-from envbuild.core.regclient import Registry, unreachable_reason
+from envbuild.net.regclient import Registry, unreachable_reason
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
 
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|forbidden|\b40[13]\b", re.IGNORECASE)
 _NETWORK = re.compile(

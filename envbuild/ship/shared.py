@@ -15,7 +15,7 @@ from envbuild.core.files import write_atomic
 from envbuild.ship import manifest
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI, Image
+    from envbuild.engine.docker import EngineAPI, Image
     from envbuild.matrix import Backend, Matrix
 
 
@@ -122,7 +122,7 @@ def content_there(ref: str, session: Any, opts: PublishOptions, echo: Callable[[
     """(its manifest, its image id, when it was made) of the image the registry holds under the content tag `ref`;
     None when it holds none, cannot be read, or (with a signing key) one whose signature does not verify with that
     key's public half. `otherwise` says what the caller does then."""
-    from envbuild.core.regclient import Registry, config_digest, json_object
+    from envbuild.net.regclient import Registry, config_digest, json_object
 
     try:
         reg = Registry(ref, session.environ)
@@ -160,8 +160,8 @@ def push_or_move(registry: str, session: Any, image: Image, backend: Backend, re
     publish cut short never moves the tag users pull to an image whose pinned tag does not exist. Returns the
     digest, when the registry's image was made (None: pushed now), the content tag (None: the image has no key) and
     the id of the image the tags now name (the registry's own when it held the content)."""
-    from envbuild.core.regclient import Registry, split
-    from envbuild.imagebuild.plan import CONTENT_LABEL
+    from envbuild.net.regclient import Registry, split
+    from envbuild.image.plan import CONTENT_LABEL
 
     key = image.labels.get(CONTENT_LABEL) or ""
     content_ref = f"{registry}:{content_tag(backend, key)}" if re.fullmatch(r"[0-9a-f]{64}", key) else None

@@ -9,7 +9,7 @@ from envbuild.core.errors import SmokeError
 from envbuild.smoke.runner import MODEL_MOUNT, OWNED_LABEL, SMOKE_LABEL, SmokeResult, leftover_containers, model_args, smoke
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
     from envbuild.core.platform import Platform
     from envbuild.matrix import Backend, Matrix
 

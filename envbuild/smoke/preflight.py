@@ -12,7 +12,7 @@ from envbuild.core.errors import DockerError, HostMismatch, SmokeError
 from envbuild.core.files import read_host
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
     from envbuild.matrix import Backend
 
 # How to register each container runtime a matrix backend names (run.runtime, or nvidia for run.gpus).

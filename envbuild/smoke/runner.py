@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from envbuild.core import owner
-from envbuild.core.cachemount import CACHE, cache_mount, is_folder
+from envbuild.engine import owner
+from envbuild.engine.cachemount import CACHE, cache_mount, is_folder
 from envbuild.core.errors import DockerError, InvalidInput, SmokeError
-from envbuild.core.owner import OWNED_LABEL
+from envbuild.engine.owner import OWNED_LABEL
 from envbuild.core.platform import Platform, can_run, emulation_fix, foreign_arch, host_platform, platform_arch, target
 from envbuild.core.text import shown, unsafe_char
 from envbuild.smoke import preflight
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
     from envbuild.matrix import Backend, Matrix
 
 SMOKE_LABEL = "dev.envbuild.smoke"

@@ -28,7 +28,7 @@ from envbuild.core.errors import DockerError, EnvbuildError, InvalidInput
 from envbuild.core.platform import arch as host_arch
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI, Image
+    from envbuild.engine.docker import EngineAPI, Image
     from envbuild.matrix.model import Backend
 
 # The slim images' dpkg excludes (Docker's debian:*-slim): no manuals, docs (but their copyright), info, locales.

@@ -1,7 +1,7 @@
 """`envbuild clean`: what envbuild left on the engine after a crash, removed and listed.
 
 Every container envbuild starts carries the dev.envbuild.owned label, its owner and its checkout (the project
-folder it was started from; envbuild/core/owner.py), and every image it builds the dev.envbuild.backend label:
+folder it was started from; envbuild/engine/owner.py), and every image it builds the dev.envbuild.backend label:
 containers that no longer run and whose run is gone (a daemon or process killed mid-smoke leaves them) and
 untagged images (build results that a newer build replaced) can be told apart from the user's and from another
 run's at work. By default only this checkout's: its containers by their label, its images by the list of the
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envbuild.core.owner import IMAGES_MADE, checkout, images_made, remove_left_behind
+from envbuild.engine.owner import IMAGES_MADE, checkout, images_made, remove_left_behind
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
 
 IMAGE_LABEL = "dev.envbuild.backend"
 

@@ -22,14 +22,14 @@ from envbuild.core.errors import EnvbuildError, InvalidInput
 from envbuild.core import text
 from envbuild.core.output import scrub, secret_name
 from envbuild.core.text import unsafe_char
-from envbuild.core import owner
-from envbuild.core.cachemount import CACHE, DEFAULT_CACHE, VOLUME_NAME as _VOLUME_NAME  # noqa: F401
-from envbuild.core.cachemount import cache_mount as _cache_mount, is_folder as _is_folder
+from envbuild.engine import owner
+from envbuild.engine.cachemount import CACHE, DEFAULT_CACHE, VOLUME_NAME as _VOLUME_NAME  # noqa: F401
+from envbuild.engine.cachemount import cache_mount as _cache_mount, is_folder as _is_folder
 from envbuild.ship.trust import VerifyError
 from envbuild.smoke import preflight
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
     from envbuild.matrix import Backend, Matrix
 
 WORKDIR = "/workspace"

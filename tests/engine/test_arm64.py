@@ -23,8 +23,8 @@ import pytest
 from support import testbed
 from support.constants import MATRIX as MATRIX_PATH
 
-from envbuild.lock import lockfile
-from envbuild.core.regclient import Registry
+from envbuild.image import lockfile
+from envbuild.net.regclient import Registry
 
 pytestmark = pytest.mark.docker
 MATRIX = str(MATRIX_PATH)

@@ -20,7 +20,7 @@ from support import testbed
 
 from envbuild import matrix
 from envbuild.core.distbase import MADE_LABEL
-from envbuild.core.engine import Engine
+from envbuild.engine.docker import Engine
 from envbuild.workspace import base
 
 pytestmark = pytest.mark.docker

@@ -49,7 +49,7 @@ def test_image_carries_labels_and_pins(cpu_image, docker_client):
 def test_image_states_what_it_needs_of_the_host(cpu_image, docker_client):
     """The cpu image needs no driver and runs on any CPU; its build recorded torch's (empty) device
     architecture list, read back without starting a container."""
-    from envbuild.core.engine import Engine
+    from envbuild.engine.docker import Engine
     from envbuild.matrix.compat import ARCH_FILE
 
     labels = docker_client.images.get(cpu_image.tag).labels

@@ -16,7 +16,7 @@ from support import testbed
 from support.constants import MATRIX, TORCH
 from support.pyindex import SimpleIndex
 
-from envbuild.lock import lockfile
+from envbuild.image import lockfile
 
 pytestmark = pytest.mark.docker
 TAG = "envbuild-test/locked"
@@ -219,7 +219,7 @@ def test_a_lock_made_online_installs_with_every_index_unreachable_given_a_wheel_
     """The session's lock was resolved with PyPI reachable. Built again with every HTTPS index dead inside the build
     (a proxy that refuses), from a wheel folder holding the lock's files: it installs, asking no index, and the
     image carries the same content key as the one whose files came from PyPI."""
-    from envbuild.imagebuild.plan import CONTENT_LABEL
+    from envbuild.image.plan import CONTENT_LABEL
     from envbuild.matrix import load
 
     cpu_image.copy_locks(tmp_path)

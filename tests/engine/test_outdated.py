@@ -99,7 +99,7 @@ def _push(registry: testbed.Registry, ref: str, content: str, workdir: Path) -> 
     registry client envbuild itself uses."""
     import json
 
-    from envbuild.core.regclient import OCI_MANIFEST, Registry, split
+    from envbuild.net.regclient import OCI_MANIFEST, Registry, split
 
     api = Registry(f"{registry.host}/{ref}")
     repo, tag = split(f"{registry.host}/{ref}")

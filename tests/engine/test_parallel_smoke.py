@@ -29,12 +29,12 @@ def test_four_smokes_of_one_image_at_once_all_pass(cpu_image, tmp_path, no_lefto
 
 
 def test_clean_removes_a_gone_run_s_container_and_keeps_a_live_one_s(cpu_image, docker_client, tmp_path):
-    from envbuild.core.owner import CHECKOUT_LABEL, OWNED_LABEL, OWNER_LABEL, Owner, checkout, me
+    from envbuild.engine.owner import CHECKOUT_LABEL, OWNED_LABEL, OWNER_LABEL, Owner, checkout, me
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        from envbuild.core.owner import _start_time
+        from envbuild.engine.owner import _start_time
 
         here = me()
         owners = {"gone": Owner(here.host, here.boot, int(gone.stdout), "1"),

@@ -24,9 +24,9 @@ from support.constants import MATRIX as MATRIX_PATH
 from support.constants import TORCH
 from support.fixtures import start_registry
 
-from envbuild.core.engine import Engine, EngineError
-from envbuild.core.podman import Podman
-from envbuild.core.runspec import RunSpec
+from envbuild.engine.docker import Engine, EngineError
+from envbuild.engine.podman import Podman
+from envbuild.engine.runspec import RunSpec
 
 pytestmark = pytest.mark.docker
 MATRIX = str(MATRIX_PATH)

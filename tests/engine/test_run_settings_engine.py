@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from envbuild.core.engine import Engine, run_options
+from envbuild.engine.docker import Engine, run_options
 from envbuild.matrix import RunSpec
 
 pytestmark = pytest.mark.docker

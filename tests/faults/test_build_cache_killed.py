@@ -82,7 +82,7 @@ def test_a_daemon_killed_in_the_torch_layer_never_poisons_the_next_build(project
 def test_clean_build_cache_removes_envbuild_s_cache_mounts_and_nobody_else_s(project, cpu_image, base_image, tmp_path,  # noqa: F811
                                                                            docker_client):
     from envbuild.workspace.clean import own_build_caches
-    from envbuild.core.engine import Engine
+    from envbuild.engine.docker import Engine
 
     # Someone else's cache mount on the same engine, from a build that has nothing to do with envbuild.
     other = tmp_path / "other"

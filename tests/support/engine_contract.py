@@ -8,8 +8,8 @@ import inspect
 
 from support.fakes import FakeEngine
 
-from envbuild.core import engine
-from envbuild.core.podman import Podman
+from envbuild.engine import docker as engine
+from envbuild.engine.podman import Podman
 
 IMPLEMENTATIONS: tuple[type, ...] = (engine.Engine, Podman, FakeEngine)
 

@@ -1,4 +1,4 @@
-"""The one fake of envbuild.core.engine.Engine, for unit tests of pure logic: a daemon, its images, containers, a
+"""The one fake of envbuild.engine.docker.Engine, for unit tests of pure logic: a daemon, its images, containers, a
 registry and the builder process (Engine.start_client) in memory. Never the proof that a command works:
 tests/engine/ runs the real engine.
 
@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from envbuild.core.checks import Check
-from envbuild.core.engine import EngineAPI, EngineError, Exited, Image
+from envbuild.engine.docker import EngineAPI, EngineError, Exited, Image
 from envbuild.core.imageref import Reference
-from envbuild.core.owner import OWNED_LABEL, Container
+from envbuild.engine.owner import OWNED_LABEL, Container
 
 if TYPE_CHECKING:
-    from envbuild.core.runspec import RunSpec
+    from envbuild.engine.runspec import RunSpec
 
 
 def _split(ref: str) -> tuple[str, str]:

@@ -201,7 +201,7 @@ def cpu_smoke(cpu_image, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def engine(docker_client):
     """envbuild's own Engine on the same daemon (the tests' docker_client is the independent view)."""
-    from envbuild.core.engine import Engine
+    from envbuild.engine.docker import Engine
 
     e = Engine()
     yield e

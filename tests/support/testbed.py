@@ -236,7 +236,7 @@ def multiplatform_base(registry: Registry, docker_client, amd64_ref: str) -> str
     """Debian bookworm with Python and venv for linux/amd64 and linux/arm64 as one tag naming an index (manifest
     list), like python:3.11-slim-bookworm on Docker Hub: amd64 is `amd64_ref` (the session's stand-in base), arm64
     the debootstrapped one (made once under QEMU, cached). Returns REGISTRY/envbuild-test/debian-python3-multi:bookworm."""
-    from envbuild.core.regclient import Registry as Api
+    from envbuild.net.regclient import Registry as Api
 
     arm64_tar = arm64_base()
     amd64 = f"{registry.host}/{MULTI_NAME}:bookworm-amd64"
@@ -321,7 +321,7 @@ def make_wheelhouse(into: Path, torch: str = TORCH) -> Path:
 
 def host_ca_bundle() -> Path:
     """The bundle the host trusts: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE, $PIP_CERT, else Debian's."""
-    from envbuild.imagebuild import default_ca_bundle
+    from envbuild.image.build import default_ca_bundle
 
     return default_ca_bundle() or Path(HOST_CA)
 

@@ -208,7 +208,7 @@ def test_a_made_base_stands_for_the_registry_digest_in_a_lock_only_when_envbuild
                                                                                         monkeypatch) -> None:
     from support.fakes import FakeEngine
 
-    from envbuild.lock.locking import made_base_digest
+    from envbuild.image.locking import made_base_digest
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     engine = FakeEngine()
@@ -226,7 +226,7 @@ def test_a_build_whose_base_cannot_be_pulled_makes_it_when_told_yes_then_builds(
 
     from envbuild.cli import options
     from envbuild.core.errors import LockError
-    from envbuild.lock import build
+    from envbuild.image import build
 
     engine, calls, made = FakeEngine(), [], []
     monkeypatch.setattr(options, "engine", lambda: engine)
@@ -252,9 +252,9 @@ def test_a_failed_build_result_naming_the_base_is_offered_the_make_too(invoke, m
     from support.fakes import FakeEngine
 
     from envbuild.cli import options
-    from envbuild.imagebuild import BuildResult
-    from envbuild.lock import build
-    from envbuild.imagebuild.builder import base_failure
+    from envbuild.image.build import BuildResult
+    from envbuild.image import build
+    from envbuild.image.builder import base_failure
 
     engine, made = FakeEngine(), []
     monkeypatch.setattr(options, "engine", lambda: engine)

@@ -16,11 +16,11 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 
-from envbuild import imagebuild
-from envbuild.imagebuild import builder, plan, records
-from envbuild.lock import build
-from envbuild.imagebuild.status import StatusBoard
-from envbuild.core import owner
+from envbuild.image import build as imagebuild
+from envbuild.image import builder, plan, records
+from envbuild.image import build
+from envbuild.image.status import StatusBoard
+from envbuild.engine import owner
 from envbuild.core.errors import BuildError, EnvbuildError
 from envbuild.matrix import load
 from envbuild.render import UV_STEP
@@ -509,7 +509,7 @@ def test_a_build_that_cannot_reach_the_daemon_says_what_to_do(monkeypatch, tmp_p
 
 
 def test_a_daemon_that_died_mid_build_is_named_whatever_the_client_said(monkeypatch, tmp_path, engine, fake_builder):
-    from envbuild.core import engine as engines
+    from envbuild.engine import docker as engines
 
     build.build(MATRIX, CPU, opts(tmp_path), engine, echo=lambda s: None)  # the lock
     engine.build_rc = 1

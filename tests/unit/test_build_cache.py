@@ -13,7 +13,7 @@ from support.fakes import FakeEngine
 from test_render import RENDERED, runs
 
 from envbuild.workspace import clean
-from envbuild.imagebuild import builder
+from envbuild.image import builder
 from envbuild.render import UV_STEP as SCRIPT
 
 UV_STEP = ('cached mount /root/.cache/uv from exec /bin/sh -c if [ -s /run/secrets/ca_bundle ]; then export '

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from envbuild.imagebuild import builder
-from envbuild.imagebuild.status import StatusBoard
+from envbuild.image import builder
+from envbuild.image.status import StatusBoard
 from envbuild.core.errors import DockerError
 from support.constants import MATRIX
 from support.hostile import SECRET_VALUES
@@ -199,7 +199,7 @@ def test_status_board_prints_plain_prefixed_lines_elsewhere():
 # --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
 
 def test_build_arg_values_stay_out_of_logs_and_the_builder_gets_no_registry_credentials(tmp_path, monkeypatch, buildkit_client):
-    from envbuild.imagebuild import builder
+    from envbuild.image import builder
 
     monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "registry-secret")
     monkeypatch.setenv("PROXY_FROM_ENV", "http://u:proxy-secret@proxy:3128")
@@ -220,7 +220,7 @@ def test_build_arg_values_stay_out_of_logs_and_the_builder_gets_no_registry_cred
 
 
 def test_builder_logs_mask_secret_shapes(tmp_path, buildkit_client):
-    from envbuild.imagebuild import builder
+    from envbuild.image import builder
 
     fake = tmp_path / "docker"
     secret = SECRET_VALUES["huggingface"]
@@ -235,7 +235,7 @@ def test_builder_logs_mask_secret_shapes(tmp_path, buildkit_client):
 @pytest.mark.parametrize("value", [SECRET_VALUES["github-classic"], "http://u:proxy-pw-1@proxy:3128", "plain value with spaces",
                                    "a=b=c", ""])
 def test_build_arg_values_reach_the_builder_through_its_environment_only(value, tmp_path, buildkit_client):
-    from envbuild.imagebuild import builder, plan
+    from envbuild.image import builder, plan
 
     argv = plan.command(plan.Builder(("docker", "build"), (), False), tmp_path, plan.BuildOptions(build_args=(f"MY_ARG={value}",)), ())
     assert "--build-arg" in argv and argv[argv.index("--build-arg") + 1] == "MY_ARG"

@@ -294,7 +294,7 @@ def test_bump_names_the_locks_it_leaves_stale(world, invoke):
 def test_the_bump_command_s_library_run(world):
     """sources.bump.run, as `envbuild bump` calls it: a dry run writes nothing and says what it would do; a real one
     writes the matrix and names the locks it leaves (--no-lock), asking no engine."""
-    from envbuild.imagebuild import plan
+    from envbuild.image import plan
     from envbuild.maintain.sources import bump as bumping
 
     path, project = world["path"], world["project"]

@@ -8,7 +8,7 @@ from support.constants import MATRIX as MATRIX_PATH
 from support.hosts import VENDORS, make_root
 
 from envbuild.report import report
-from envbuild.imagebuild import plan
+from envbuild.image import plan
 from envbuild.host import detect
 from envbuild.core.errors import DockerError
 from envbuild.matrix import load

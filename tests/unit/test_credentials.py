@@ -1,4 +1,4 @@
-"""Unit tests of envbuild/core/credentials.py: registry secrets, masked in every form."""
+"""Unit tests of envbuild/net/credentials.py: registry secrets, masked in every form."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import base64
 # --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
 
 def test_registry_secrets_are_masked_in_every_form(monkeypatch):
-    from envbuild.core.credentials import Scrubber
+    from envbuild.net.credentials import Scrubber
 
     monkeypatch.setenv("ENVBUILD_REGISTRY_USER", "robot")
     monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "s3cr3t-p@ss")

@@ -287,7 +287,7 @@ def test_json_shape(matrix, tmp_path, empty_path):
 
 
 def test_docker_runtimes_from_engine(monkeypatch):
-    from envbuild.core import engine
+    from envbuild.engine import docker as engine
     from envbuild.core.errors import DockerError
 
     monkeypatch.setattr(engine.Engine, "runtimes", lambda self: {"runc", "nvidia"})

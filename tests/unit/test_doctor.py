@@ -15,8 +15,8 @@ from support.fakes import FakeEngine
 from support.hosts import VENDORS, add_driver, make_root, nvidia_version
 from support.loopback import serve
 
-from envbuild.core import engine
-from envbuild.imagebuild import builder
+from envbuild.engine import docker as engine
+from envbuild.image import builder
 from envbuild.core.errors import DockerError
 from envbuild.host import doctor
 from envbuild.report.report import doctor_text as report_text

@@ -15,7 +15,7 @@ import pytest
 from support import engine_contract
 from support.constants import MATRIX as MATRIX_PATH
 
-from envbuild.core import engine
+from envbuild.engine import docker as engine
 from envbuild.core.errors import DockerError
 from envbuild.matrix import RunSpec, load
 
@@ -122,7 +122,7 @@ def test_only_the_engine_module_imports_the_docker_sdk():
 
 _LIGHT = r"""
 import http.server, json, socketserver, sys, threading
-from envbuild.core import engine
+from envbuild.engine import docker as engine
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -255,7 +255,7 @@ def test_a_docker_host_that_is_no_address_exits_2(value, invoke, monkeypatch):
 # --- Hostile input: what a matrix, a flag, a file or an answer from outside can do, each case fixed at its root (from test_hostile_input.py)
 
 def test_a_container_whose_creation_was_interrupted_is_removed_by_name():
-    from envbuild.core.engine import Engine
+    from envbuild.engine.docker import Engine
     from envbuild.matrix.model import RunSpec
 
     removed = []

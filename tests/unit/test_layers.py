@@ -1,13 +1,12 @@
 """The folders are the layers: each top-level folder of envbuild is one, in the order data flows, and a folder
 imports only the folders below it. No table re-cuts the tree: the unit of a module is its top-level folder.
 
-    core (shared pieces) < matrix < render < imagebuild < lock < smoke < ship   (the stages)
+    core (shared pieces) < net < engine < matrix < render < image < smoke < ship   (the stages)
         < host < workspace < report < maintain   (beside the stages, using them)   < cli
 
 Every import of every envbuild module is read (ast: at top level, inside functions and under `if TYPE_CHECKING:`,
 which is a dependency all the same) and each edge between folders is held to the order; nothing closes a cycle.
-The lock sits above the image stage: its orchestration resolves a lock with the builder and ensures it before a
-build; the image stage is handed a lock as data in its plan and never imports the lock.
+The image pipeline (lock, then build) is one folder: `envbuild build` and `envbuild lock` stay inside it.
 """
 
 from __future__ import annotations
@@ -21,15 +20,17 @@ ROOT = Path(envbuild.__file__).parent
 
 # The layer of each top-level folder; a folder may import folders of lower layers only (and itself).
 LAYERS: dict[str, int] = {
-    "core": 0,  # errors, files, output, imageref, platform, hostfacts, regclient, credentials, the engine
-    "matrix": 1, "render": 2, "imagebuild": 3, "lock": 4, "smoke": 5, "ship": 6,  # the stages; lock runs imagebuild
+    "core": 0,  # errors, files, output, imageref, platform, hostfacts, settings
+    "net": 1,  # the registry client, every network answer, proxies, credentials, the reachability probe
+    "engine": 2,  # the one door to an engine: Docker, Podman, which one, how each runs and builds
+    "matrix": 3, "render": 4, "image": 5, "smoke": 6, "ship": 7,  # the stages; image = lock then build
     # beside the stages, using them, each named for what it serves:
-    "host": 7,  # questions about a host, this one or one described: detect, doctor, pick, launch, engine_setup
-    "workspace": 8,  # what envbuild keeps on the user's machine: run, venv (`env`), base, clean
-    "report": 9,  # what commands print at length: report, site
-    "maintain": 10,  # keeping the matrix current: sources (outdated, bump), ci, docgen
-    "cli": 11,
-    "envbuild": 12, "__main__": 12,  # the package itself and `python -m envbuild`
+    "host": 8,  # questions about a host, this one or one described: detect, doctor, pick, launch, engine_setup
+    "workspace": 9,  # what envbuild keeps on the user's machine: run, venv (`env`), base, clean
+    "report": 10,  # what commands print at length: report, site
+    "maintain": 11,  # keeping the matrix current: sources (outdated, bump), ci, docgen
+    "cli": 12,
+    "envbuild": 13, "__main__": 13,  # the package itself and `python -m envbuild`
 }
 BUILD_OUTPUT_NAMES = {"build", "dist", "out", "target"}  # ignore templates and tools take these for build output
 
@@ -63,7 +64,7 @@ def _import_targets(name: str, path: Path, modules: dict[str, Path]) -> list[tup
                 target = node.module or ""
             if target.split(".")[0] != "envbuild":
                 continue
-            for a in node.names:  # `from envbuild.core import owner` imports the module envbuild.core.owner
+            for a in node.names:  # `from envbuild.core import owner` imports the module envbuild.engine.owner
                 sub = f"{target}.{a.name}"
                 found.append((sub, []) if sub in modules else (target, [a.name]))
     return found
@@ -138,19 +139,19 @@ def test_no_module_imports_another_modules_private_names():
 
 def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
     edges = imports()
-    assert "envbuild.core.imageref" in edges["envbuild.core.engine"]  # the reader sees module-level imports ...
-    assert "envbuild.core.owner" in edges["envbuild.smoke.runner"]  # ... and `from envbuild.core import owner`
-    assert "envbuild.core.platform" in edges["envbuild.lock"]  # ... and imports inside functions
+    assert "envbuild.core.imageref" in edges["envbuild.engine.docker"]  # the reader sees module-level imports ...
+    assert "envbuild.engine.owner" in edges["envbuild.smoke.runner"]  # ... and `from envbuild.core import owner`
+    assert "envbuild.core.platform" in edges["envbuild.image.lockstate"]  # ... and imports inside functions
     wrong = {**edges, "envbuild.render": edges["envbuild.render"] | {"envbuild.ship.publish"}}
     assert any("render" in p and "ship" in p for p in problems(wrong))
     cycle = {**edges, "envbuild.smoke.runner": edges["envbuild.smoke.runner"] | {"envbuild.host.doctor"}}
     assert any(p.startswith("import cycle") and "smoke" in p and "host" in p for p in problems(cycle))
     compat = {**edges, "envbuild.matrix.compat": edges["envbuild.matrix.compat"] | {"envbuild.smoke.preflight"}}
     assert problems(compat)
-    assert "envbuild.imagebuild.builder" in edges["envbuild.lock.locking"]  # the lock resolves with the builder ...
-    assert "envbuild.imagebuild" in edges["envbuild.lock.build"]  # ... and ensures the lock, then builds ...
+    assert "envbuild.image.builder" in edges["envbuild.image.locking"]  # the lock resolves with the builder ...
+    assert "envbuild.image.build" in edges["envbuild.image.build"]  # ... and ensures the lock, then builds ...
     assert not any(unit(t) == "lock" for m, ts in edges.items() if unit(m) == "imagebuild" for t in ts)
-    back = {**edges, "envbuild.imagebuild": edges["envbuild.imagebuild"] | {"envbuild.lock.locking"}}  # ... never the reverse
+    back = {**edges, "envbuild.image.build": edges["envbuild.image.build"] | {"envbuild.image.locking"}}  # ... never the reverse
     assert any("imagebuild (layer 3) may not import lock" in p for p in problems(back))
     assert any(p.startswith("import cycle") and "lock" in p and "imagebuild" in p for p in problems(back))
 
@@ -159,14 +160,14 @@ def test_the_check_finds_a_new_cycle_and_a_wrong_direction():
 
 # Who may start processes, and why: none of them a docker client (the engine starts those).
 PROCESSES = {
-    "envbuild.core.engine": "the docker client: builds, `envbuild run`, its version",
-    "envbuild.core.podman": "the podman command: every question to Podman, its containers, pushes and pulls",
+    "envbuild.engine.docker": "the docker client: builds, `envbuild run`, its version",
+    "envbuild.engine.podman": "the podman command: every question to Podman, its containers, pushes and pulls",
     "envbuild.host.engine_setup": "installing and starting a daemon: apt-get, systemctl, dockerd",
     "envbuild.core.hostfacts": "the vendors' tools (nvidia-smi, ...) where no file says the driver version",
     "envbuild.workspace.venv": "python -m venv and pip for `envbuild env`",
     "envbuild.workspace.base": "mmdebstrap, making a base image from a distribution's archive",
     "envbuild.ship.manifest": "git, for the revision the manifest records",
-    "envbuild.lock.resolve": "pip inside the image being locked (runs there, not here)",
+    "envbuild.image.resolve": "pip inside the image being locked (runs there, not here)",
 }
 
 
@@ -185,9 +186,9 @@ def _top_level_imports(name: str) -> set[str]:
 
 def test_only_the_engine_talks_to_docker():
     modules = imports()
-    assert [m for m in modules if "docker" in _top_level_imports(m)] == ["envbuild.core.engine"]
+    assert [m for m in modules if "docker" in _top_level_imports(m)] == ["envbuild.engine.docker"]
     starters = sorted(m for m in modules if "subprocess" in _top_level_imports(m))
-    assert starters == sorted(PROCESSES), "a new module starts processes: a docker client goes through envbuild.core.engine"
+    assert starters == sorted(PROCESSES), "a new module starts processes: a docker client goes through envbuild.engine.docker"
 
 
 def _docker_client_named(source: str) -> list[str]:
@@ -210,7 +211,7 @@ def test_no_module_that_starts_processes_starts_a_docker_client_but_the_engine()
         path = ROOT.joinpath(*name.split(".")[1:]).with_suffix(".py")
         path = path if path.exists() else ROOT.joinpath(*name.split(".")[1:], "__init__.py")
         named = _docker_client_named(path.read_text(encoding="utf-8"))
-        assert bool(named) == (name == "envbuild.core.engine"), (name, named)
+        assert bool(named) == (name == "envbuild.engine.docker"), (name, named)
 
 
 def test_setting_up_a_daemon_is_the_cli_s_alone():

@@ -11,11 +11,11 @@ import pytest
 from support.constants import FIXED, MATRIX as MATRIX_PATH
 from support.fakes import REPORT, FakeEngine
 
-from envbuild import lock as locks
-from envbuild.imagebuild import builder, plan
-from envbuild.lock import build, locking
+from envbuild.image import lockstate as locks
+from envbuild.image import builder, plan
+from envbuild.image import build, locking
 from envbuild.core.errors import LockError, MatrixError, StaleLock
-from envbuild.lock import lockfile
+from envbuild.image import lockfile
 from envbuild.matrix import load, loads
 from pathlib import Path
 
@@ -480,7 +480,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def test_lock_check_writes_nothing(tmp_path, monkeypatch):
-    from envbuild.imagebuild import plan
+    from envbuild.image import plan
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()

@@ -1,13 +1,13 @@
-"""envbuild.lock.locking.with_lock: what the image stage is handed of a lock, as data in its plan (the image stage
+"""envbuild.image.locking.with_lock: what the image stage is handed of a lock, as data in its plan (the image stage
 never reads or parses a lock itself)."""
 
 from __future__ import annotations
 
 from support.constants import MATRIX as MATRIX_PATH
 
-from envbuild.imagebuild import builder, plan
-from envbuild.lock import locking
-from envbuild.lock.lockfile import LAYERS
+from envbuild.image import builder, plan
+from envbuild.image import locking
+from envbuild.image.lockfile import LAYERS
 from envbuild.matrix import load
 
 MATRIX = load(MATRIX_PATH, ["backends.cpu.base_image=debian:bookworm-slim@sha256:" + "a" * 64])

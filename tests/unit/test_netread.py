@@ -97,7 +97,7 @@ def _cut_off(call, error):
 
 def test_a_registry_manifest_read_is_cut_off_at_the_deadline(server):
     from envbuild.core.errors import RegistryDeadlineError
-    from envbuild.core.regclient import Registry
+    from envbuild.net.regclient import Registry
 
     message = _cut_off(lambda: Registry(f"{server.host}/team/app").read_manifest("team/app", "cpu"), RegistryDeadlineError)
     assert server.host in message
@@ -105,7 +105,7 @@ def test_a_registry_manifest_read_is_cut_off_at_the_deadline(server):
 
 def test_a_registry_blob_tags_and_digest_reads_are_cut_off(server):
     from envbuild.core.errors import RegistryDeadlineError
-    from envbuild.core.regclient import Registry
+    from envbuild.net.regclient import Registry
 
     registry = Registry(f"{server.host}/team/app")
     _cut_off(lambda: registry.read_blob("team/app", "sha256:" + "a" * 64), RegistryDeadlineError)
@@ -120,7 +120,7 @@ def test_a_token_service_is_cut_off_at_the_deadline(server):
     import http.server
 
     from envbuild.core.errors import RegistryDeadlineError
-    from envbuild.core.regclient import Registry
+    from envbuild.net.regclient import Registry
 
     class Challenge(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
@@ -160,7 +160,7 @@ def test_a_package_index_read_is_cut_off(server):
 
 def test_a_lock_base_digest_read_is_cut_off(server):
     from envbuild.core.errors import LockError
-    from envbuild.lock import base_digest
+    from envbuild.image.lockstate import base_digest
 
     class Opts:
         ca_bundle = None
@@ -191,7 +191,7 @@ def test_verify_against_a_stalling_registry_exits_1_naming_host_and_deadline(mod
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf", "1e9"])
 def test_a_deadline_that_is_no_number_of_seconds_exits_2(value, monkeypatch):
-    from envbuild.core import netread
+    from envbuild.net import netread
     from envbuild.core.errors import InvalidInput
 
     monkeypatch.setenv("ENVBUILD_NET_DEADLINE", value)
@@ -200,7 +200,7 @@ def test_a_deadline_that_is_no_number_of_seconds_exits_2(value, monkeypatch):
 
 
 def test_the_default_deadline_holds_without_the_variable(monkeypatch):
-    from envbuild.core import netread
+    from envbuild.net import netread
 
     monkeypatch.delenv("ENVBUILD_NET_DEADLINE", raising=False)
     assert netread.deadline_seconds() == netread.DEADLINE

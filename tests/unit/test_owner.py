@@ -9,8 +9,8 @@ import pytest
 from support.fakes import FakeEngine
 
 from envbuild.workspace import clean
-from envbuild.core import owner
-from envbuild.core.owner import OWNED_LABEL, OWNER_LABEL, Container, Owner
+from envbuild.engine import owner
+from envbuild.engine.owner import OWNED_LABEL, OWNER_LABEL, Container, Owner
 
 
 def _labels(o: Owner) -> dict[str, str]:

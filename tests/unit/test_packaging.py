@@ -38,10 +38,10 @@ def test_the_wheel_holds_only_what_users_run(tmp_path):
         packaged_facts = zf.read("envbuild/matrix/matrix.metadata.json")
     assert all(n.startswith("envbuild/") for n in names), names
     assert not [n for n in names if any(word in n for word in ("testbed", "bench", "fixtures", "fakes", "tests/"))]
-    for needed in ("envbuild/cli/__init__.py", "envbuild/core/engine.py", "envbuild/render/templates/Dockerfile.j2",
+    for needed in ("envbuild/cli/__init__.py", "envbuild/engine/docker.py", "envbuild/render/templates/Dockerfile.j2",
                    "envbuild/render/scripts/uv-step.sh",
-                   "envbuild/smoke/probe.py", "envbuild/lock/resolve.py", "envbuild/ship/sbom.py",
-                   "envbuild/imagebuild/plan.py", "envbuild/ship/publish.py", "envbuild/host/doctor.py",
+                   "envbuild/smoke/probe.py", "envbuild/image/resolve.py", "envbuild/ship/sbom.py",
+                   "envbuild/image/plan.py", "envbuild/ship/publish.py", "envbuild/host/doctor.py",
                    "envbuild/report/site/base.html.j2"):
         assert needed in names
     assert packaged_matrix == MATRIX.read_bytes()  # the checkout's matrix itself, not a link to it

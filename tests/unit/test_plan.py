@@ -8,13 +8,13 @@ from pathlib import Path
 
 from support.constants import MATRIX
 
-from envbuild.imagebuild.plan import BuildOptions, content_key, make_plan
-from envbuild.lock.locking import planned_content_key
+from envbuild.image.plan import BuildOptions, content_key, make_plan
+from envbuild.image.locking import planned_content_key
 from envbuild.matrix import load
 from envbuild.ship.shared import content_tag
 import os
 import pytest
-from envbuild.imagebuild import plan
+from envbuild.image import plan
 from envbuild.core.errors import BuildError, EnvbuildError, InvalidInput
 
 LOCK = b"# a lock: its inputs name the base image, its registry digest for the platform, the indexes and wheels\n"
@@ -63,9 +63,9 @@ def test_the_index_takes_a_platform_not_rebuilt_from_the_registrys_image_of_its_
     """`matrix --changed` leaves out a platform whose content the registry holds; the index job joins it from there."""
     from types import SimpleNamespace
 
-    from envbuild.core import regclient
-    from envbuild.core.regclient import Manifest
-    from envbuild.lock import locking
+    from envbuild.net import regclient
+    from envbuild.net.regclient import Manifest
+    from envbuild.image import locking
     from envbuild.ship import index
 
     m = load(MATRIX)
@@ -104,9 +104,9 @@ def test_a_signed_index_leaves_out_held_content_that_does_not_verify(monkeypatch
     digest read is the one verified (the tag may move in between); what does not verify is left out, and said."""
     from types import SimpleNamespace
 
-    from envbuild.core import regclient
-    from envbuild.core.regclient import Manifest
-    from envbuild.lock import locking
+    from envbuild.net import regclient
+    from envbuild.net.regclient import Manifest
+    from envbuild.image import locking
     from envbuild.ship import index
     from envbuild.ship.trust import TrustError
     from envbuild.ship.trust import verify as verify_mod

@@ -209,7 +209,7 @@ def test_the_matrix_and_the_cli_give_platforms():
 def test_check_platform_accepts_each_of_dockers_spellings_of_a_listed_platform(monkeypatch, listed):
     """imagebuild.check_platform(cpu, 'linux/aarch64') refused a platform cpu lists: only the CLI's normalising hid
     it. Each spelling is the listed platform, and what runs next (the emulation check) is given that one."""
-    from envbuild import imagebuild
+    from envbuild.image import build as imagebuild
 
     asked = []
     monkeypatch.setattr(imagebuild, "require_runnable", lambda p, what: asked.append((p, what)) or False)
@@ -223,7 +223,7 @@ def test_check_platform_accepts_each_of_dockers_spellings_of_a_listed_platform(m
 
 def test_check_platform_runs_this_hosts_platform_in_any_spelling():
     """Without a stand-in: this host's own architecture needs no emulation, whichever way it is written."""
-    from envbuild import imagebuild
+    from envbuild.image import build as imagebuild
     from envbuild.core.platform import host_platform
 
     here = host_platform()
@@ -245,8 +245,8 @@ def test_a_platform_the_backend_does_not_list_is_refused_once_alike():
 def test_the_stages_take_the_platform_in_any_spelling(tmp_path):
     """A library caller's string is read at the boundary: the build's options, the lock's file name, publish's
     platforms and the CI matrix all hold the one value."""
-    from envbuild.imagebuild.plan import BuildOptions
-    from envbuild.lock import path, platforms
+    from envbuild.image.plan import BuildOptions
+    from envbuild.image.lockstate import path, platforms
     from envbuild.maintain.ci import job, runs_on
     from envbuild.matrix import load
     from envbuild.ship.shared import PublishOptions

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
 
-from envbuild.core import engine_select, podman
+from envbuild.engine import select as engine_select
+from envbuild.engine import podman
 from envbuild.core.errors import BuildError, InvalidInput
-from envbuild.imagebuild import builder, plan
+from envbuild.image import builder, plan
 
 # `podman version --format json`, `podman image inspect --format json` and `podman ps --all --format json` of
 # podman 4.3.1 (Debian bookworm), trimmed.
@@ -312,7 +313,7 @@ def test_run_dry_run_prints_the_line_podman_is_given(tmp_path, monkeypatch):
     line = out.getvalue()
     assert line.startswith("podman run ") and "--device nvidia.com/gpu=all" in line and "--gpus" not in line, line
     # Docker's own line is unchanged
-    from envbuild.core.engine import Engine
+    from envbuild.engine.docker import Engine
 
     out = io.StringIO()
     runs.run(m, m.backend("cuda"), runs.RunOptions(mount_workdir=False, command=["nvidia-smi"]), Engine(), dry_run=True,

@@ -15,9 +15,9 @@ from support.fakes import FakeEngine
 from support.hosts import make_root
 from support.loopback import serve
 
-from envbuild.core import netprobe
+from envbuild.net import netprobe
 from envbuild.core.errors import UnreachableError
-from envbuild.imagebuild import builder, reach
+from envbuild.image import builder, reach
 from envbuild.matrix import load
 from envbuild.host import doctor
 from envbuild.report.report import doctor_text
@@ -143,8 +143,8 @@ def test_the_mirror_is_what_is_probed(m, answering, closed):
 
 def test_lock_stops_before_resolving_when_an_index_is_dead(m, answering, closed, tmp_path, monkeypatch, buildkit_client):
     """The resolver never starts (it would retry for minutes): the builder is not run."""
-    from envbuild.lock import locking
-    from envbuild.imagebuild.plan import BuildOptions
+    from envbuild.image import locking
+    from envbuild.image.plan import BuildOptions
 
     matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", f"{answering}/simple")
     cpu = replace(cpu, base_image="debian:12@sha256:" + "ab" * 32)  # the registry is not asked for a digest
@@ -195,8 +195,8 @@ def test_a_dead_base_registry_names_a_mirror_and_a_local_registry(m, closed):
 def test_a_base_registry_that_never_answers_fails_the_lock_in_seconds(m, silent):
     """Before the lock asks the base's registry for a digest (30 s per request), one short question: does it answer?"""
     from envbuild.core.errors import LockError
-    from envbuild.imagebuild.plan import BuildOptions
-    from envbuild.lock import base_digest
+    from envbuild.image.plan import BuildOptions
+    from envbuild.image.lockstate import base_digest
 
     host = silent.removeprefix("http://")
     start = time.monotonic()

@@ -17,9 +17,9 @@ from support import engine_contract
 from support.constants import REPO
 
 from envbuild.core.checks import Check
-from envbuild.core.engine import EngineAPI, Exited, Image
-from envbuild.core.owner import Container
-from envbuild.core.runspec import RunSpec
+from envbuild.engine.docker import EngineAPI, Exited, Image
+from envbuild.engine.owner import Container
+from envbuild.engine.runspec import RunSpec
 
 CONTRIBUTING = REPO / "CONTRIBUTING.md"
 
@@ -280,8 +280,9 @@ def test_the_conformance_check_refuses_an_engine_that_strays():
 
 
 def test_the_places_the_engine_recipe_names_hold_what_it_says(monkeypatch):
-    from envbuild.core import engine_select, podman
-    from envbuild.imagebuild import builder
+    from envbuild.engine import select as engine_select
+    from envbuild.engine import podman
+    from envbuild.image import builder
 
     assert "podman" in engine_select.ENGINES and callable(engine_select.choose)
     monkeypatch.setattr(podman, "executable", lambda: "/usr/bin/podman")  # a unit test needs no Podman installed

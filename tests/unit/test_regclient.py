@@ -15,7 +15,7 @@ from support.loopback import serve
 
 from envbuild.core.errors import (LockError, PublishError, RegistryAnswerError, RegistryAuthError, RegistryDeadlineError,
                                   RegistryError, RegistryUnreachableError)
-from envbuild.core.regclient import Registry, api_root
+from envbuild.net.regclient import Registry, api_root
 
 
 @pytest.fixture
@@ -45,8 +45,8 @@ def test_a_registry_failure_is_a_registry_error_and_not_a_publish_error(kind):
 
 
 def test_the_lock_says_an_unreachable_base_registry_as_a_lock_error(closed_port):
-    from envbuild.imagebuild.plan import BuildOptions
-    from envbuild.lock import base_digest
+    from envbuild.image.plan import BuildOptions
+    from envbuild.image.lockstate import base_digest
     from envbuild.matrix import load
 
     cpu = load(MATRIX_PATH).backend("cpu")
@@ -90,7 +90,7 @@ def test_a_missing_tag_is_none_and_a_missing_repository_says_so(held, engineless
 @pytest.mark.parametrize("host, root", [("127.0.0.1:5000", "http://127.0.0.1:5000"), ("localhost:5000", "http://localhost:5000"),
                                         ("docker.io", "https://registry-1.docker.io"), ("ghcr.io", "https://ghcr.io")])
 def test_every_registry_question_asks_one_address(host, root):
-    from envbuild.core.netprobe import registry_target
+    from envbuild.net.netprobe import registry_target
 
     assert api_root(host) == root == Registry(host, {}).base
     assert registry_target(host, "the base").url == root + "/v2/"
@@ -147,7 +147,8 @@ def recorder():
 def test_a_registry_probe_is_the_request_the_registry_client_makes(recorder, closed_port, monkeypatch):
     """The probe before a lock or build (core/netprobe.py) asks a registry through regclient, which takes the proxy
     from the environment it is given and never shows the proxy's password."""
-    from envbuild.core import netprobe, regclient
+    from envbuild.net import netprobe
+    from envbuild.net import regclient
 
     proxy, seen = recorder
     made = []

@@ -15,7 +15,7 @@ from support.fakes import FakeEngine
 
 from envbuild.maintain import ci
 from envbuild.report import report
-from envbuild.core.engine import StreamBroken
+from envbuild.engine.docker import StreamBroken
 from envbuild.core.errors import (
     DigestMismatchError,
     EnvbuildError,
@@ -26,7 +26,7 @@ from envbuild.core.errors import (
     RegistryUnreachableError,
 )
 from envbuild.matrix import load
-from envbuild.core import credentials
+from envbuild.net import credentials
 from envbuild.ship import manifest
 from envbuild.ship.publish import PublishOptions, Published, publish
 from envbuild.ship.pull import pull
@@ -444,7 +444,7 @@ def test_what_cannot_pass_is_not_retried(monkeypatch):
 def test_an_unreachable_registry_is_named_in_seconds(closed_port):
     import time
 
-    from envbuild.core.regclient import unreachable_reason
+    from envbuild.net.regclient import unreachable_reason
 
     start = time.monotonic()
     assert "Connection refused" in unreachable_reason(f"127.0.0.1:{closed_port}", timeout=5)
@@ -615,7 +615,7 @@ def test_the_docker_config_s_login_goes_to_its_own_host_only(tmp_path):
     of the forms docker writes), Docker Hub's only for docker.io, never another host's."""
     import base64
 
-    from envbuild.core.regclient import Registry
+    from envbuild.net.regclient import Registry
     from envbuild.ship.trust.oci import Client
 
     def auth(pair: str) -> dict:

@@ -15,7 +15,7 @@ import pytest
 from support import testbed
 
 from envbuild.core.errors import RegistryAnswerError
-from envbuild.core.regclient import DOCKER_LIST, Registry
+from envbuild.net.regclient import DOCKER_LIST, Registry
 from hypothesis import given
 from support.properties import JSON, PROPS, own_error
 from support.loopback import serve
@@ -195,7 +195,7 @@ def _serve(handler_body):
 def test_a_registry_that_serves_other_bytes_than_asked_or_too_many_is_refused(monkeypatch):
     """Content addressing is checked, not trusted: a manifest asked by digest and a blob must hash to it; an
     answer past MAX_DOC is not read whole. Signing hears each as a TrustError."""
-    import envbuild.core.regclient as api_mod
+    import envbuild.net.regclient as api_mod
     from envbuild.ship.trust import TrustError
     from envbuild.ship.trust.oci import Client
 
@@ -293,8 +293,8 @@ def test_the_publish_credentials_never_go_to_a_base_images_registry(monkeypatch)
     base's registry (Docker Hub, nvcr.io, ...): its token service must not be sent them."""
     import base64
 
-    import envbuild.core.regclient as api_mod
-    from envbuild.lock import base_digest
+    import envbuild.net.regclient as api_mod
+    from envbuild.image.lockstate import base_digest
 
     token_auth: list[str | None] = []
 
@@ -344,7 +344,7 @@ def test_the_publish_credentials_never_go_to_a_base_images_registry(monkeypatch)
 @PROPS
 @given(JSON)
 def test_a_registry_index_and_a_package_index_page_of_any_shape_are_read_or_refused(doc):
-    from envbuild.core.regclient import Manifest, sha256
+    from envbuild.net.regclient import Manifest, sha256
     from envbuild.maintain.sources.index import _from_json
 
     raw = json.dumps({"manifests": doc} if not isinstance(doc, dict) else doc).encode()
@@ -395,7 +395,7 @@ def creds(monkeypatch):
 
 def test_the_password_never_goes_to_a_token_service_elsewhere_over_plain_http(creds):
     from envbuild.core.errors import RegistryAuthError
-    from envbuild.core.regclient import Registry
+    from envbuild.net.regclient import Registry
 
     tokens = _Server(lambda h: _send(h, 200, b'{"token": "abcdefgh"}'), host="127.0.0.2")
     registry = _Server(lambda h: _send(h, 401, headers={"WWW-Authenticate": f'Bearer realm="http://{tokens.host}/token",service="x"'}))
@@ -413,7 +413,7 @@ def test_the_password_never_goes_to_a_token_service_elsewhere_over_plain_http(cr
                                     b'{"token": 5}', b"[" * 100000])
 def test_a_token_service_that_answers_no_token_is_a_clear_error(answer, creds):
     from envbuild.core.errors import RegistryAuthError
-    from envbuild.core.regclient import Registry
+    from envbuild.net.regclient import Registry
 
     server = _Server(lambda h: _send(h, 200, answer) if h.path.startswith("/token")
                      else _send(h, 401, headers={"WWW-Authenticate": f'Bearer realm="http://{server.host}/token"'}))
@@ -447,7 +447,7 @@ def test_a_registry_error_that_echoes_the_token_prints_it_masked(creds, invoke, 
 
 
 def test_an_answer_that_trickles_is_cut_off(monkeypatch):
-    from envbuild.core import regclient
+    from envbuild.net import regclient
     from envbuild.core.errors import RegistryUnreachableError
 
     def respond(h):
@@ -476,9 +476,9 @@ def test_an_answer_that_trickles_is_cut_off(monkeypatch):
 @pytest.mark.parametrize("doc", [b'{"config": "a string"}', b'{"config": {"digest": 5}}', b"[1]"])
 def test_a_registry_manifest_of_the_wrong_shape_is_a_registry_error(doc):
     from envbuild.core.errors import RegistryAnswerError
-    from envbuild.core.regclient import Manifest
+    from envbuild.net.regclient import Manifest
 
-    from envbuild.core.regclient import Registry
+    from envbuild.net.regclient import Registry
 
     reg = Registry("127.0.0.1:9/team/app")
     reg.manifest = lambda ref: Manifest("application/vnd.oci.image.manifest.v1+json", "sha256:" + "0" * 64, doc)

@@ -6,7 +6,7 @@ import pytest
 from types import SimpleNamespace
 from support.constants import MATRIX as MATRIX_PATH
 from envbuild.report import report
-from envbuild.lock import locking
+from envbuild.image import locking
 from envbuild.matrix import load
 import xml.etree.ElementTree as ET
 from envbuild import smoke

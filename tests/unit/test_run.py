@@ -10,9 +10,10 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.hostile import SECRET_FORMS, SHAPES
 
-from envbuild.core import engine as engines, owner
+from envbuild.engine import docker as engines
+from envbuild.engine import owner
 from envbuild.workspace import run as runner
-from envbuild.imagebuild import builder
+from envbuild.image import builder
 from envbuild.core.errors import DockerError, InvalidInput
 from envbuild.host import engine_setup
 from envbuild.matrix import load

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from support.constants import MATRIX as MATRIX_PATH
 
-from envbuild.core import engine as engine_mod
+from envbuild.engine import docker as engine_mod
 from envbuild.matrix import RunSpec, load
 from envbuild.matrix.model import RUN_KINDS
 from envbuild.smoke import preflight

@@ -170,8 +170,8 @@ def test_mirror_url_takes_the_longest_index_at_a_path_boundary():
 
 
 def test_an_index_mirror_changes_what_the_build_asks_not_the_content_key_nor_the_lock(tmp_path, buildkit_client):
-    from envbuild.imagebuild.plan import BuildOptions, content_key, make_plan
-    from envbuild.lock import inputs
+    from envbuild.image.plan import BuildOptions, content_key, make_plan
+    from envbuild.image.lockstate import inputs
     from envbuild.matrix import load
 
     m = load(MATRIX)

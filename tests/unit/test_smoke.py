@@ -113,7 +113,7 @@ def _probe_report(*names: str, failed: str = "") -> bytes:
 
 
 def _engine_with(stdout: bytes, status: int = 0):
-    from envbuild.core.engine import Exited
+    from envbuild.engine.docker import Exited
 
     engine = FakeEngine()
     engine.add_image("sha256:" + "a" * 64, [CPU_TAG])
@@ -148,7 +148,7 @@ def test_smoke_runs_the_probe_as_an_arbitrary_uid_with_group_0_then_read_only_as
 
 
 def test_a_read_only_run_that_fails_is_the_smoke_s_error():
-    from envbuild.core.engine import Exited
+    from envbuild.engine.docker import Exited
 
     engine = _engine_with(_probe_report(*ALL))
     first = engine.exited

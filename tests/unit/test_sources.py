@@ -382,7 +382,7 @@ def test_an_index_reason_phrase_reaches_no_terminal_raw(reason):
                                   b"[" * 100000])
 def test_malformed_registry_answers_are_registry_errors(body):
     from envbuild.core.errors import RegistryError
-    from envbuild.core.regclient import tag_list
+    from envbuild.net.regclient import tag_list
 
     try:
         tags = tag_list(body, "reg.example")

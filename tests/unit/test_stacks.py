@@ -13,10 +13,10 @@ import pytest
 from support.constants import MINIMAL
 from support.fakes import REPORT
 
-from envbuild import lock as locks
+from envbuild.image import lockstate as locks
 from envbuild.core.errors import MatrixError
 from envbuild.core.hostfacts import HostDriver, module_reader
-from envbuild.lock import lockfile
+from envbuild.image import lockfile
 from envbuild.matrix import compat, loads, stacks
 from envbuild.matrix.stacks import base, cann, cuda, gaudi, neuron, rocm
 

@@ -265,7 +265,7 @@ def registry(engineless_registry):
 def _signed_image(registry, repo: str, predicate) -> tuple[str, bytes]:
     """A tiny image in the registry, signed, with one smoke attestation whose predicate is `predicate`: the image
     reference and the public key."""
-    from envbuild.core.regclient import OCI_MANIFEST, Registry
+    from envbuild.net.regclient import OCI_MANIFEST, Registry
     from envbuild.ship.trust import keys
     from envbuild.ship.trust.sign import SMOKE, sign_published
 

@@ -80,7 +80,7 @@ class Sources:
         """The sources of `outdated`, `bump` and `metadata --refresh` from what the user gave, refused before
         anything is asked: --ca-bundle and --netrc regular files, each --mirror FROM=TO (exit 2). The CA bundle
         defaults to the host's, as for build."""
-        from envbuild.imagebuild.plan import default_ca_bundle
+        from envbuild.image.plan import default_ca_bundle
 
         for given, option in ((ca_bundle, "--ca-bundle"), (netrc, "--netrc")):
             if given is not None and not given.is_file():

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from envbuild.core import files
-from envbuild import lock as locks, render
+from envbuild import render
+from envbuild.image import lockstate as locks
 from envbuild.core.errors import EnvbuildError, InvalidInput
 from envbuild.matrix import edit, facts
 from envbuild.matrix.load import MAX_MATRIX, loads
@@ -20,9 +21,9 @@ from envbuild.matrix.schema import check_field
 from envbuild.maintain.sources import Finding, Sources, outdated
 
 if TYPE_CHECKING:
-    from envbuild.lock.locking import LockResult
-    from envbuild.imagebuild.plan import BuildOptions
-    from envbuild.core.engine import EngineAPI
+    from envbuild.image.locking import LockResult
+    from envbuild.image.plan import BuildOptions
+    from envbuild.engine.docker import EngineAPI
     from envbuild.matrix.model import Backend
 
 # --only takes a dotted field or one of these kinds
@@ -207,7 +208,7 @@ def refresh_locks(result: Bump, opts: BuildOptions, engine: Callable[[], EngineA
     change, refreshed, and those left as they were, each with why. A backend that cannot be resolved here (its
     vendor's registry, no engine) is named, not fatal; with `no_lock` none is refreshed. `engine` is asked for the
     engine only when a lock is to be resolved."""
-    from envbuild.lock import locking
+    from envbuild.image import locking
 
     refreshed: list[LockResult] = []
     left: list[str] = []

@@ -20,7 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from envbuild.core import netread
+from envbuild.net import netread
 from envbuild.core.errors import EnvbuildError, NetDeadline
 from envbuild.core.settings import mirror_url
 from envbuild.core.files import read_netrc, read_user

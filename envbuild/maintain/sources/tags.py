@@ -10,7 +10,7 @@ from typing import Mapping
 
 from envbuild.core.errors import RegistryError
 from envbuild.core.imageref import Reference
-from envbuild.core.regclient import Registry, unreachable_reason
+from envbuild.net.regclient import Registry, unreachable_reason
 from envbuild.maintain.sources.index import SourceError
 
 

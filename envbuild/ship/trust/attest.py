@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from envbuild.core.errors import InvalidInput
-from envbuild.core.regclient import config_digest
+from envbuild.net.regclient import config_digest
 from envbuild.core.imageref import DIGEST
 from envbuild.ship.trust import TrustError
 from envbuild.ship.trust.keys import SigningKey
@@ -19,7 +19,7 @@ from envbuild.ship.trust.oci import Client, NotFound
 from envbuild.ship.trust.sign import PROVENANCE, SBOM, SMOKE, Signed, provenance_predicate, sbom_predicate, sign_published, smoke_predicate
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI, Image
+    from envbuild.engine.docker import EngineAPI, Image
     from envbuild.matrix import Backend, Matrix
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from envbuild.core.errors import RegistryError
-from envbuild.core.regclient import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry, json_object, sha256  # noqa: F401 (the media types and the digest, one of each)
-from envbuild.core.credentials import Scrubber
+from envbuild.net.regclient import ACCEPT, DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry, json_object, sha256  # noqa: F401 (the media types and the digest, one of each)
+from envbuild.net.credentials import Scrubber
 from envbuild.core.imageref import Reference
 from envbuild.ship.trust import TrustError
 

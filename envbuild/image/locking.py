@@ -1,6 +1,6 @@
 """The lock's orchestration: resolving a lock (`envbuild lock`), ensuring one before a build, checking them all.
 
-envbuild.lock (its __init__ and lockfile.py) is the lock's format, its inputs and when it is stale, pure;
+envbuild.image.lockstate (its __init__ and lockfile.py) is the lock's format, its inputs and when it is stale, pure;
 this module runs them. Resolving a lock runs the Dockerfile's `lock` target on the engine that builds, so the lock
 calls the image stage (plan, builder): the lock sits above the image stage, which never imports it and takes what
 it needs of a lock as data in its plan (`with_lock`: the lock's text and each layer's pylock.toml).
@@ -28,15 +28,15 @@ from envbuild.core.errors import LockError, StaleLock
 from envbuild.core.files import write_all, write_atomic
 from envbuild.core.imageref import mirror
 from envbuild.core.platform import Platform, arch, require_runnable, target
-from envbuild.imagebuild import builder, reach, records
-from envbuild.imagebuild.plan import DIGESTS, content_key, lock_command, make_plan, wheels, write_context
-from envbuild.lock import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
-from envbuild.lock.lockfile import LAYERS, LockFile, from_report
+from envbuild.image import builder, reach, records
+from envbuild.image.plan import DIGESTS, content_key, lock_command, make_plan, wheels, write_context
+from envbuild.image.lockstate import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
+from envbuild.image.lockfile import LAYERS, LockFile, from_report
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
     from envbuild.matrix import Backend, Matrix
-    from envbuild.imagebuild.plan import BuildOptions, BuildPlan
+    from envbuild.image.plan import BuildOptions, BuildPlan
 
 __all__ = ["LockOptions", "LockResult", "check", "ensure", "lock", "planned_content_key", "resolve", "with_lock"]
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from envbuild.core.netread import basic_auth, netrc_login
-from envbuild.core.netread import proxy_for as _proxy
-from envbuild.core.netread import without_password as _no_password
+from envbuild.net.netread import basic_auth, netrc_login
+from envbuild.net.netread import proxy_for as _proxy
+from envbuild.net.netread import without_password as _no_password
 
 BUDGET = 5.0  # seconds for every probe of a step together
 CONNECT = 3.0  # a blackholed host: given up on after this
@@ -59,7 +59,7 @@ def _registry_host(name: str) -> str:
 def registry_target(host: str, purpose: str) -> Target:
     """A registry's API root, where the registry client (core/regclient.py) asks it (Registry.ping): 200 or 401
     both say it is a registry that answers."""
-    from envbuild.core.regclient import api_root
+    from envbuild.net.regclient import api_root
 
     return Target("registry", host, f"{api_root(_registry_host(host))}/v2/", purpose)
 
@@ -115,7 +115,7 @@ def _ask_registry(target: Target, environ: Mapping[str, str], ca_bundle: Path | 
     import ssl
 
     from envbuild.core.errors import EnvbuildError, RegistryDeadlineError, RegistryUnreachableError
-    from envbuild.core.regclient import Registry
+    from envbuild.net.regclient import Registry
 
     via = "directly"
     try:

@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from envbuild.core.engine import DockerError, Engine, EngineAPI
+from envbuild.engine.docker import DockerError, Engine, EngineAPI
 from envbuild.core.errors import InvalidInput
-from envbuild.core.podman import Podman, executable
+from envbuild.engine.podman import Podman, executable
 
 ENGINES = ("docker", "podman")
 ENV = "ENVBUILD_ENGINE"

@@ -19,19 +19,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from envbuild.core.engine import buildx_selection
+from envbuild.engine.docker import buildx_selection
 from envbuild.core.errors import BuildError, InvalidInput
 from envbuild.core.files import read_netrc, write_atomic
 from envbuild.core.paths import PROBE
 from envbuild.core.imageref import InvalidReference, Reference, is_loopback, mirror, parse_mirror
 from envbuild.core.platform import Platform, foreign_arch
 from envbuild.core.text import unsafe_char, unsafe_message
-from envbuild.imagebuild.builder import Builder, find_builder, podman_builder
-from envbuild.imagebuild.records import RECORD
+from envbuild.image.builder import Builder, find_builder, podman_builder
+from envbuild.image.records import RECORD
 from envbuild.render import ENTRYPOINT, UV_STEP, render_backend
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
     from envbuild.matrix import Backend, Matrix
 
 WHEEL_SUFFIXES = (".whl", ".gz", ".zip")
@@ -179,7 +179,7 @@ class BuildPlan:
     answerable: bool = field(default=False)
     entrypoint: bytes = b""  # the image's entrypoint script (render/scripts/entrypoint.sh)
     # Each layer of the lock as a pylock.toml, (layer, text), as the lock stage made it from the lock, the wheels and
-    # the index mirrors (envbuild.lock.locking.with_lock): the image stage writes them and never reads a lock itself.
+    # the index mirrors (envbuild.image.locking.with_lock): the image stage writes them and never reads a lock itself.
     lock_layers: tuple[tuple[str, str], ...] = ()
 
     def key(self) -> str:

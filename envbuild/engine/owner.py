@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import Engine
+    from envbuild.engine.docker import Engine
 
 OWNED_LABEL = "dev.envbuild.owned"  # on every container and volume envbuild starts: what leftovers are
 OWNER_LABEL = "dev.envbuild.owner"  # "HOST BOOT PID START" of the process that started it

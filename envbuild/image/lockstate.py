@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol
 from envbuild.core.errors import LockError, RegistryError
 from envbuild.core.files import read_user
 from envbuild.core.platform import Platform, target
-from envbuild.core import regclient
-from envbuild.lock.lockfile import FORMAT, LockFile, parse
+from envbuild.net import regclient
+from envbuild.image.lockfile import FORMAT, LockFile, parse
 
 if TYPE_CHECKING:
     from envbuild.matrix import Backend, Matrix
@@ -46,7 +46,7 @@ class Wheel(Protocol):
     sha256: str
 
 PING_TIMEOUT = 3.0  # seconds the base's registry has to answer at all before a lock asks it for a digest
-RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.lock.locking
+RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.image.locking
 
 __all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms", "read", "requirements", "stale",
            "torch_problem"]

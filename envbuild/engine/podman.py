@@ -29,16 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from envbuild.core import engine as engines
+from envbuild.engine import docker as engines
 from envbuild.core.checks import Check
-from envbuild.core.engine import EngineAPI, EngineError, Exited, Image
+from envbuild.engine.docker import EngineAPI, EngineError, Exited, Image
 from envbuild.core.errors import DockerError
 from envbuild.core.imageref import Reference, is_loopback
-from envbuild.core.owner import Container
+from envbuild.engine.owner import Container
 from envbuild.core.platform import Platform
 
 if TYPE_CHECKING:
-    from envbuild.core.runspec import RunSpec
+    from envbuild.engine.runspec import RunSpec
 
 HOST = "podman://local"  # Podman runs in this process's place: no daemon, this machine's network
 INSTALL_HINT = "install Podman (Debian/Ubuntu: `sudo apt-get install podman`; RHEL/Fedora: `sudo dnf install podman`)"
@@ -399,7 +399,7 @@ class Podman(EngineAPI):
         """The digest the registry serves for a reference, asked over HTTP (core/regclient.py): Podman's own
         `manifest inspect` answers the manifest re-encoded, not its digest."""
         from envbuild.core.errors import EnvbuildError
-        from envbuild.core.regclient import Registry
+        from envbuild.net.regclient import Registry
 
         try:
             found = Registry(ref).manifest(ref)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
-from envbuild.core import netprobe
+from envbuild.net import netprobe
 from envbuild.core.errors import UnreachableError
 from envbuild.core.distbase import base_ways_out
 from envbuild.core.imageref import InvalidReference, Reference

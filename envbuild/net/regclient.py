@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from envbuild.core import netread
+from envbuild.net import netread
 from envbuild.core.errors import (EnvbuildError, NetDeadline, RegistryAnswerError, RegistryAuthError, RegistryDeadlineError,
                                   RegistryUnreachableError)
 from envbuild.core.output import hold_secret
 from envbuild.core.text import shown
 from envbuild.core.platform import Platform, canonical
-from envbuild.core.credentials import Credentials, config_login, from_env, github_token, login_fix
+from envbuild.net.credentials import Credentials, config_login, from_env, github_token, login_fix
 from envbuild.core.imageref import Reference, api_host, is_loopback as _loopback
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"

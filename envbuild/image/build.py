@@ -1,8 +1,8 @@
 """Stage 3: a rendered backend -> an image, built with BuildKit on the local engine.
 
 plan.py gathers everything that decides the image into one BuildPlan; records.py answers an unchanged
-plan from the last good build; builder.py runs BuildKit. The lock sits above this stage: envbuild.lock resolves a
-lock with the builder and plan, and a build (envbuild.lock.build) ensures the lock, then hands this stage a plan
+plan from the last good build; builder.py runs BuildKit. The lock sits above this stage: envbuild.image.lockstate resolves a
+lock with the builder and plan, and a build (envbuild.image.build) ensures the lock, then hands this stage a plan
 that holds it (its text and each layer's pylock.toml, as data): nothing here imports the lock.
 BuildKit names the image only once the whole build succeeded (its id also lands in an --iidfile), so a
 failed build never moves a tag away from a good image. Secrets (CA bundle, index credentials) go in as
@@ -14,23 +14,25 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from envbuild.core import owner
-from envbuild.core.errors import BuildError, UnreachableError
+from envbuild.engine import owner
+from envbuild.core.errors import BuildError, LockError, StaleLock, UnreachableError
 from envbuild.core.platform import Platform, require_runnable
-from envbuild.imagebuild import builder, reach, records
-from envbuild.imagebuild.plan import (BuildOptions, BuildPlan, content_key, default_ca_bundle, make_plan, with_content_label,
+from envbuild.image import builder, locking, reach, records
+from envbuild.image.plan import (BuildOptions, BuildPlan, content_key, default_ca_bundle, make_plan, with_content_label,
                                       write_context)
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
+    from envbuild.engine.docker import EngineAPI
+    from envbuild.image.status import StatusBoard
     from envbuild.matrix import Backend, Matrix
 
-__all__ = ["BuildError", "BuildOptions", "BuildPlan", "BuildResult", "build_plan", "check_platform", "default_ca_bundle",
-           "make_plan"]
+__all__ = ["BuildError", "BuildOptions", "BuildPlan", "BuildResult", "build", "build_many", "build_plan", "check_platform",
+           "default_ca_bundle", "make_plan"]
 
 
 @dataclass
@@ -64,7 +66,7 @@ def _stderr(line: str) -> None:
 def build_plan(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions, engine: EngineAPI, *,
                echo: Callable[[str], None] = _stderr, verbose: bool = False, status: Callable[[str], None] | None = None,
                start: float | None = None) -> BuildResult:
-    """Build the image of a plan that holds its lock (envbuild.lock.build made it, under records.locked) and tag it;
+    """Build the image of a plan that holds its lock (envbuild.image.build made it, under records.locked) and tag it;
     the old tags stay put when anything fails. `start`: when the build began (the lock's time counts)."""
     start = time.monotonic() if start is None else start
     plan = with_content_label(plan, content_key(plan, opts))
@@ -108,3 +110,58 @@ def check_platform(backend: Backend, platform: str | Platform | None, what: str 
     # the CLI gave it read; a library caller's by the same rule (one platform a build)
     found = backend.listed(Platform.of(platform))
     return require_runnable(found, f"{what} {backend.name} for {found}")
+
+
+def build(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: EngineAPI, *,
+          echo: Callable[[str], None] = _stderr, verbose: bool = False, locked: bool = False,
+          status: Callable[[str], None] | None = None) -> BuildResult:
+    """Build one backend's image from its lock and tag it; the old tags stay put when anything fails.
+    A missing or stale lock is resolved and written first (said so), or refused with `locked`."""
+    start = time.monotonic()
+    check_platform(backend, opts.platform)
+    with records.locked(opts.context_dir, backend.name, echo):
+        plan = make_plan(matrix, backend, opts, engine)
+        try:
+            lockfile = locking.ensure(matrix, backend, plan, opts, engine, locked=locked, echo=echo, verbose=verbose)
+        except StaleLock:
+            raise
+        except LockError as exc:  # the image could not be resolved: a failed build, with the resolver's log
+            return BuildResult(backend.name, False, [], seconds=time.monotonic() - start, log=exc.log, error=str(exc))
+        return build_plan(matrix, backend, locking.with_lock(plan, lockfile), opts, engine, echo=echo, verbose=verbose,
+                          status=status, start=start)
+
+
+def build_many(matrix: Matrix, backends: list[Backend], opts: BuildOptions, engine: EngineAPI, *, jobs: int = 1,
+               echo: Callable[[str], None] = _stderr, verbose: bool = False, locked: bool = False,
+               board: StatusBoard | None = None) -> list[BuildResult]:
+    """Build several backends, `jobs` at a time (threads, one builder process each); results in input order.
+
+    A backend that fails does not stop the others. When backends share steps (same base, same commands),
+    BuildKit on the one daemon runs each shared step once, whichever build reaches it first.
+    """
+    def one(backend: Backend) -> BuildResult:
+        name = backend.name
+        say = board.echo if board else echo
+        if board:
+            board.start(name)
+        try:
+            result = build(matrix, backend, opts, engine, echo=say, verbose=verbose, locked=locked,
+                           status=(lambda text: board.step(name, text)) if board else None)
+        except (BuildError, LockError) as exc:
+            if len(backends) == 1:
+                raise
+            result = BuildResult(backend=name, ok=False, tags=[], error=str(exc))
+        if board:
+            board.finish(name, result.ok, (result.image_id or "")[:19] if result.ok else (result.error or "failed"))
+        return result
+
+    if jobs <= 1 or len(backends) == 1:
+        return [one(b) for b in backends]
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="envbuild-build") as pool:
+        futures = [pool.submit(one, b) for b in backends]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise

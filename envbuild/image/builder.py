@@ -1,7 +1,7 @@
 """The builder process: `docker buildx build`, or `DOCKER_BUILDKIT=1 docker build` with a client older than 23.0;
 with the Podman engine, `podman build` (buildah: the same Dockerfile, secrets and cache mounts).
 
-Only this module builds; the client process is found and started by the engine (envbuild/core/engine.py). It streams
+Only this module builds; the client process is found and started by the engine (envbuild/engine/docker.py). It streams
 BuildKit's plain output into one line per step (or everything with -v), keeps the full log, and tells a failed
 build from an engine that did not answer.
 """
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
-from envbuild.core import engine
+from envbuild.engine import docker as engine
 from envbuild.core.credential_env import CREDENTIAL_ENV
 from envbuild.core.errors import BuildError, DockerError
 from envbuild.core.files import write_atomic
@@ -85,7 +85,7 @@ def _remember(key: list, found: Builder) -> None:
 
 def podman_builder() -> Builder:
     """The Podman engine's builder: `podman build` (buildah), which reads the same Dockerfile features."""
-    from envbuild.core.podman import INSTALL_HINT, executable
+    from envbuild.engine.podman import INSTALL_HINT, executable
 
     exe = executable()
     if not exe:

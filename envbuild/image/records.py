@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Callable, ContextManager
 from envbuild.core.files import exclusive, write_atomic
 
 if TYPE_CHECKING:
-    from envbuild.core.engine import EngineAPI
-    from envbuild.imagebuild.plan import BuildPlan
+    from envbuild.engine.docker import EngineAPI
+    from envbuild.image.plan import BuildPlan
 
 RECORD = "last-build.json"  # in the backend's context folder
 

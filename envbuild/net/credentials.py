@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from envbuild.core.credential_env import CREDENTIAL_ENV, PASSWORD_ENV, USER_ENV, environment_forms, forms  # noqa: F401 (names of this module too)
 from envbuild.core.errors import EnvbuildError, RegistryAuthError
 from envbuild.core.files import read_user
+from envbuild.core.paths import config_file
 
 _DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
@@ -54,8 +55,6 @@ def github_token(host: str, environ: Mapping[str, str] | None = None) -> Credent
 
 
 def docker_config_path(environ: Mapping[str, str] | None = None) -> Path:
-    from envbuild.core.engine import config_file
-
     return config_file(environ)
 
 

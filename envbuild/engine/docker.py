@@ -31,10 +31,11 @@ from urllib.parse import quote
 from envbuild.core.checks import Check
 from envbuild.core.errors import DockerError
 from envbuild.core.imageref import Reference
-from envbuild.core.owner import Container
+from envbuild.core.paths import config_dir
+from envbuild.engine.owner import Container
 
 if TYPE_CHECKING:
-    from envbuild.core.runspec import RunSpec
+    from envbuild.engine.runspec import RunSpec
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 TIMEOUT = 600  # seconds for one API call ($ENVBUILD_DOCKER_TIMEOUT): a push of a large layer takes a while
@@ -61,16 +62,6 @@ _REASONS = (
     ("timed out", "timed out"),
     ("timeout", "timed out"),
 )
-
-
-def config_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """The docker client's configuration folder: $DOCKER_CONFIG, else ~/.docker (config.json, contexts, buildx)."""
-    env = os.environ if environ is None else environ
-    return Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker")
-
-
-def config_file(environ: Mapping[str, str] | None = None) -> Path:
-    return config_dir(environ) / "config.json"
 
 
 def buildx_selection(environ: Mapping[str, str] | None = None) -> str | None:

@@ -44,6 +44,12 @@ def init_(directory: Path, force: bool) -> None:
         if source.exists():
             write_atomic(target, source.read_bytes())
             click.echo(f"wrote {target}")
+    ignore = directory / ".gitignore"  # what envbuild keeps per checkout (build contexts, logs) stays out of git
+    kept = ignore.read_text(encoding="utf-8") if ignore.is_file() and not ignore.is_symlink() else ""
+    if not ignore.is_symlink() and not any(line.strip() in (".envbuild/", "/.envbuild/", ".envbuild")
+                                           for line in kept.splitlines()):
+        write_atomic(ignore, (kept + ("\n" if kept and not kept.endswith("\n") else "") + ".envbuild/\n").encode())
+        click.echo(f"{'added .envbuild/ to' if kept else 'wrote'} {ignore}")
     click.echo(f"next: cd {directory}, edit matrix.yaml, then `envbuild validate` and `envbuild build --backend cpu` "
                "(build writes the Dockerfile it needs); commit matrix.yaml and locks/")
 
@@ -59,7 +65,12 @@ def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
       envbuild validate --matrix team/matrix.yaml
     """
     m = load(matrix_path, overrides)
-    click.echo(f"{m.path}: ok ({len(m.backends)} backends, {len(m.containerizable())} containerizable)")
+    # Counted as the README and the Hardware page count them: a variant (cuda-cu126) is its backend's, not one more.
+    variants = sum(1 for b in m.backends if b.variant_of)
+    images = len(m.containerizable())
+    click.echo(f"{m.path}: ok ({len(m.backends) - variants} backends"
+               + (f" and {variants} variant{'s' * (variants != 1)}" if variants else "")
+               + f"; {images} image{'s' * (images != 1)} to build)")
 
 
 @cli.command()

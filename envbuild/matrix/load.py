@@ -574,7 +574,8 @@ def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = (), *, wi
     """The matrix file, validated; with the metadata cache beside it (facts.path_for) unless `with_facts` is False."""
     p = Path(path)
     if not p.exists() and not p.is_symlink():
-        raise MatrixError([Problem(str(path), None, "no such file (pass --matrix FILE, or run from the envbuild checkout)")])
+        hint = " (pass --matrix FILE, or run from the envbuild checkout)" if str(path) == DEFAULT_MATRIX else ""
+        raise MatrixError([Problem(str(path), None, f"no such file{hint}")])
     try:  # a regular file of bounded size: never a FIFO or /dev/zero
         raw = read_user(p, str(path), limit=MAX_MATRIX)
     except EnvbuildError as exc:

@@ -71,7 +71,8 @@ def _publish_one(m: Matrix, backend: Backend, registry: str, session: Session,
     image = engine.image(source)
     if image is None:
         raise PublishError(
-            f"image {source} is not on this Docker engine: build it with `envbuild build --backend {backend.name}` (or pass --image)"
+            f"image {source} is not on this Docker engine: build it with `envbuild build --backend {backend.name}`"
+            + ("" if opts.image else " (or pass --image)")
         )
     problems = label_mismatches(m, backend, image.labels)
     if problems and not opts.force:

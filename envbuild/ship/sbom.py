@@ -35,7 +35,7 @@ def sbom(engine: EngineAPI, image: str) -> str:
 
     found = engine.image(image)
     if found is None:
-        raise EnvbuildError(f"image {image} is not on this Docker engine: build it or pull it first (or pass --image)")
+        raise EnvbuildError(f"image {image} is not on this Docker engine: build it or pull it first")
     lock_text, installed_json = engine.read_file(image, LOCK), engine.read_file(image, INSTALLED)
     if lock_text is None or installed_json is None:
         raise EnvbuildError(f"image {image} has no {LOCK if lock_text is None else INSTALLED}: it was built before envbuild "

@@ -124,6 +124,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
     that is not this host's). An image of another architecture runs under QEMU: the result says so."""
     if platform:
         platform = backend.listed(platform)
+    or_image = "" if image else " (or pass --image)"  # a way out only where the image was not named already
     image = image or matrix.tags(backend, foreign_arch(platform))[0]
     args, volumes, env = model_args(model)  # the input first, then the host, then the image
     mounted_cache = cache_source(cache) if cache is not None else None
@@ -139,7 +140,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
     if image_id is None:
         raise SmokeError(
             f"image {image} is not on this Docker engine: build it with `envbuild build --backend {backend.name}` "
-            f"or pull it with `envbuild pull --backend {backend.name}` (or pass --image)"
+            f"or pull it with `envbuild pull --backend {backend.name}`{or_image}"
         )
     if not ignore_host:  # again with the architectures its build measured (read from the image, not started)
         preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image_id), echo=echo)
@@ -147,7 +148,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
     ran = Platform(found.os, platform_arch(found.architecture)) if found else target(platform)
     if platform and ran != platform:
         raise SmokeError(f"image {image} is {ran}, not {platform}: build it with `envbuild build --backend {backend.name} "
-                         f"--platform {platform}` (or pass --image)")
+                         f"--platform {platform}`{or_image}")
     runs, emulated, how = can_run(ran, str(root))
     if not runs:
         raise SmokeError(f"image {image} is {ran}, which this host ({host_platform()}) cannot run: {how}. Set up "

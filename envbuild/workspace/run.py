@@ -172,7 +172,8 @@ def run(matrix: Matrix, backend: Backend, opts: RunOptions, engine: EngineAPI, *
     image = opts.image or matrix.tags(backend)[0]
     if engine.image_id(image) is None:
         raise EnvbuildError(f"image {image} is not on this Docker engine: build it with `envbuild build --backend "
-                            f"{backend.name}` or pull it with `envbuild pull --backend {backend.name}` (or pass --image)")
+                            f"{backend.name}` or pull it with `envbuild pull --backend {backend.name}`"
+                            + ("" if opts.image else " (or pass --image)"))
     if not ignore_host:  # with the architectures the image's build measured
         preflight.require_host(backend, host, matrix=matrix, measured_arch=image_arch(engine, image),
                                echo=lambda line: print(line, file=sys.stderr))

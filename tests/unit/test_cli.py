@@ -47,7 +47,7 @@ def test_help(args: list[str], invoke) -> None:
 def test_validate_ok(invoke) -> None:
     result = invoke("validate", "--matrix", FIXED)
     assert result.exit_code == 0
-    assert result.stdout.strip() == f"{FIXED}: ok (11 backends, 10 containerizable)"
+    assert result.stdout.strip() == f"{FIXED}: ok (11 backends; 10 images to build)"
     assert result.stderr == ""
 
 
@@ -64,7 +64,8 @@ def test_validate_without_matrix_file_uses_the_installed_one(invoke, tmp_path: P
     monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
     result = invoke("validate")
     assert result.exit_code == 0, result.output
-    assert "envbuild/matrix/matrix.yaml: ok (16 backends, 15 containerizable)" in result.stdout
+    # counted as the README counts them: eleven backends, the variants apart
+    assert "envbuild/matrix/matrix.yaml: ok (11 backends and 5 variants; 15 images to build)" in result.stdout
 
 
 def test_validate_missing_matrix_file(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,6 +73,13 @@ def test_validate_missing_matrix_file(invoke, tmp_path: Path, monkeypatch: pytes
     result = invoke("validate", "--matrix", "matrix.yaml")
     assert result.exit_code == 2
     assert result.stderr.strip() == "Error: matrix.yaml: no such file (pass --matrix FILE, or run from the envbuild checkout)"
+
+
+def test_a_missing_matrix_named_by_matrix_gets_no_hint_to_pass_matrix(invoke, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("validate", "--matrix", "team/images.yaml")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "Error: team/images.yaml: no such file"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -537,6 +545,27 @@ def test_init_writes_the_packaged_matrix_to_start_your_own(invoke, tmp_path, mon
     monkeypatch.chdir(team)
     checked = invoke("validate")
     assert checked.exit_code == 0 and checked.stdout.startswith("matrix.yaml: ok") and checked.stderr == ""
+
+
+def test_init_keeps_envbuilds_own_folder_out_of_git_once(invoke, tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("ENVBUILD_MATRIX", raising=False)
+    fresh = tmp_path / "fresh"
+    assert invoke("init", str(fresh)).exit_code == 0
+    assert (fresh / ".gitignore").read_text() == ".envbuild/\n"
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / ".gitignore").write_text("*.log")  # a team's own, without a final newline: kept, and added to
+    made = invoke("init", str(team))
+    assert made.exit_code == 0 and "added .envbuild/ to" in made.stdout
+    assert invoke("init", str(team), "--force").exit_code == 0  # said once, whatever init runs again
+    assert (team / ".gitignore").read_text() == "*.log\n.envbuild/\n"
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("private")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / ".gitignore").symlink_to(elsewhere)  # never written through
+    assert invoke("init", str(linked)).exit_code == 0
+    assert elsewhere.read_text() == "private"
 
 
 # --- Hostile input, round three: each case one class of attack, fixed at its root (from test_hostile_round3.py)

@@ -215,3 +215,16 @@ def test_a_backend_whose_image_runs_as_root_is_probed_as_its_user():
     result = smoke.smoke(MATRIX, root_backend, engine, ignore_host=True)
     assert engine.runs[0]["user"] is None and "ENVBUILD_ARBITRARY_UID" not in engine.runs[0]["environment"]
     assert [c["name"] for c in result.checks] == list(ALL[:-1])
+
+
+def test_a_missing_image_offers_image_only_when_it_was_not_named():
+    from envbuild.smoke.runner import smoke as smoke_one
+
+    cpu = MATRIX.backend("cpu")
+    with pytest.raises(smoke.SmokeError) as default:
+        smoke_one(MATRIX, cpu, FakeEngine(), ignore_host=True)
+    assert str(default.value).endswith("(or pass --image)")
+    with pytest.raises(smoke.SmokeError) as named:
+        smoke_one(MATRIX, cpu, FakeEngine(), image="team/images:cpu", ignore_host=True)
+    assert "image team/images:cpu is not on this Docker engine" in str(named.value)
+    assert "--image" not in str(named.value)

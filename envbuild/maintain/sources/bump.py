@@ -149,7 +149,7 @@ def working(matrix_path: Path) -> None:
     p = Path(matrix_path).absolute()
     if p.is_relative_to(PACKAGE) or any(part in ("site-packages", "dist-packages") for part in p.parts):
         raise InvalidInput(f"{matrix_path} is the matrix installed with envbuild, not one in a working folder: bump "
-                           f"would have changed {p}; run it in a checkout of your matrix, or pass --matrix FILE")
+                           f"would have changed {p}; run it where your own matrix is (`envbuild init DIR` writes one)")
 
 
 def bump(matrix_path: Path, new: dict[str, str], dockerfiles: Path, *, dry_run: bool = False, index: Any = None) -> Bump:

@@ -25,7 +25,7 @@ import tarfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Protocol
 from urllib.parse import quote
 
 from envbuild.core.checks import Check
@@ -298,7 +298,7 @@ class EngineAPI(Protocol):
 
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
-            user: str | None = None, read_only: bool = False) -> Exited: ...
+            user: str | None = None, read_only: bool = False, on_line: Callable[[str], None] | None = None) -> Exited: ...
 
     def volume(self, name: str, labels: dict[str, str]) -> ContextManager[str]: ...
     def read_file(self, image: str, path: str, limit: int = 64 << 20) -> bytes | None: ...
@@ -317,6 +317,29 @@ class EngineAPI(Protocol):
     def pull(self, ref: str, auth: dict[str, str] | None, platform: str | None = None) -> Iterator[dict[str, Any]]: ...
     def host_checks(self) -> list[Check]: ...
     def close(self) -> None: ...
+
+
+def _follow(container: Any, on_line: Callable[[str], None]) -> Any:
+    """A thread that hands each line of a running container's stderr to on_line; it ends with the container.
+    What it reads is only shown: the result is read whole once the container exited."""
+    import threading
+
+    def follow() -> None:
+        pending = b""
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=False, stderr=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    on_line(line.decode("utf-8", "replace"))
+        except Exception:  # noqa: BLE001 (a stream cut by the container's removal: nothing more to show)
+            return
+        if pending:
+            on_line(pending.decode("utf-8", "replace"))
+
+    thread = threading.Thread(target=follow, name="envbuild-container-stderr", daemon=True)
+    thread.start()
+    return thread
 
 
 class Engine(EngineAPI):
@@ -476,9 +499,9 @@ class Engine(EngineAPI):
     # -- containers ---------------------------------------------------------------------------------------
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
-            user: str | None = None, read_only: bool = False) -> Exited:
+            user: str | None = None, read_only: bool = False, on_line: Callable[[str], None] | None = None) -> Exited:
         """Run a container to its end with the backend's `docker run` needs; it is removed whatever happens
-        (success, failure, timeout, KeyboardInterrupt)."""
+        (success, failure, timeout, KeyboardInterrupt). `on_line` is given each line of its stderr as it comes."""
         import requests
 
         kw = run_options(run)
@@ -487,13 +510,16 @@ class Engine(EngineAPI):
         kw["environment"] = {**kw.get("environment", {}), **(environment or {})}
         if user:
             kw["user"] = user
-        if read_only:  # as clusters run images: the root filesystem read-only, a fresh /tmp
-            kw["read_only"], kw["tmpfs"] = True, {"/tmp": ""}
+        if read_only:  # as clusters run images: the root filesystem read-only, a fresh /tmp that runs code (compile)
+            kw["read_only"], kw["tmpfs"] = True, {"/tmp": "exec"}
         container = None
+        follower = None
         try:
             container = self._call(f"cannot run {image}", lambda: self.client.containers.create(
                 image, command=command, name=name, labels=labels, detach=True, **kw))
             self._call(f"cannot run {image}", container.start)
+            if on_line is not None:
+                follower = _follow(container, on_line)
             try:
                 status = container.wait(timeout=timeout)
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
@@ -501,6 +527,8 @@ class Engine(EngineAPI):
                 return Exited(None, b"", self._logs(container, stderr=True), timed_out=True)
             return Exited(status.get("StatusCode"), self._logs(container, stdout=True), self._logs(container, stderr=True), False)
         finally:
+            if follower is not None:
+                follower.join(timeout=5)  # the stream ends with the container
             # Interrupted while the daemon created it, the container exists but its id never came back: by name.
             self.remove_container(container.id if container is not None else name)
 

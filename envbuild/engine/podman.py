@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Callable, Iterator, TYPE_CHECKING
 
 from envbuild.engine import docker as engines
 from envbuild.core.checks import Check
@@ -261,7 +261,7 @@ class Podman(EngineAPI):
 
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
-            user: str | None = None, read_only: bool = False) -> Exited:
+            user: str | None = None, read_only: bool = False, on_line: Callable[[str], None] | None = None) -> Exited:
         """Run a container to its end with the backend's run settings; removed whatever happens. Environment values
         go by name (never on a command line)."""
         args = ["run", "--name", name, *[a for k, v in labels.items() for a in ("--label", f"{k}={v}")]]
@@ -273,17 +273,15 @@ class Podman(EngineAPI):
             args += ["-e", k]
         if user:
             args += ["--user", user]
-        if read_only:  # as clusters run images: the root filesystem read-only, a fresh /tmp
-            args += ["--read-only", "--tmpfs", "/tmp"]
+        if read_only:  # as clusters run images: the root filesystem read-only, a fresh /tmp that runs code (compile)
+            args += ["--read-only", "--tmpfs", "/tmp:exec"]
         args += [image, *command]
         try:
             proc = subprocess.Popen(self._argv(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                     env={**os.environ, **env})
-            try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self._run(f"cannot stop {name}", ["kill", name], missing_ok=True)
-                out, err = proc.communicate()
+            out, err, timed_out = _communicate(
+                proc, timeout, on_line, lambda: self._run(f"cannot stop {name}", ["kill", name], missing_ok=True))
+            if timed_out:
                 return Exited(None, b"", err, timed_out=True)
             if proc.returncode in (125, 126, 127) and _refused(err):
                 raise EngineError(f"cannot run {image}", err.decode("utf-8", "replace").strip()[-2000:])
@@ -444,6 +442,43 @@ class Podman(EngineAPI):
 
     def close(self) -> None:
         pass
+
+
+def _communicate(proc: subprocess.Popen, timeout: float, on_line: Callable[[str], None] | None,
+                 stop: Callable[[], None]) -> tuple[bytes, bytes, bool]:
+    """(stdout, stderr, timed out) of a container's client process, with each line of stderr also handed to on_line
+    as it comes; at the timeout `stop` ends the container and what it said until then is returned."""
+    import threading
+
+    if on_line is None:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            return out, err, False
+        except subprocess.TimeoutExpired:
+            stop()
+            return b"", proc.communicate()[1], True
+    out: list[bytes] = []
+    err: list[bytes] = []
+
+    def follow() -> None:
+        for line in iter(proc.stderr.readline, b""):
+            err.append(line)
+            on_line(line.decode("utf-8", "replace").rstrip("\n"))
+
+    readers = [threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True),
+               threading.Thread(target=follow, daemon=True)]
+    for r in readers:
+        r.start()
+    try:
+        proc.wait(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        stop()
+        proc.wait()
+        timed_out = True
+    for r in readers:
+        r.join(timeout=5)
+    return (b"" if timed_out else b"".join(out)), b"".join(err), timed_out
 
 
 class PodmanMissing(engines.Unreachable):

@@ -449,6 +449,9 @@ def check_compile(torch: Any, device: str, tolerance: float) -> str:
     compile workers would start a Python with torch per core for one kernel), and on a CPU without compiling
     Inductor's six vector-ISA test programs: they only choose the vector width, which is taken from the CPU's
     flags instead (ATen's own dispatch reads the same), and the kernel is still built with it."""
+    blocked = noexec_place()
+    if blocked:
+        raise CheckFailed(blocked)
     from torch._dynamo.utils import counters
     from torch._inductor import config, metrics
 
@@ -476,6 +479,24 @@ def check_compile(torch: Any, device: str, tolerance: float) -> str:
     how = "loaded from the compile cache" if hit else "generated and compiled"
     where = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "the default cache"
     return f"a kernel {how} ({where}) and ran in {seconds:.1f}s, max abs diff to eager {diff:.3g}"
+
+
+def noexec_place() -> str | None:
+    """Why torch.compile cannot run here, in one line: where its kernels would be written (the Inductor cache, else
+    the temporary folder) is mounted noexec, so they could not be loaded. None where they can."""
+    flag = getattr(os, "ST_NOEXEC", 0)
+    for folder in filter(None, (os.environ.get("TORCHINDUCTOR_CACHE_DIR"), tempfile.gettempdir())):
+        path = folder
+        while path and not os.path.isdir(path):  # not made yet: the folder it will be made in
+            path = os.path.dirname(path.rstrip("/")) if path.rstrip("/") else ""
+        try:
+            if flag and path and os.statvfs(path).f_flag & flag:
+                return (f"torch.compile cannot run here: {folder} is on a filesystem mounted noexec, where compiled "
+                        f"kernels cannot be loaded; mount a writable volume at {CACHE_ROOT} (docker run -v "
+                        f"envbuild-cache:{CACHE_ROOT}) or let /tmp run code (docker run --tmpfs /tmp:exec)")
+        except OSError:
+            continue
+    return None
 
 
 CACHE_VARIABLES = ("XDG_CACHE_HOME", "HF_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -114,6 +116,70 @@ EMULATED_SKIPS = {
 }
 # Who the second run of a smoke runs as: a uid and a group the image does not know, as Apptainer runs images.
 CLUSTER_USER = "4242:4242"
+QUIET = 10.0  # seconds of silence after which a smoke says what it is waiting for
+# The probe's checks in the order it runs them, each with what a person waits for while it runs.
+PROBE_STEPS = (("import_torch", "torch to import"), ("import_plugin", "the device plugin to import"),
+               ("device", "the device to answer"), ("versions", "the pins to be read"), ("load", "the model to load"),
+               ("forward", "the first forward pass"), ("generate", "the model to generate"),
+               ("cpu_match", "the CPU reference run"), ("compile", "torch.compile to build a kernel"),
+               ("arbitrary_uid", "the folder checks"))
+_DONE_LINE = re.compile(r"\[probe\] (\w+): (ok|FAILED) \(([\d.]+)s\)")
+
+
+class Watch:
+    """What a smoke says while a probe runs, so that no minute passes in silence: each check's line as the probe
+    prints it (its stderr, streamed), and after QUIET seconds without one, what it is waiting for and how long."""
+
+    def __init__(self, backend: str, echo: Callable[[str], None], what: str = "", quiet: float = QUIET,
+                 clock: Callable[[], float] = time.monotonic):
+        self.backend, self.echo, self.what, self.quiet, self.clock = backend, echo, what, quiet, clock
+        self.done: list[str] = []
+        self.since = self.said = clock()
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def line(self, text: str) -> None:
+        """One line of the probe's stderr: a finished check is said; the rest stays in the log."""
+        m = _DONE_LINE.match(text.strip())
+        if not m:
+            return
+        with self.lock:
+            self.done.append(m.group(1))
+            self.since = self.said = self.clock()
+            self.echo(f"[{self.backend}] {self.what}{m.group(1)}: {m.group(2)} ({float(m.group(3)):.1f}s)")
+
+    def waiting_for(self) -> str:
+        if not self.done:
+            return "the container to start and torch to import"
+        names = [n for n, _ in PROBE_STEPS]
+        last = self.done[-1]
+        after = names[names.index(last) + 1:] if last in names else []
+        ahead = [w for n, w in PROBE_STEPS if n in after and n not in self.done]
+        return f"{ahead[0]} (after {last})" if ahead else f"the probe to finish (after {last})"
+
+    def tick(self) -> None:
+        """Say what is being waited for, when nothing was said for `quiet` seconds."""
+        with self.lock:
+            now = self.clock()
+            if now - self.said < self.quiet:
+                return
+            self.said = now
+            self.echo(f"[{self.backend}] {self.what}still waiting for {self.waiting_for()}: {now - self.since:.0f}s")
+
+    def __enter__(self) -> "Watch":
+        def beat() -> None:
+            while not self._stop.wait(1.0):
+                self.tick()
+
+        self._thread = threading.Thread(target=beat, name="envbuild-smoke-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
 
 
 def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | None = None, model: str = "synthetic",
@@ -165,13 +231,13 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
 
     def probe(cache: str) -> SmokeResult:
         """The one run of the probe: every check, in one container."""
-        with _refusal(backend):
+        with _refusal(backend), Watch(backend.name, echo) as watch:
             done = engine.run(
                 image, ["envbuild-probe", "--backend", backend.name, *args],
                 name=f"envbuild-smoke-{backend.name}-{tag}",
                 labels={SMOKE_LABEL: "1", **owner.labels(), "dev.envbuild.backend": backend.name},
                 run=backend.run, volumes=[*volumes, f"{cache}:{CACHE}"], environment={**env, **(extra_env or {})},
-                timeout=timeout, user=user,
+                timeout=timeout, user=user, on_line=watch.line,
             )
         result = SmokeResult(backend.name, image, False, 0.0, done.status, stderr_tail=_tail(done.stderr), image_id=image_id)
         if done.timed_out:
@@ -193,17 +259,19 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
         return result
 
     def as_clusters_run_it() -> dict:
-        """A second, short run as clusters run images (Apptainer, `docker run --user`): the root filesystem
-        read-only, a uid:gid the image does not know (not group 0), HOME elsewhere, no /cache volume. The model
-        still loads and runs, with the caches moved by the image's entrypoint; compile is the first run's."""
+        """A second run as clusters run images (Apptainer, `docker run --user`): the root filesystem read-only, a
+        uid:gid the image does not know (not group 0), HOME elsewhere, no /cache volume. The model still loads and
+        runs, and compiles (what users run), with the caches moved by the image's entrypoint."""
         started = time.monotonic()
-        done = engine.run(
-            image, ["envbuild-probe", "--backend", backend.name, *args, "--no-compile"],
-            name=f"envbuild-smoke-{backend.name}-{tag}-ro",
-            labels={SMOKE_LABEL: "1", **owner.labels(), "dev.envbuild.backend": backend.name}, run=backend.run,
-            volumes=list(volumes), environment={**env, **(extra_env or {}), "ENVBUILD_ARBITRARY_UID": "1", "HOME": "/tmp"},
-            timeout=timeout, user=CLUSTER_USER, read_only=True,
-        )
+        echo(f"[{backend.name}] read-only run as {CLUSTER_USER}:")
+        with Watch(backend.name, echo, "read-only ") as watch:
+            done = engine.run(
+                image, ["envbuild-probe", "--backend", backend.name, *args],
+                name=f"envbuild-smoke-{backend.name}-{tag}-ro",
+                labels={SMOKE_LABEL: "1", **owner.labels(), "dev.envbuild.backend": backend.name}, run=backend.run,
+                volumes=list(volumes), environment={**env, **(extra_env or {}), "ENVBUILD_ARBITRARY_UID": "1", "HOME": "/tmp"},
+                timeout=timeout, user=CLUSTER_USER, read_only=True, on_line=watch.line,
+            )
         how = f"read-only, as {CLUSTER_USER} with HOME=/tmp (as Apptainer and `docker run --user` run images)"
         check = {"name": "read_only_any_uid", "ok": False, "seconds": round(time.monotonic() - started, 3)}
         try:

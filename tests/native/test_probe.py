@@ -490,3 +490,27 @@ def test_cpu_match_compares_a_device_s_output_with_the_cpu_s(tmp_path: Path, mon
     assert probe.check_cpu_match(torch, loaded, output, 1e-3, "xpu:0").startswith("max abs diff to CPU 0 <= 0.001")
     with pytest.raises(probe.CheckFailed, match="above the tolerance"):
         probe.check_cpu_match(torch, loaded, output + 1, 1e-3, "xpu:0")
+
+
+def test_compile_on_a_noexec_mount_fails_in_one_line_naming_the_mount(tmp_path: Path, monkeypatch) -> None:
+    """Where the Inductor cache (or the temporary folder) is mounted noexec, the kernels it builds cannot be loaded:
+    the check says so before Inductor fails deep in its loader."""
+    cache = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache / "not-made-yet"))
+    real = os.statvfs
+
+    def statvfs(path):
+        found = real(path)
+        if str(path) == str(cache):
+            return os.statvfs_result((*found[:8], found.f_flag | os.ST_NOEXEC, found.f_namemax))
+        return found
+
+    assert probe.noexec_place() is None
+    cache.mkdir()
+    monkeypatch.setattr(probe.os, "statvfs", statvfs)
+    said = probe.noexec_place()
+    assert said == (f"torch.compile cannot run here: {cache / 'not-made-yet'} is on a filesystem mounted noexec, where "
+                    "compiled kernels cannot be loaded; mount a writable volume at /cache (docker run -v "
+                    "envbuild-cache:/cache) or let /tmp run code (docker run --tmpfs /tmp:exec)")
+    with pytest.raises(probe.CheckFailed, match="mounted noexec"):
+        probe.check_compile(None, "cpu", 1e-3)

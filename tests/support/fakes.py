@@ -200,7 +200,7 @@ class FakeEngine(EngineAPI):
 
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
-            user: str | None = None, read_only: bool = False) -> Exited:
+            user: str | None = None, read_only: bool = False, on_line: Callable[[str], None] | None = None) -> Exited:
         if self.start_error:
             raise EngineError(f"cannot run {image}", self.start_error)
         if self.exited is None:
@@ -208,6 +208,9 @@ class FakeEngine(EngineAPI):
         self.runs.append({"image": image, "command": command, "name": name, "labels": labels, "run": run,
                           "volumes": volumes, "environment": environment, "timeout": timeout, "user": user, "read_only": read_only,
                           "volumes_alive": [v for v in self.volumes if v not in self.volumes_removed]})
+        if on_line is not None:
+            for line in self.exited.stderr.decode("utf-8", "replace").splitlines():
+                on_line(line)
         return self.exited
 
     @contextlib.contextmanager

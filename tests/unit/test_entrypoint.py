@@ -85,3 +85,47 @@ def test_the_command_gets_its_arguments_unchanged(tmp_path):
     done = subprocess.run(["sh", str(ENTRYPOINT), "printf", "[%s]", "a b", "$HOME", "*"], capture_output=True,
                           text=True, env={"PATH": os.environ["PATH"], "ENVBUILD_CACHE_ROOT": str(tmp_path)}, timeout=30)
     assert done.returncode == 0 and done.stdout == "[a b][$HOME][*]"
+
+
+@pytest.fixture
+def tree_off_tmp():
+    """The same folders outside /tmp, so that /tmp itself can be mounted over."""
+    base = Path(tempfile.mkdtemp(prefix="envbuild-entrypoint-", dir="/var/tmp"))
+    base.chmod(0o755)
+    yield _tree(base)
+    for p in base.rglob("*"):
+        if p.is_dir():
+            p.chmod(0o755)
+    shutil.rmtree(base)
+
+
+def _run_with_noexec(tree: dict[str, Path], noexec: str, **env: str) -> subprocess.CompletedProcess:
+    """The script as 4242:4242 with `noexec` mounted as a noexec tmpfs (Docker's --tmpfs default), in a mount
+    namespace of its own: root only, which CI is."""
+    if os.getuid() != 0:
+        pytest.skip("mounting a noexec tmpfs needs root (CI runs as root)")
+    inner = (f'mount -t tmpfs -o noexec,mode=1777 tmpfs "$1" && exec setpriv --reuid 4242 --regid 4242 '
+             f'--clear-groups sh {ENTRYPOINT} sh -c \'{SHOW}\'')
+    return subprocess.run(["unshare", "-m", "sh", "-c", inner, "sh", noexec],
+                          env={"PATH": os.environ["PATH"], **env_for(tree, tree["home"]), **env},
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_where_no_writable_place_runs_code_the_image_says_so_in_one_line_naming_the_mount(tree_off_tmp):
+    tree = tree_off_tmp
+    tree["tmp"].chmod(0o555)  # HOME and TMPDIR cannot be written; /tmp can, and is noexec (docker run --tmpfs /tmp)
+    done = _run_with_noexec(tree, "/tmp")
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and "caches moved to /tmp/.cache" in lines[0]
+    assert lines[1] == (f"envbuild: no writable place here can run compiled code (/tmp is mounted noexec): "
+                        f"torch.compile will fail; mount a writable volume at {tree['root']} (docker run -v "
+                        f"envbuild-cache:{tree['root']}) or let /tmp run code (docker run --tmpfs /tmp:exec)")
+
+
+def test_a_noexec_home_gives_way_to_a_place_that_runs_code(tree):
+    tree["home"].chmod(0o777)
+    done = _run_with_noexec(tree, str(tree["home"]))  # a writable HOME, noexec; TMPDIR writable and runs code
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.split()[0] == f"{tree['tmp']}/.cache"
+    assert len(done.stderr.splitlines()) == 1 and "noexec" not in done.stderr

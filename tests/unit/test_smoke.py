@@ -135,7 +135,7 @@ def test_smoke_runs_the_probe_as_an_arbitrary_uid_with_group_0_then_read_only_as
     # read-only, a uid and group the image does not know, HOME elsewhere, no cache volume: the caches must move
     assert ro["read_only"] and ro["user"] == "4242:4242" and ro["volumes"] == []
     assert ro["environment"]["HOME"] == "/tmp" and ro["environment"]["ENVBUILD_ARBITRARY_UID"] == "1"
-    assert ro["command"][-1] == "--no-compile"  # compile is the first run's
+    assert "--no-compile" not in ro["command"]  # compile too, as users run it: /tmp of the read-only run runs code
     uid, gid = run["user"].split(":")
     assert gid == "0" and int(uid) not in (0, 1000)  # not root, not the image's own user
     assert run["environment"]["ENVBUILD_ARBITRARY_UID"] == "1"  # the probe checks its folders as that user
@@ -228,3 +228,44 @@ def test_a_missing_image_offers_image_only_when_it_was_not_named():
         smoke_one(MATRIX, cpu, FakeEngine(), image="team/images:cpu", ignore_host=True)
     assert "image team/images:cpu is not on this Docker engine" in str(named.value)
     assert "--image" not in str(named.value)
+
+
+def test_a_smoke_says_each_check_as_it_finishes_and_the_read_only_run_too():
+    from envbuild.engine.docker import Exited
+
+    engine = _engine_with(_probe_report(*ALL))
+    engine.exited = Exited(0, engine.exited.stdout, b"[probe] import_torch: ok (2.51s) torch 2.13.0\nnoise\n"
+                           b"[probe] load: FAILED (0.10s) no model\n", False)
+    said: list[str] = []
+    smoke.smoke(MATRIX, MATRIX.backend("cpu"), engine, ignore_host=True, echo=said.append)
+    lines = [s for s in said if "import_torch" in s or "load" in s]
+    assert lines == ["[cpu] import_torch: ok (2.5s)", "[cpu] load: FAILED (0.1s)",
+                     "[cpu] read-only import_torch: ok (2.5s)", "[cpu] read-only load: FAILED (0.1s)"]
+    assert not any("noise" in s for s in said)
+
+
+def test_a_silent_probe_is_said_every_ten_seconds_with_what_it_waits_for():
+    from envbuild.smoke.runner import Watch
+
+    now = [0.0]
+    said: list[str] = []
+    watch = Watch("cpu", said.append, clock=lambda: now[0])
+    now[0] = 9.0
+    watch.tick()
+    assert said == []  # under ten seconds: nothing to add
+    now[0] = 12.0
+    watch.tick()
+    assert said == ["[cpu] still waiting for the container to start and torch to import: 12s"]
+    watch.line("[probe] device: ok (0.01s) cpu")
+    watch.line("[probe] versions: ok (0.20s) pins")
+    now[0] = 40.0
+    watch.tick()
+    assert said[-1] == "[cpu] still waiting for the model to load (after versions): 28s"
+    watch.line("[probe] cpu_match: ok (0.50s) same")
+    now[0] = 60.0
+    watch.tick()
+    assert said[-1] == "[cpu] still waiting for torch.compile to build a kernel (after cpu_match): 20s"
+    watch.line("[probe] arbitrary_uid: ok (0.01s) fine")
+    now[0] = 80.0
+    watch.tick()
+    assert said[-1] == "[cpu] still waiting for the probe to finish (after arbitrary_uid): 20s"

@@ -10,16 +10,31 @@ envbuild_writable() {
     [ -d "$1" ] && [ -w "$1" ] && [ -x "$1" ]
 }
 
+# Can a program written under $1 run? Not on a noexec mount (Docker's --tmpfs default): torch.compile's kernels
+# are loaded from where the Inductor cache is, and would fail deep in its loader.
+envbuild_runs_code() {
+    f="$1/.envbuild-exec-$$"
+    { printf '#!/bin/sh\nexit 0\n' >"$f" && chmod +x "$f" && "$f"; } 2>/dev/null
+    ok=$?
+    rm -f "$f"
+    return $ok
+}
+
 envbuild_caches() {
     root=${ENVBUILD_CACHE_ROOT:-/cache}
     if envbuild_writable "$root"; then
         return 0
     fi
     base=
+    noexec=
     for candidate in "${HOME:-}" "${TMPDIR:-}" /tmp; do
         if [ -n "$candidate" ] && envbuild_writable "$candidate"; then
-            base=${candidate%/}
-            break
+            if envbuild_runs_code "$candidate"; then
+                base=${candidate%/}
+                noexec=
+                break
+            fi
+            [ -n "$base" ] || { base=${candidate%/}; noexec=1; }  # writable: the caches can live there, not compile
         fi
     done
     if [ -z "$base" ]; then
@@ -41,6 +56,9 @@ envbuild_caches() {
     fi
     mkdir -p "$moved" 2>/dev/null
     echo "envbuild: $root cannot be written by uid $(id -u):$(id -g) here (read-only, or not group 0): caches moved to $moved$home for this run; mount a writable volume at $root to keep them" >&2
+    if [ -n "$noexec" ]; then
+        echo "envbuild: no writable place here can run compiled code ($base is mounted noexec): torch.compile will fail; mount a writable volume at $root (docker run -v envbuild-cache:$root) or let /tmp run code (docker run --tmpfs /tmp:exec)" >&2
+    fi
 }
 
 envbuild_caches

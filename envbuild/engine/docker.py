@@ -1,10 +1,12 @@
 """The one Docker boundary: every question to the engine, and every container, push and pull, goes through
 an Engine; every `docker` client process is found and started here; the Docker config is read here. The rest of
-envbuild never imports the docker SDK nor starts a docker client itself.
+envbuild never imports the docker SDK nor starts a docker client itself. EngineAPI, the contract every engine
+declares (Podman's in podman.py), is here too.
 
-The SDK cannot drive BuildKit (no secrets, no cache mounts), so builds run the docker client as a process
-(Engine.start_client; build/builder.py reads its output); `envbuild run` hands the terminal to one (Engine.client_run).
-Installing and starting a daemon is not the engine's: tools/engine_setup.py.
+The SDK cannot drive BuildKit (no secrets, no cache mounts), so builds run the docker client as a process: which
+client builds is Engine.builder (find_builder, below), Engine.start_client starts it, image/builder.py reads its
+output; `envbuild run` hands the terminal to one (Engine.client_run). Installing and starting a daemon is not the
+engine's: host/engine_setup.py.
 """
 
 from __future__ import annotations
@@ -571,7 +573,7 @@ class Engine(EngineAPI):
             return tar.extractfile(member).read() if member else None
 
     def start_client(self, argv: list[str], env: dict[str, str]) -> Any:
-        """A docker client process for this engine (a build: build/builder.py reads its output); the unit tests'
+        """A docker client process for this engine (a build: image/builder.py reads its output); the unit tests'
         FakeEngine answers it with a scripted builder."""
         return start_client(argv, env)
 

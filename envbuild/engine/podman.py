@@ -1,4 +1,4 @@
-"""The Podman engine: a second implementation of the engine contract (core/engine.py EngineAPI), for hosts with
+"""The Podman engine: a second implementation of the engine contract (engine/docker.py EngineAPI), for hosts with
 Podman and no Docker daemon (RHEL, Fedora, HPC nodes).
 
 It runs the `podman` command and reads its `--format json` answers, rather than podman's Docker-compatible API
@@ -7,7 +7,8 @@ systemd socket unit: absent on most HPC nodes and rootless logins), while the co
 installed, rootless included, and builds with `podman build` anyway (the SDK cannot build with secrets or cache
 mounts). What Podman cannot answer as Docker does is said here, once: it has no BuildKit build-cache records
 (its cache mounts live in its own storage), and a registry on loopback is plain HTTP only when asked
-(`--tls-verify=false`, given here for loopback hosts as Docker treats them).
+(`--tls-verify=false`, given here for loopback hosts as Docker treats them). How it builds is said here too
+(Podman.builder): `podman build`, the BuildKit options it refuses by name, and buildah's output read into steps.
 
 GPUs: the matrix's run settings are Docker's words (`--gpus`, `--runtime`, `--device`); Podman gives a container
 its GPUs by CDI names (`nvidia.com/gpu=all` from `nvidia-ctk cdi generate`, `amd.com/gpu=all` from amd-ctk) where
@@ -323,7 +324,8 @@ class Podman(EngineAPI):
             return tar.extractfile(member).read() if member else None
 
     def start_client(self, argv: list[str], env: dict[str, str]) -> Any:
-        """The builder process (`podman build`: imagebuild/builder.py makes its argv and reads its output)."""
+        """The builder process (`podman build`: image/plan.py makes its argv from builder(), image/builder.py
+        reads its output with BuildahReader)."""
         return engines.start_client(argv, env)
 
     def client_args(self, args: list[str]) -> list[str]:

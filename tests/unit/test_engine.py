@@ -16,7 +16,7 @@ from support import engine_contract
 from support.constants import MATRIX as MATRIX_PATH
 
 from envbuild.engine import docker as engine
-from envbuild.core.errors import DockerError
+from envbuild.core.errors import DockerError, InvalidInput
 from envbuild.matrix import RunSpec, load
 
 MATRIX = load(MATRIX_PATH)
@@ -189,6 +189,20 @@ def test_engine_and_fake_take_the_contracts_parameters(name):
     for cls in engine_contract.IMPLEMENTATIONS:  # Engine, Podman, FakeEngine, and any engine added by the recipe
         problem = engine_contract.method_problem(cls, name)
         assert problem is None, problem
+
+
+class _Nameless(engine.EngineAPI):
+    def __init__(self) -> None:
+        self.timeout = 1
+
+
+@pytest.mark.parametrize("name", sorted(engine_contract.attributes()))
+def test_each_engine_gives_the_contracts_attributes(name):
+    """What a stage reads of an engine (host, kind, doctor's check name and purposes), given by each."""
+    for cls in engine_contract.IMPLEMENTATIONS:
+        problem = engine_contract.attribute_problem(cls, name)
+        assert problem is None, problem
+    assert engine_contract.attribute_problem(_Nameless, name) == f"_Nameless does not set {name}"
 
 
 def test_neither_has_public_methods_beyond_the_contract():
@@ -392,3 +406,45 @@ def test_no_module_outside_the_engine_asks_which_engine_it_holds():
              for where in engine_names_in(path.read_text(encoding="utf-8"))
              if (str(path.relative_to(PACKAGE)), where.split(": ", 1)[1]) not in ALLOWED]
     assert not found, "ask the engine (EngineAPI), not which engine it is: " + ", ".join(found)
+
+
+# --- what the stages ask the engine instead of which one it is --------------------------------------------------
+
+@pytest.mark.parametrize("host, local", [("unix:///var/run/docker.sock", True), ("npipe:////./pipe/docker_engine", True),
+                                         ("tcp://10.0.0.2:2376", False), ("ssh://builder@farm", False)])
+def test_a_docker_daemon_is_local_on_a_socket_or_pipe_here(monkeypatch, host, local):
+    """A registry this process cannot reach, a daemon on this machine cannot either (ship/session.py)."""
+    monkeypatch.setenv("DOCKER_HOST", host)
+    assert engine.Engine().is_local() is local
+
+
+def test_podman_is_local_and_builds_with_buildah(monkeypatch):
+    from envbuild.engine import podman
+
+    monkeypatch.setattr(podman, "executable", lambda: "/usr/bin/podman")
+    found = podman.Podman(exe="/usr/bin/podman")
+    assert found.is_local() and found.builder().argv == ("/usr/bin/podman", "build") and found.builder().reader
+    assert found.builder().refusal("--cache-to").startswith("--cache-to is BuildKit's") and not found.builder().buildx
+    assert found.builder_check().name == "podman build" and found.builder_check().ok
+    monkeypatch.setattr(podman, "executable", lambda: None)
+    assert not found.builder_check().ok and "no `podman` command on PATH" in found.builder_check().detail
+
+
+def test_docker_builds_with_the_client_find_builder_found(monkeypatch):
+    legacy = engine.Builder(("/usr/bin/docker", "build"), (("DOCKER_BUILDKIT", "1"),), False)
+    monkeypatch.setattr(engine, "find_builder", lambda: legacy)
+    assert engine.Engine().builder() is legacy and legacy.reader is None and legacy.refusal("--cache-to") is None
+    check = engine.Engine().builder_check()
+    assert check.ok and check.detail == ("`DOCKER_BUILDKIT=1 /usr/bin/docker build` (a client older than 23.0, which "
+                                         "builds with BuildKit itself)")
+
+
+def test_engine_names_are_one_list_and_auto(monkeypatch):
+    """--engine's choices, ENVBUILD_ENGINE's words and the classes made: select.ENGINES, one table."""
+    from envbuild.engine import select
+
+    assert select.NAMES == tuple(select.ENGINES) == ("docker", "podman")
+    assert [select.engine_class(n).kind for n in select.NAMES] == list(select.NAMES)
+    assert select.wanted("AUTO") == (None, "auto")
+    with pytest.raises(InvalidInput, match="give docker, podman or auto"):
+        select.wanted("containerd")

@@ -114,7 +114,7 @@ def closed_socket(tmp_path, monkeypatch) -> str:
 def fake_docker():
     """Writes a fake `docker` client into a folder: answers `--version` and whether `buildx` works, and
     logs every call to DIR/calls. For the engine module's own client discovery (envbuild.engine.docker.client_executables,
-    build.builder.find_builder); everything behind the engine is faked by support/fakes.py's FakeEngine."""
+    envbuild.engine.docker.find_builder); everything behind the engine is faked by support/fakes.py's FakeEngine."""
 
     def make(dirpath: Path, version: str, buildx: bool) -> Path:
         dirpath.mkdir(parents=True, exist_ok=True)
@@ -138,12 +138,12 @@ def buildkit_client(tmp_path, fake_docker, monkeypatch):
     one: for the unit tests of what a build is handed (the fake engine runs it), which ask which client builds."""
     import os
 
-    from envbuild.image import builder
+    from envbuild.engine import docker as docker_engine
 
     exe = fake_docker(tmp_path / "client-bin", "28.2.2", buildx=True)
     monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
     monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    forget = builder.find_builder.cache_clear  # a test may replace find_builder itself
+    forget = docker_engine.find_builder.cache_clear  # a test may replace find_builder itself
     forget()
     yield exe
     forget()

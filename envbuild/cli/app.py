@@ -329,9 +329,11 @@ def engine_option(command: click.Command) -> None:
             ctx.ensure_object(dict)
             ctx.find_root().obj["engine"] = value
 
+    from envbuild.engine.select import NAMES
+
     command.params.append(click.Option(
-        ["--engine"], type=click.Choice(["docker", "podman", "auto"]), expose_value=False, callback=keep,
-        help="docker, podman, or auto (Docker if it answers). Default: $ENVBUILD_ENGINE, else auto."))
+        ["--engine"], type=click.Choice([*NAMES, "auto"]), expose_value=False, callback=keep,
+        help=f"{', '.join(NAMES)}, or auto (Docker if it answers). Default: $ENVBUILD_ENGINE, else auto."))
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": MAX_WIDTH})

@@ -1,15 +1,18 @@
 """The one Docker boundary: every question to the engine, and every container, push and pull, goes through
 an Engine; every `docker` client process is found and started here; the Docker config is read here. The rest of
-envbuild never imports the docker SDK nor starts a docker client itself.
+envbuild never imports the docker SDK nor starts a docker client itself. EngineAPI, the contract every engine
+declares (Podman's in podman.py), is here too.
 
-The SDK cannot drive BuildKit (no secrets, no cache mounts), so builds run the docker client as a process
-(Engine.start_client; build/builder.py reads its output); `envbuild run` hands the terminal to one (Engine.client_run).
-Installing and starting a daemon is not the engine's: tools/engine_setup.py.
+The SDK cannot drive BuildKit (no secrets, no cache mounts), so builds run the docker client as a process: which
+client builds is Engine.builder (find_builder, below), Engine.start_client starts it, image/builder.py reads its
+output; `envbuild run` hands the terminal to one (Engine.client_run). Installing and starting a daemon is not the
+engine's: host/engine_setup.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import http.client
 import io
@@ -30,8 +33,10 @@ from urllib.parse import quote
 
 from envbuild.core.checks import Check
 from envbuild.core.errors import DockerError
+from envbuild.core.files import write_atomic
 from envbuild.core.imageref import Reference
-from envbuild.core.paths import config_dir
+from envbuild.core.paths import cache_dir, config_dir
+from envbuild.engine.api import Builder
 from envbuild.engine.owner import Container
 
 if TYPE_CHECKING:
@@ -284,7 +289,9 @@ class EngineAPI(Protocol):
     caller asks which one it holds and a call with a wrong name fails in the unit tests too."""
 
     host: str
-    kind: str  # "docker" or "podman": which builder builds for it (imagebuild/builder.py), how it is named to people
+    kind: str  # its name in select.NAMES (--engine), how it is named to people
+    check_name: str  # doctor's check that it answers
+    purposes: dict[str, tuple[str, ...]]  # what each of its doctor checks is for: "build", "run"
 
     def ping(self) -> None: ...
     def version(self) -> dict[str, Any]: ...
@@ -316,6 +323,11 @@ class EngineAPI(Protocol):
     def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]: ...
     def pull(self, ref: str, auth: dict[str, str] | None, platform: str | None = None) -> Iterator[dict[str, Any]]: ...
     def host_checks(self) -> list[Check]: ...
+    def builder(self) -> Builder: ...
+    def builder_check(self) -> Check: ...
+    def failed_check(self, exc: DockerError, why: str) -> Check: ...
+    def answer_check(self, version: dict[str, Any], why: str) -> Check: ...
+    def is_local(self) -> bool: ...
     def close(self) -> None: ...
 
 
@@ -347,6 +359,8 @@ class Engine(EngineAPI):
     (EngineError when the engine refused, the unreachable message when it did not answer)."""
 
     kind = "docker"
+    check_name = "docker daemon"
+    purposes = {"docker daemon": ("build", "run"), "buildkit": ("build",)}
 
     def __init__(self, timeout: float | None = None, client: Any = None):
         self.host = host()
@@ -377,6 +391,28 @@ class Engine(EngineAPI):
     def host_checks(self) -> list[Check]:
         """What this engine needs of the host besides answering (doctor): for Docker, nothing more."""
         return []
+
+    def builder(self) -> Builder:
+        return find_builder()
+
+    def builder_check(self) -> Check:
+        return builder_check()
+
+    def failed_check(self, exc: DockerError, why: str) -> Check:
+        """Doctor's check when the daemon did not answer, with the way to a running one."""
+        if isinstance(exc, Unreachable):
+            return Check(self.check_name, False, f"cannot reach the Docker daemon at {exc.where}: "
+                         f"{exc.reason or 'no answer'}", daemon_fix(exc, exc.where))
+        return Check(self.check_name, False, f"the engine at {self.host} did not answer: {exc} ({why})",
+                     daemon_fix(exc, self.host))
+
+    def answer_check(self, version: dict[str, Any], why: str) -> Check:
+        """Doctor's check of the daemon that answered `version`: a BuildKit one (18.09 or later)."""
+        return answer_check(self.check_name, self.host, version, why, MIN_SERVER)
+
+    def is_local(self) -> bool:
+        """Whether the daemon shares this machine (and its network): a socket or a named pipe here."""
+        return self.host.startswith(("unix://", "npipe://"))
 
     def close(self) -> None:
         if self._client is not None:
@@ -565,7 +601,7 @@ class Engine(EngineAPI):
             return tar.extractfile(member).read() if member else None
 
     def start_client(self, argv: list[str], env: dict[str, str]) -> Any:
-        """A docker client process for this engine (a build: build/builder.py reads its output); the unit tests'
+        """A docker client process for this engine (a build: image/builder.py reads its output); the unit tests'
         FakeEngine answers it with a scripted builder."""
         return start_client(argv, env)
 
@@ -647,3 +683,152 @@ class Engine(EngineAPI):
                     yield line
         except requests.exceptions.RequestException as exc:
             raise StreamBroken(f"{what} broke off ({type(exc).__name__}: {exc})") from None
+
+
+MIN_SERVER = "18.09"  # the first engine with BuildKit (RUN --mount, secrets)
+
+
+def answer_check(name: str, host: str, version: dict[str, Any], why: str, minimum: str | None = None) -> Check:
+    """Doctor's check of an engine that answered `version` (where, which, and why this one), failed where it cannot
+    build envbuild's images: a Docker older than `minimum`, containers that are not Linux's."""
+    from packaging.version import InvalidVersion, Version
+
+    server = str(version.get("Version", "unknown"))
+    product = (version.get("Platform") or {}).get("Name") or "Docker"
+    detail = (f"reachable at {host}: {product} {server} (API {version.get('ApiVersion', '?')}), "
+              f"{version.get('Os', '?')}/{version.get('Arch', '?')}; {why}")
+    try:
+        too_old = bool(minimum) and product == "Docker" and Version(server.split("+")[0].split("-")[0]) < Version(minimum)
+    except InvalidVersion:
+        too_old = False
+    if too_old:
+        return Check(name, False, detail + f"; BuildKit needs Docker {minimum} or later",
+                     "upgrade Docker (Debian/Ubuntu: `sudo apt-get install docker.io`)")
+    if version.get("Os") not in (None, "linux"):
+        return Check(name, False, detail + "; envbuild's images are Linux images", "switch the engine to Linux containers")
+    return Check(name, True, detail)
+
+
+# --- the builder: the docker client's BuildKit ---------------------------------------------------------------
+
+def daemon_fix(exc: DockerError, where: str) -> str:
+    """The way to a Docker daemon this user can reach, for doctor."""
+    if isinstance(exc, Unreachable) and exc.reason == "permission denied":
+        return (
+            f"this user may not use {where}: `sudo usermod -aG docker $USER` and log in again (or run as root); "
+            "rootless Docker: `export DOCKER_HOST=unix://$XDG_RUNTIME_DIR/docker.sock`"
+        )
+    parts = []
+    if os.environ.get("DOCKER_HOST"):
+        parts.append(f"DOCKER_HOST is set to {where}: unset it or point it at a running engine")
+    if not shutil.which("dockerd"):
+        parts.append("install Docker (Debian/Ubuntu: `sudo apt-get install docker.io`) and start it: "
+                     "`sudo systemctl enable --now docker`")
+    else:
+        parts.append("start the daemon: `sudo systemctl start docker` (without systemd: "
+                     "`sudo sh -c 'nohup dockerd >/var/log/dockerd.log 2>&1 &'`)")
+    return "; ".join(parts)
+
+
+# Where Docker's CLI looks for the buildx plugin besides $DOCKER_CONFIG/cli-plugins.
+_PLUGIN_DIRS = ("/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
+                "/usr/libexec/docker/cli-plugins")
+
+
+def _builder_key(candidates: list[str]) -> list:
+    """What the answer of find_builder depends on: each client's file, and the buildx plugin's wherever the
+    clients look for it. A client or plugin installed, removed or upgraded changes it."""
+    config = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+    files = [*candidates, *(os.path.join(d, "docker-buildx") for d in (os.path.join(config, "cli-plugins"), *_PLUGIN_DIRS))]
+    key = []
+    for path in files:
+        try:
+            st = os.stat(path)
+            key.append([path, st.st_size, st.st_mtime_ns, st.st_ino])
+        except OSError:
+            key.append([path, None])
+    return key
+
+
+def _remembered(key: list) -> Builder | None:
+    try:
+        doc = json.loads(cache_dir("builder.json").read_text(encoding="utf-8"))
+        if doc["key"] == key:
+            return Builder(tuple(doc["argv"]), tuple(tuple(kv) for kv in doc["env"]), bool(doc["buildx"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _remember(key: list, found: Builder) -> None:
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        write_atomic(cache_dir("builder.json"), json.dumps({"key": key, "argv": found.argv, "env": found.env,
+                                                            "buildx": found.buildx}) + "\n")
+    except OSError:  # a cache that cannot be written: asked again next time
+        pass
+
+
+@functools.lru_cache(maxsize=1)
+def find_builder() -> Builder:
+    """Prefer `docker buildx build`; else a client older than 23.0, which runs BuildKit itself.
+
+    Asking costs a start of every client (about 0.1 s of every build, a no-op included): the answer is kept in
+    envbuild's cache for as long as the clients and the buildx plugin files stay the same."""
+    candidates = client_executables()
+    key = _builder_key(candidates)
+    found = _remembered(key) if candidates else None
+    if found is None:
+        found = _ask_builder(candidates)
+        _remember(key, found)
+    return found
+
+
+def _ask_builder(candidates: list[str]) -> Builder:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from packaging.version import InvalidVersion, Version
+
+    if not candidates:
+        raise DockerError(
+            "no `docker` client on PATH: install Docker's CLI with the buildx plugin "
+            "(docker-ce-cli + docker-buildx-plugin) or Debian's docker.io"
+        )
+    # Both questions to every candidate at once: each answer costs a client start-up. `docker --version`
+    # answers from the client alone (`docker version` would also ask the daemon).
+    questions = [[exe, "buildx", "version"] for exe in candidates] + [[exe, "--version"] for exe in candidates]
+    with ThreadPoolExecutor(max_workers=len(questions)) as pool:
+        answers = list(pool.map(ask_client, questions))
+    buildx, versions = answers[: len(candidates)], answers[len(candidates):]
+    for exe, (rc, _) in zip(candidates, buildx):
+        if rc == 0:
+            return Builder(argv=(exe, "buildx", "build", "--load"), env=(), buildx=True)
+    for exe, (rc, out) in zip(candidates, versions):
+        # "Docker version 20.10.24+dfsg1, build 297e128"
+        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out) if rc == 0 else None
+        try:
+            legacy = bool(m) and Version(m.group(1)) < Version("23.0")
+        except InvalidVersion:
+            legacy = False
+        if legacy:
+            return Builder(argv=(exe, "build"), env=(("DOCKER_BUILDKIT", "1"),), buildx=False)
+    raise DockerError(
+        f"no BuildKit-capable docker client found (tried: {', '.join(candidates)}). Install the buildx plugin "
+        "(Debian/Ubuntu: `apt-get install docker-buildx` or docker-buildx-plugin), or set ENVBUILD_DOCKER to a "
+        "client that builds with BuildKit (e.g. Debian's docker.io 20.10 at /usr/bin/docker)."
+    )
+
+
+def builder_check() -> Check:
+    """Doctor's check of Docker's builder: which client builds, and how."""
+    try:
+        builder = find_builder()
+    except DockerError as exc:
+        return Check(
+            "buildkit", False, str(exc).split(":")[0],
+            "install the buildx plugin (Debian/Ubuntu: `sudo apt-get install docker-buildx`; Docker's repository: "
+            "docker-buildx-plugin), or set ENVBUILD_DOCKER=/usr/bin/docker (Debian's docker.io 20.10 client "
+            "builds with BuildKit itself)",
+        )
+    how = "the buildx plugin" if builder.buildx else "a client older than 23.0, which builds with BuildKit itself"
+    return Check("buildkit", True, f"`{builder.describe()}` ({how})")

@@ -1,4 +1,4 @@
-"""The Podman engine: a second implementation of the engine contract (core/engine.py EngineAPI), for hosts with
+"""The Podman engine: a second implementation of the engine contract (engine/docker.py EngineAPI), for hosts with
 Podman and no Docker daemon (RHEL, Fedora, HPC nodes).
 
 It runs the `podman` command and reads its `--format json` answers, rather than podman's Docker-compatible API
@@ -7,7 +7,8 @@ systemd socket unit: absent on most HPC nodes and rootless logins), while the co
 installed, rootless included, and builds with `podman build` anyway (the SDK cannot build with secrets or cache
 mounts). What Podman cannot answer as Docker does is said here, once: it has no BuildKit build-cache records
 (its cache mounts live in its own storage), and a registry on loopback is plain HTTP only when asked
-(`--tls-verify=false`, given here for loopback hosts as Docker treats them).
+(`--tls-verify=false`, given here for loopback hosts as Docker treats them). How it builds is said here too
+(Podman.builder): `podman build`, the BuildKit options it refuses by name, and buildah's output read into steps.
 
 GPUs: the matrix's run settings are Docker's words (`--gpus`, `--runtime`, `--device`); Podman gives a container
 its GPUs by CDI names (`nvidia.com/gpu=all` from `nvidia-ctk cdi generate`, `amd.com/gpu=all` from amd-ctk) where
@@ -21,16 +22,19 @@ import io
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TYPE_CHECKING
 
 from envbuild.engine import docker as engines
 from envbuild.core.checks import Check
+from envbuild.engine.api import Builder
 from envbuild.engine.docker import EngineAPI, EngineError, Exited, Image
 from envbuild.core.errors import DockerError
 from envbuild.core.imageref import Reference, is_loopback
@@ -166,6 +170,9 @@ class Podman(EngineAPI):
     refused (its own words), Unreachable when it is not installed or cannot start."""
 
     kind = "podman"
+    check_name = "podman"
+    purposes = {"podman": ("build", "run"), "podman build": ("build",), "podman storage": ("build", "run"),
+                "podman rootless": ("build", "run"), "podman ulimits": ("build", "run")}
 
     def __init__(self, timeout: float | None = None, exe: str | None = None):
         self.host = HOST
@@ -315,7 +322,8 @@ class Podman(EngineAPI):
             return tar.extractfile(member).read() if member else None
 
     def start_client(self, argv: list[str], env: dict[str, str]) -> Any:
-        """The builder process (`podman build`: imagebuild/builder.py makes its argv and reads its output)."""
+        """The builder process (`podman build`: image/plan.py makes its argv from builder(), image/builder.py
+        reads its output with BuildahReader)."""
         return engines.start_client(argv, env)
 
     def client_args(self, args: list[str]) -> list[str]:
@@ -440,6 +448,33 @@ class Podman(EngineAPI):
                           "a rootless user needs subordinate ids (below) and a storage driver (overlay or fuse-overlayfs)")]
         return storage_checks(info, Path("/")) + [cdi_check(Path("/"))]
 
+    def builder(self) -> Builder:
+        """`podman build` (buildah), which reads the same Dockerfile features: secrets, cache mounts."""
+        exe = executable()
+        if not exe:
+            raise DockerError(f"no `podman` command on PATH: {INSTALL_HINT}")
+        return Builder(argv=(exe, "build"), env=(), buildx=False, cannot=CANNOT, loopback_base=("--tls-verify=false",),
+                       called="`podman build`", reader=BuildahReader)
+
+    def builder_check(self) -> Check:
+        try:
+            builder = self.builder()
+        except DockerError as exc:
+            return Check("podman build", False, str(exc))
+        return Check("podman build", True, f"`{builder.describe()}` (buildah, in Podman)")
+
+    def failed_check(self, exc: DockerError, why: str) -> Check:
+        if isinstance(exc, engines.Unreachable):
+            return Check(self.check_name, False, f"{exc} ({why})", str(exc).split(": ", 1)[-1])
+        return Check(self.check_name, False, f"the engine at {self.host} did not answer: {exc} ({why})", None)
+
+    def answer_check(self, version: dict[str, Any], why: str) -> Check:
+        return engines.answer_check(self.check_name, self.host, version, why)
+
+    def is_local(self) -> bool:
+        """Podman runs here, on this machine's network."""
+        return True
+
     def close(self) -> None:
         pass
 
@@ -479,6 +514,58 @@ def _communicate(proc: subprocess.Popen, timeout: float, on_line: Callable[[str]
     for r in readers:
         r.join(timeout=5)
     return (b"" if timed_out else b"".join(out)), b"".join(err), timed_out
+
+
+# What BuildKit does that `podman build` (buildah) cannot: refused by name, never dropped.
+_CANNOT = {
+    "--builder": "names a buildx builder; Podman builds with buildah in its own process",
+    "--cache-to": "exports a BuildKit cache; Podman keeps its layers in its own storage (push the image and pass "
+                  "--cache-from REPOSITORY to reuse them elsewhere)",
+}
+CANNOT = tuple((option, f"{option} is BuildKit's, and the Podman engine cannot do it: it {why}. "
+                        "Leave it out, or build with --engine docker") for option, why in _CANNOT.items())
+
+# buildah's (podman build) plain output: "[1/2] STEP 3/7: RUN ..." (a stage of several), "STEP 3/7: RUN ..." (one),
+# "--> Using cache ID" / "--> ID" when a step ends, "Error: building at STEP ..." when one failed.
+_PSTEP = re.compile(r"^(?:\[(\d+)/\d+\] )?STEP (\d+/\d+): (.*)$")
+_PDONE = re.compile(r"^--> (Using cache )?[0-9a-f]{6,}$")
+_PERROR = re.compile(r"^Error: (?:error )?(?:building at STEP|creating build container|while running runtime)")
+_PSTAGE = re.compile(r"^FROM \S+ AS ([\w.-]+)", re.IGNORECASE)
+
+
+class BuildahReader:
+    """buildah's output read into the build's steps, as BuildKit's lines: the Progress (image/builder.py) it feeds
+    shows them as it shows BuildKit's."""
+
+    def __init__(self, progress: Any):
+        self.progress = progress
+        self._open: tuple[str, float] | None = None  # the step running now, since when
+        self._count = 0
+        self._stages: dict[str, str] = {}  # buildah's stage number -> its name (FROM ... AS name)
+
+    def feed(self, line: str) -> bool:
+        """One line of buildah's output, read into the same steps; False: not buildah's."""
+        step, done = _PSTEP.match(line), _PDONE.match(line)
+        if step or done or (self._open and _PERROR.match(line)):
+            if self._open:
+                number, since = self._open
+                how = "CACHED" if done and done.group(1) else ("ERROR" if _PERROR.match(line) else f"DONE {time.monotonic() - since:.1f}s")
+                self.progress.step(f"#{number} {how}")
+                self._open = None
+            if step:
+                self._count += 1
+                number = str(100000 + self._count)  # apart from BuildKit's numbers
+                self._open = (number, time.monotonic())
+                named = _PSTAGE.match(step.group(3))
+                if named and step.group(1):
+                    self._stages[step.group(1)] = named.group(1)
+                stage = self._stages.get(step.group(1) or "", "")
+                self.progress.step(f"#{number} [{stage + ' ' if stage else ''}{step.group(2)}] {step.group(3)}")
+            return True
+        if self._open and not line.startswith(("COMMIT ", "Successfully tagged ")):
+            self.progress.step_output(self._open[0], line)
+            return True
+        return False
 
 
 class PodmanMissing(engines.Unreachable):

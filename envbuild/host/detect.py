@@ -316,9 +316,9 @@ def detect_host(matrix: Matrix, root: str | os.PathLike[str] | None = None) -> D
 
 def docker_runtimes_from_engine() -> set[str] | None:
     """Runtimes registered with the Docker daemon (e.g. {'runc', 'nvidia'}); None when none is reachable."""
-    from envbuild.engine.docker import Engine
+    from envbuild.engine.select import daemon
 
-    engine = Engine(timeout=5)
+    engine = daemon(timeout=5)
     try:
         return daemon_runtimes(engine)
     finally:

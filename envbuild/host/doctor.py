@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from packaging.version import InvalidVersion, Version
-
-from envbuild.engine import docker as engines
 from envbuild.core.errors import DockerError, EnvbuildError, RegistryAuthError
 from envbuild.matrix import Backend, Matrix, not_containerizable_message
 from envbuild.net import credentials
@@ -34,7 +31,6 @@ if TYPE_CHECKING:
     from envbuild.core.settings import Settings
 
 DOCTOR_TIMEOUT = 20  # seconds for each question to the daemon: a doctor must not hang on a dead engine
-MIN_SERVER = "18.09"  # the first engine with BuildKit (RUN --mount, secrets)
 
 # GiB a build needs free at Docker's data root: the image plus BuildKit's snapshots and pip's cache mount
 # while it builds. Rough on purpose, from the images' sizes:
@@ -47,15 +43,15 @@ DISK_GIB = {"base": 30, "accelerator": 20, "cpu": 10}
 
 # What each check is for: building the image, running it here (the default), publishing it. Building needs no
 # accelerator, so a host without the GPU can build its image (and a CI runner does).
-PURPOSES = {"docker daemon": ("build", "run"), "buildkit": ("build",), "disk": ("build",), "base registry": ("build",),
-            "package index": ("build",),
-            "platforms": ("build", "run"), "publish registry": ("publish",), "registry credentials": ("publish",),
-            "podman": ("build", "run"), "podman build": ("build",), "podman storage": ("build", "run"),
-            "podman rootless": ("build", "run"), "podman ulimits": ("build", "run")}
+# The engine's own checks say their purposes themselves (EngineAPI.purposes).
+PURPOSES = {"disk": ("build",), "base registry": ("build",), "package index": ("build",),
+            "platforms": ("build", "run"), "publish registry": ("publish",), "registry credentials": ("publish",)}
 
 
 def purposes(check: Check) -> tuple[str, ...]:
-    return PURPOSES.get(check.name, ("run",))
+    from envbuild.engine.select import purposes as engine_purposes
+
+    return PURPOSES.get(check.name) or engine_purposes().get(check.name, ("run",))
 
 
 @dataclass
@@ -90,28 +86,7 @@ class Report:
 
 
 # --------------------------------------------------------------------------------------------------
-# Docker: the daemon and the builder.
-
-
-def _daemon_fix(exc: DockerError, where: str) -> str:
-    if isinstance(exc, engines.Unreachable) and exc.reason == "permission denied":
-        return (
-            f"this user may not use {where}: `sudo usermod -aG docker $USER` and log in again (or run as root); "
-            "rootless Docker: `export DOCKER_HOST=unix://$XDG_RUNTIME_DIR/docker.sock`"
-        )
-    parts = []
-    if os.environ.get("DOCKER_HOST"):
-        parts.append(f"DOCKER_HOST is set to {where}: unset it or point it at a running engine")
-    if not shutil.which("dockerd"):
-        parts.append("install Docker (Debian/Ubuntu: `sudo apt-get install docker.io`) and start it: "
-                     "`sudo systemctl enable --now docker`")
-    else:
-        parts.append("start the daemon: `sudo systemctl start docker` (without systemd: "
-                     "`sudo sh -c 'nohup dockerd >/var/log/dockerd.log 2>&1 &'`)")
-    return "; ".join(parts)
-
-
-ENGINE_CHECK = {"docker": "docker daemon", "podman": "podman"}  # each engine's check, by the name people know
+# The engine: that it answers, and its builder.
 
 
 def connect(timeout: int = DOCTOR_TIMEOUT, engine_name: str | None = None) -> tuple[EngineAPI | None, Check]:
@@ -121,52 +96,18 @@ def connect(timeout: int = DOCTOR_TIMEOUT, engine_name: str | None = None) -> tu
 
     choice = choose(engine_name, timeout=timeout)
     engine = choice.engine
-    name = ENGINE_CHECK.get(engine.kind, engine.kind)
     try:
         version = engine.version()
-    except engines.Unreachable as exc:
-        if engine.kind != "docker":
-            return None, Check(name, False, f"{exc} ({choice.why})", str(exc).split(": ", 1)[-1])
-        return None, Check(name, False, f"cannot reach the Docker daemon at {exc.where}: {exc.reason or 'no answer'}",
-                           _daemon_fix(exc, exc.where))
     except DockerError as exc:
-        return None, Check(name, False, f"the engine at {engine.host} did not answer: {exc} ({choice.why})",
-                           _daemon_fix(exc, engine.host) if engine.kind == "docker" else None)
-    server = str(version.get("Version", "unknown"))
-    product = (version.get("Platform") or {}).get("Name") or "Docker"
-    detail = (f"reachable at {engine.host}: {product} {server} (API {version.get('ApiVersion', '?')}), "
-              f"{version.get('Os', '?')}/{version.get('Arch', '?')}; {choice.why}")
-    try:
-        too_old = product == "Docker" and Version(server.split("+")[0].split("-")[0]) < Version(MIN_SERVER)
-    except InvalidVersion:
-        too_old = False
-    if too_old:
-        return engine, Check(name, False, detail + f"; BuildKit needs Docker {MIN_SERVER} or later",
-                             "upgrade Docker (Debian/Ubuntu: `sudo apt-get install docker.io`)")
-    if version.get("Os") not in (None, "linux"):
-        return engine, Check(name, False, detail + "; envbuild's images are Linux images",
-                             "switch the engine to Linux containers")
-    return engine, Check(name, True, detail)
+        return None, engine.failed_check(exc, choice.why)
+    return engine, engine.answer_check(version, choice.why)
 
 
-def check_builder(kind: str = "docker") -> Check:
-    from envbuild.image.builder import find_builder, podman_builder
+def check_builder(engine: EngineAPI | None = None) -> Check:
+    """The engine's builder (without an engine that answered: the default engine's)."""
+    from envbuild.engine.select import builder_check
 
-    name = "podman build" if kind == "podman" else "buildkit"
-    try:
-        builder = podman_builder() if kind == "podman" else find_builder()
-    except DockerError as exc:
-        if kind == "podman":
-            return Check(name, False, str(exc))
-        return Check(
-            "buildkit", False, str(exc).split(":")[0],
-            "install the buildx plugin (Debian/Ubuntu: `sudo apt-get install docker-buildx`; Docker's repository: "
-            "docker-buildx-plugin), or set ENVBUILD_DOCKER=/usr/bin/docker (Debian's docker.io 20.10 client "
-            "builds with BuildKit itself)",
-        )
-    how = ("the buildx plugin" if builder.buildx else "buildah, in Podman" if builder.kind == "podman"
-           else "a client older than 23.0, which builds with BuildKit itself")
-    return Check(name, True, f"`{builder.describe()}` ({how})")
+    return builder_check(engine)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -383,7 +324,7 @@ def diagnose(
         return Report(backend.name, backend.description, native_checks(backend), containerizable=False)
     engine, daemon = connector()
     runtimes = preflight.daemon_runtimes(engine) if preflight.wanted_runtime(backend) else set()
-    checks = [daemon, check_builder(engine.kind if engine else "docker"), *(engine.host_checks() if engine else []),
+    checks = [daemon, check_builder(engine), *(engine.host_checks() if engine else []),
               preflight.runtime(backend, runtimes, rootp)]
     checks += check_devices(matrix, backend, rootp, path_env)
     checks += [c for c in (preflight.device_nodes(backend, rootp), preflight.groups(backend, rootp)) if c]

@@ -1,147 +1,28 @@
-"""The builder process: `docker buildx build`, or `DOCKER_BUILDKIT=1 docker build` with a client older than 23.0;
-with the Podman engine, `podman build` (buildah: the same Dockerfile, secrets and cache mounts).
+"""The builder process: the engine's builder (EngineAPI.builder: Docker's BuildKit client, Podman's `podman build`),
+run with the argv the plan made.
 
-Only this module builds; the client process is found and started by the engine (envbuild/engine/docker.py). It streams
-BuildKit's plain output into one line per step (or everything with -v), keeps the full log, and tells a failed
-build from an engine that did not answer.
+Only this module builds; which builder, its environment and how its output reads are the engine's (envbuild/engine/),
+and the engine starts its process. It streams BuildKit's plain output (or the engine's, read into BuildKit's steps)
+into one line per step (or everything with -v), keeps the full log, and tells a failed build from an engine that did
+not answer.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from packaging.version import InvalidVersion, Version
-
 from envbuild.engine import docker as engine
+from envbuild.engine import select
+from envbuild.engine.api import Builder
 from envbuild.core.credential_env import CREDENTIAL_ENV
-from envbuild.core.errors import BuildError, DockerError
-from envbuild.core.files import write_atomic
+from envbuild.core.errors import BuildError
 from envbuild.core.distbase import base_ways_out
 from envbuild.core.output import Scrubber
-from envbuild.core.paths import cache_dir
-
-
-@dataclass(frozen=True)
-class Builder:
-    """How to run a BuildKit build: the argv prefix and extra environment."""
-
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    buildx: bool
-    kind: str = "docker"  # the engine it builds for: "docker" (BuildKit) or "podman" (buildah)
-
-    def describe(self) -> str:
-        prefix = " ".join(f"{k}={v}" for k, v in self.env)
-        return f"{prefix} {' '.join(self.argv)}".strip()
-
-
-# Where Docker's CLI looks for the buildx plugin besides $DOCKER_CONFIG/cli-plugins.
-_PLUGIN_DIRS = ("/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins",
-                "/usr/libexec/docker/cli-plugins")
-
-
-def _builder_key(candidates: list[str]) -> list:
-    """What the answer of find_builder depends on: each client's file, and the buildx plugin's wherever the
-    clients look for it. A client or plugin installed, removed or upgraded changes it."""
-    config = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
-    files = [*candidates, *(os.path.join(d, "docker-buildx") for d in (os.path.join(config, "cli-plugins"), *_PLUGIN_DIRS))]
-    key = []
-    for path in files:
-        try:
-            st = os.stat(path)
-            key.append([path, st.st_size, st.st_mtime_ns, st.st_ino])
-        except OSError:
-            key.append([path, None])
-    return key
-
-
-def _remembered(key: list) -> Builder | None:
-    try:
-        doc = json.loads(cache_dir("builder.json").read_text(encoding="utf-8"))
-        if doc["key"] == key:
-            return Builder(tuple(doc["argv"]), tuple(tuple(kv) for kv in doc["env"]), bool(doc["buildx"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
-
-
-def _remember(key: list, found: Builder) -> None:
-    try:
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        write_atomic(cache_dir("builder.json"), json.dumps({"key": key, "argv": found.argv, "env": found.env,
-                                                            "buildx": found.buildx}) + "\n")
-    except OSError:  # a cache that cannot be written: asked again next time
-        pass
-
-
-def podman_builder() -> Builder:
-    """The Podman engine's builder: `podman build` (buildah), which reads the same Dockerfile features."""
-    from envbuild.engine.podman import INSTALL_HINT, executable
-
-    exe = executable()
-    if not exe:
-        raise DockerError(f"no `podman` command on PATH: {INSTALL_HINT}")
-    return Builder(argv=(exe, "build"), env=(), buildx=False, kind="podman")
-
-
-def builder_for(kind: str) -> Builder:
-    """The builder of an engine kind (EngineAPI.kind)."""
-    return podman_builder() if kind == "podman" else find_builder()
-
-
-@lru_cache(maxsize=1)
-def find_builder() -> Builder:
-    """Prefer `docker buildx build`; else a client older than 23.0, which runs BuildKit itself.
-
-    Asking costs a start of every client (about 0.1 s of every build, a no-op included): the answer is kept in
-    envbuild's cache for as long as the clients and the buildx plugin files stay the same."""
-    candidates = engine.client_executables()
-    key = _builder_key(candidates)
-    found = _remembered(key) if candidates else None
-    if found is None:
-        found = _ask_builder(candidates)
-        _remember(key, found)
-    return found
-
-
-def _ask_builder(candidates: list[str]) -> Builder:
-    if not candidates:
-        raise DockerError(
-            "no `docker` client on PATH: install Docker's CLI with the buildx plugin "
-            "(docker-ce-cli + docker-buildx-plugin) or Debian's docker.io"
-        )
-    # Both questions to every candidate at once: each answer costs a client start-up. `docker --version`
-    # answers from the client alone (`docker version` would also ask the daemon).
-    questions = [[exe, "buildx", "version"] for exe in candidates] + [[exe, "--version"] for exe in candidates]
-    with ThreadPoolExecutor(max_workers=len(questions)) as pool:
-        answers = list(pool.map(engine.ask_client, questions))
-    buildx, versions = answers[: len(candidates)], answers[len(candidates):]
-    for exe, (rc, _) in zip(candidates, buildx):
-        if rc == 0:
-            return Builder(argv=(exe, "buildx", "build", "--load"), env=(), buildx=True)
-    for exe, (rc, out) in zip(candidates, versions):
-        # "Docker version 20.10.24+dfsg1, build 297e128"
-        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out) if rc == 0 else None
-        try:
-            legacy = bool(m) and Version(m.group(1)) < Version("23.0")
-        except InvalidVersion:
-            legacy = False
-        if legacy:
-            return Builder(argv=(exe, "build"), env=(("DOCKER_BUILDKIT", "1"),), buildx=False)
-    raise DockerError(
-        f"no BuildKit-capable docker client found (tried: {', '.join(candidates)}). Install the buildx plugin "
-        "(Debian/Ubuntu: `apt-get install docker-buildx` or docker-buildx-plugin), or set ENVBUILD_DOCKER to a "
-        "client that builds with BuildKit (e.g. Debian's docker.io 20.10 at /usr/bin/docker)."
-    )
 
 
 # --- progress ------------------------------------------------------------------------------------------
@@ -151,12 +32,6 @@ _DONE = re.compile(r"^#(\d+) (DONE [\d.]+s|CACHED|ERROR.*)$")
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # a step's own output: "#11 0.157 error: ..."
 _WARNS = re.compile(r"\b(?:WARNING|Retrying|retry|timed out|unreachable)\b", re.IGNORECASE)
 _SAYS_WHY = re.compile(r"^\s*(?:error|ERROR|cause|Caused by|×|╰─▶)\b|\berror:", re.IGNORECASE)
-# buildah's (podman build) plain output: "[1/2] STEP 3/7: RUN ..." (a stage of several), "STEP 3/7: RUN ..." (one),
-# "--> Using cache ID" / "--> ID" when a step ends, "Error: building at STEP ..." when one failed.
-_PSTEP = re.compile(r"^(?:\[(\d+)/\d+\] )?STEP (\d+/\d+): (.*)$")
-_PDONE = re.compile(r"^--> (Using cache )?[0-9a-f]{6,}$")
-_PERROR = re.compile(r"^Error: (?:error )?(?:building at STEP|creating build container|while running runtime)")
-_PSTAGE = re.compile(r"^FROM \S+ AS ([\w.-]+)", re.IGNORECASE)
 _MOUNT = re.compile(r"--mount=\S+\s*")
 _OPTION = re.compile(r"\s(?:--(?:python|find-links|index-url|extra-index-url|constraint|link-mode|target))[ =]\S+"
                      r"|\s--(?:compile-bytecode|no-deps|break-system-packages)\b")
@@ -184,12 +59,13 @@ class Progress:
     nothing for QUIET seconds (a resolver fetching, retrying a dead index) gets a line with its time so far and
     the latest line it printed, and any warning since: no step waits in silence (tick(), called by run()).
 
-    `status` (optional) hears the step running now, for a live status line.
+    `status` (optional) hears the step running now, for a live status line. `reader` (optional) reads a builder's
+    own output into BuildKit's steps (the engine's Builder.reader, made with this Progress: run_build sets it).
     """
 
     def __init__(self, backend: str, echo: Callable[[str], None], verbose: bool = False,
                  status: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 quiet: float = QUIET):
+                 quiet: float = QUIET, reader: Callable[[Progress], Any] | None = None):
         self.backend = backend
         self.echo = echo
         self.verbose = verbose
@@ -202,9 +78,7 @@ class Progress:
         self.warning: dict[str, str] = {}  # each step's latest warning or retry not yet shown
         self.failed: str | None = None  # the number of the step that failed
         self.failed_name = "a step"
-        self._open: tuple[str, float] | None = None  # buildah: the step running now, since when
-        self._count = 0
-        self._stages: dict[str, str] = {}  # buildah's stage number -> its name (FROM ... AS name)
+        self.reader = reader(self) if reader else None
         self.said = clock()  # when a line was last shown
         self.lock = threading.Lock()  # feed() and tick() come from two threads
 
@@ -219,10 +93,15 @@ class Progress:
     def _feed(self, line: str) -> None:
         if self.verbose:
             self._say(f"[{self.backend}] {line}")
-        if not self._buildah(line):
-            self._buildkit(line)
+        if not (self.reader and self.reader.feed(line)):
+            self.step(line)
 
-    def _buildkit(self, line: str) -> None:
+    def step_output(self, number: str, line: str) -> None:
+        """A line a step printed (a reader's)."""
+        self.output[number] = (self.output.get(number, []) + [line])[-40:]
+
+    def step(self, line: str) -> None:
+        """One line of BuildKit's plain output."""
         out = _OUTPUT.match(line)
         if out:
             self.output[out.group(1)] = (self.output.get(out.group(1), []) + [out.group(2)])[-40:]
@@ -263,33 +142,6 @@ class Progress:
             said = " | ".join(dict.fromkeys(x[:160] for x in (warning, latest) if x))
             self._say(f"[{self.backend}] {self.names[step]} ... {now - self.started.get(step, now):.0f}s"
                       f"{': ' + said if said else ' (no output yet)'}")
-
-    def _buildah(self, line: str) -> bool:
-        """One line of buildah's output (podman build), read into the same steps; False: not buildah's."""
-        import time
-
-        step, done = _PSTEP.match(line), _PDONE.match(line)
-        if step or done or (self._open and _PERROR.match(line)):
-            if self._open:
-                number, since = self._open
-                how = "CACHED" if done and done.group(1) else ("ERROR" if _PERROR.match(line) else f"DONE {time.monotonic() - since:.1f}s")
-                self._buildkit(f"#{number} {how}")
-                self._open = None
-            if step:
-                self._count += 1
-                number = str(100000 + self._count)  # apart from BuildKit's numbers
-                self._open = (number, time.monotonic())
-                named = _PSTAGE.match(step.group(3))
-                if named and step.group(1):
-                    self._stages[step.group(1)] = named.group(1)
-                stage = self._stages.get(step.group(1) or "", "")
-                self._buildkit(f"#{number} [{stage + ' ' if stage else ''}{step.group(2)}] {step.group(3)}")
-            return True
-        if self._open and not line.startswith(("COMMIT ", "Successfully tagged ")):
-            number = self._open[0]
-            self.output[number] = (self.output.get(number, []) + [line])[-40:]
-            return True
-        return False
 
     def why(self) -> str | None:
         """What the failed step itself said went wrong (an installer's error and its cause), if it said."""
@@ -337,11 +189,11 @@ def cache_failure(error: str) -> str | None:
             "removes envbuild's own build caches (nobody else's); then build again")
 
 
-def environment(keep: tuple[str, ...] = (), kind: str = "docker") -> dict[str, str]:
+def environment(builder: Builder, keep: tuple[str, ...] = ()) -> dict[str, str]:
     """The builder's environment: this process's without envbuild's registry credentials (unless a --build-arg
-    names one, in `keep`), with what the client needs to build with BuildKit."""
+    names one, in `keep`), with what the builder needs (the legacy docker client: DOCKER_BUILDKIT=1)."""
     env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_ENV or k in keep}
-    return {**env, **dict((podman_builder() if kind == "podman" else find_builder()).env)}
+    return {**env, **dict(builder.env)}
 
 
 def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress: Progress,
@@ -350,7 +202,10 @@ def run_build(argv: list[str], build_args: tuple[str, ...], log: Path, progress:
     from this environment (as docker does: never on a command line), and no value reaches the log."""
     given = dict(a.split("=", 1) for a in build_args if "=" in a)
     keep = tuple(a for a in build_args if "=" not in a)
-    env = environment(keep + tuple(given), engine_.kind if engine_ is not None else "docker")
+    builder = select.builder(engine_)
+    if builder.reader and isinstance(progress, Progress) and progress.reader is None:
+        progress.reader = builder.reader(progress)  # the builder's own output, read into BuildKit's steps
+    env = environment(builder, keep + tuple(given))
     env.update(given)  # NAME=VALUE: the argv says --build-arg NAME; the value is here, never on a command line
     secrets = tuple(given.values()) + tuple(env.get(k, "") for k in keep)
     if engine_ is None:

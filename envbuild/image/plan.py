@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from envbuild.engine import select
 from envbuild.engine.docker import buildx_selection
 from envbuild.core.errors import BuildError, InvalidInput
 from envbuild.core.files import read_netrc, write_atomic
@@ -26,7 +27,7 @@ from envbuild.core.paths import PROBE
 from envbuild.core.imageref import InvalidReference, Reference, is_loopback, mirror, parse_mirror
 from envbuild.core.platform import Platform, foreign_arch
 from envbuild.core.text import unsafe_char, unsafe_message
-from envbuild.image.builder import Builder, find_builder, podman_builder
+from envbuild.image.builder import Builder
 from envbuild.image.records import RECORD
 from envbuild.render import ENTRYPOINT, UV_STEP, render_backend
 
@@ -258,7 +259,7 @@ def make_plan(matrix: Matrix, backend: Backend, opts: BuildOptions, engine: Engi
     for what, path in (("--ca-bundle", opts.ca_bundle), ("--netrc", opts.netrc)):
         if path and not path.is_file():
             raise BuildError(f"{what} {path}: no such file")
-    builder = podman_builder() if engine is not None and engine.kind == "podman" else find_builder()
+    builder = select.builder(engine)
 
     tags: tuple[str, ...] = tuple(opts.tags) or tuple(matrix.tags(backend, foreign_arch(opts.platform)))
     context = (opts.context_dir / backend.name).resolve()
@@ -302,24 +303,14 @@ def fresh_cache_file(context: Path) -> Path:
     return path
 
 
-# What BuildKit does that `podman build` (buildah) cannot: refused by name, never dropped.
-PODMAN_CANNOT = {
-    "--builder": "names a buildx builder; Podman builds with buildah in its own process",
-    "--cache-to": "exports a BuildKit cache; Podman keeps its layers in its own storage (push the image and pass "
-                  "--cache-from REPOSITORY to reuse them elsewhere)",
-}
-
-
 def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str, ...], base: str = "") -> list[str]:
     """The builder's argv for these options (secrets as files, never values)."""
     argv = [*builder.argv, "--progress=plain", "-f", str(context / "Dockerfile")]
-    if builder.kind == "podman":
-        for option, value in (("--builder", opts.builder), ("--cache-to", opts.cache_to)):
-            if value:
-                raise BuildError(f"{option} is BuildKit's, and the Podman engine cannot do it: it {PODMAN_CANNOT[option]}. "
-                                 "Leave it out, or build with --engine docker")
-        if base and is_loopback(Reference.parse(base).registry):
-            argv.append("--tls-verify=false")  # a base on loopback is plain HTTP, as Docker treats it
+    for option, value in (("--builder", opts.builder), ("--cache-to", opts.cache_to)):
+        if value and builder.refusal(option):  # what the builder cannot do, refused by name (never dropped)
+            raise BuildError(builder.refusal(option))
+    if builder.loopback_base and base and is_loopback(Reference.parse(base).registry):
+        argv += builder.loopback_base  # a base on loopback is plain HTTP, as Docker treats it
     for tag in tags:  # BuildKit names the image only when the build succeeded
         argv += ["-t", tag]
     if opts.ca_bundle:
@@ -355,8 +346,7 @@ def command(builder: Builder, context: Path, opts: BuildOptions, tags: tuple[str
             argv += ["--cache-to", spec]
     for spec in opts.cache_from:
         if not builder.buildx and spec.startswith("type=") and not spec.startswith("type=registry,"):
-            who = "`podman build`" if builder.kind == "podman" else "the legacy `docker build`"
-            raise BuildError(f"--cache-from {spec}: {who} reads only registry caches; local caches need buildx")
+            raise BuildError(f"--cache-from {spec}: {builder.called} reads only registry caches; local caches need buildx")
         if not builder.buildx and spec.startswith("type=registry,"):
             # The legacy client and podman take an image reference (podman: a repository), not a buildx cache spec.
             ref = dict(kv.split("=", 1) for kv in spec.split(",") if "=" in kv).get("ref")

@@ -76,8 +76,7 @@ class Session:
     def check_reachable(self) -> None:
         """Fail in seconds, naming the cause, when the registry cannot be reached at all. Only where the daemon
         shares this machine's network and no proxy is set (then the daemon may know a way this process does not)."""
-        local = self.engine.host.startswith(("unix://", "npipe://", "podman://local"))
-        if self._reachable or not local or any(self.environ.get(k) for k in _PROXY_ENV):
+        if self._reachable or not self.engine.is_local() or any(self.environ.get(k) for k in _PROXY_ENV):
             return
         why = unreachable_reason(self.host)
         if why:
@@ -113,7 +112,7 @@ class Session:
         return self.creds.auth_config() if self.creds else None
 
     def error(self, message: str, action: str) -> PublishError | RegistryError:
-        return registry_error(self.host, message, self.scrub, action, self.creds, getattr(self.engine, "kind", "docker"))
+        return registry_error(self.host, message, self.scrub, action, self.creds, self.engine.kind)
 
     def login(self, echo: Callable[[str], None]) -> None:
         """Check the credentials against the registry up front, before anything is pushed or pulled."""

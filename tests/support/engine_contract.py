@@ -4,7 +4,9 @@ IMPLEMENTATIONS (CONTRIBUTING.md, "Recipe: add an engine"); tests/unit/test_engi
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 
 from support.fakes import FakeEngine
 
@@ -21,6 +23,21 @@ ENGINE_EXTRAS = {"connect"}
 def contract() -> dict[str, object]:
     """The methods a stage may call, by name."""
     return {name: fn for name, fn in vars(engine.EngineAPI).items() if callable(fn) and not name.startswith("_")}
+
+
+def attributes() -> set[str]:
+    """What a stage may read of an engine besides its methods: host, kind, check_name, purposes."""
+    return set(getattr(engine.EngineAPI, "__annotations__", {}))
+
+
+def attribute_problem(cls: type, name: str) -> str | None:
+    """Why cls does not give the contract's attribute `name` (on the class, or set by __init__), or None."""
+    if any(name in vars(c) for c in cls.__mro__ if c is not engine.EngineAPI):
+        return None
+    init = textwrap.dedent(inspect.getsource(cls.__init__)) if "__init__" in vars(cls) else ""
+    sets = {t.attr for n in ast.walk(ast.parse(init)) if isinstance(n, ast.Assign) for t in n.targets
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    return None if name in sets else f"{cls.__name__} does not set {name}"
 
 
 def public(cls: type) -> set[str]:
@@ -44,6 +61,7 @@ def problems(cls: type) -> list[str]:
     """Everything that keeps cls from being an engine a stage may take: a method missing or unlike the
     contract's, or a public method beyond it."""
     found = [p for name in sorted(contract()) if (p := method_problem(cls, name))]
+    found += [p for name in sorted(attributes()) if (p := attribute_problem(cls, name))]
     extra = public(cls) - set(contract()) - EXTRAS.get(cls, ENGINE_EXTRAS)
     if extra:
         found.append(f"{cls.__name__} has public methods beyond the contract: {', '.join(sorted(extra))}")

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from envbuild.core.checks import Check
+from envbuild.core.errors import DockerError
+from envbuild.engine import docker
+from envbuild.engine.api import Builder
 from envbuild.engine.docker import EngineAPI, EngineError, Exited, Image
 from envbuild.core.imageref import Reference
 from envbuild.engine.owner import OWNED_LABEL, Container
@@ -71,6 +74,8 @@ class FakeEngine(EngineAPI):
 
     host = "fake://engine"  # not a local socket: sessions skip their network reachability check
     kind = "docker"  # builds with the docker client's BuildKit (the scripted builder answers)
+    check_name = "docker daemon"
+    purposes = docker.Engine.purposes
 
     def __init__(self, runtimes: tuple[str, ...] = ("runc",), root: str = "/", containers: tuple[str, ...] = (),
                  version: dict[str, Any] | None = None):
@@ -233,6 +238,21 @@ class FakeEngine(EngineAPI):
 
     def host_checks(self) -> list[Check]:
         return []
+
+    def builder(self) -> Builder:
+        return docker.find_builder()  # Docker's client (a test may replace find_builder)
+
+    def builder_check(self) -> Check:
+        return docker.builder_check()
+
+    def failed_check(self, exc: DockerError, why: str) -> Check:
+        return Check(self.check_name, False, f"the fake engine did not answer: {exc} ({why})")
+
+    def answer_check(self, version: dict[str, Any], why: str) -> Check:
+        return docker.answer_check(self.check_name, self.host, version, why, docker.MIN_SERVER)
+
+    def is_local(self) -> bool:
+        return False  # sessions skip their network reachability check
 
     def close(self) -> None:
         self.closed = True

@@ -16,6 +16,7 @@ import pytest
 from support.constants import MATRIX as MATRIX_PATH
 from support.fakes import FakeEngine
 
+from envbuild.engine import docker as docker_engine
 from envbuild.image import build as imagebuild
 from envbuild.image import builder, plan, records
 from envbuild.image import build
@@ -34,8 +35,7 @@ BASE_ID = "sha256:" + "b" * 64
 
 @pytest.fixture
 def legacy(monkeypatch):
-    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
-    monkeypatch.setattr(builder, "find_builder", lambda: LEGACY)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: LEGACY)
 
 
 @pytest.fixture
@@ -154,11 +154,11 @@ def _input_changes(tmp_path: Path, engine: FakeEngine, monkeypatch) -> dict[str,
         return again()
 
     def builder_env() -> plan.BuildPlan:
-        monkeypatch.setattr(plan, "find_builder", lambda: dataclasses.replace(LEGACY, env=(("DOCKER_BUILDKIT", "0"),)))
+        monkeypatch.setattr(docker_engine, "find_builder", lambda: dataclasses.replace(LEGACY, env=(("DOCKER_BUILDKIT", "0"),)))
         return again()
 
     def builder_client() -> plan.BuildPlan:
-        monkeypatch.setattr(plan, "find_builder", lambda: dataclasses.replace(LEGACY, argv=("/opt/docker", "build")))
+        monkeypatch.setattr(docker_engine, "find_builder", lambda: dataclasses.replace(LEGACY, argv=("/opt/docker", "build")))
         return again()
 
     def probe() -> plan.BuildPlan:
@@ -235,7 +235,7 @@ def test_envbuild_s_own_template_and_probe_are_in_the_key(tmp_path, engine, lega
     (tmp_path / "probe.py").write_bytes(b"print('another probe')\n")
     assert make(tmp_path, engine).key() != key
     monkeypatch.undo()
-    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: LEGACY)
     edited = MATRIX.backend("cpu")
     other = plan.make_plan(MATRIX, dataclasses.replace(edited, env=(("A", "1"),)), opts(tmp_path), engine,
                            {"HOME": str(tmp_path), "DOCKER_CONFIG": str(tmp_path / "docker-config")})
@@ -262,13 +262,13 @@ def test_every_option_is_in_the_key(tmp_path, engine, legacy, option):
     ({}, {"DOCKER_DEFAULT_PLATFORM": "linux/arm64"}),
 ])
 def test_only_a_plain_build_by_the_engine_may_be_answered_from_the_record(tmp_path, engine, monkeypatch, option, environ):
-    monkeypatch.setattr(plan, "find_builder", lambda: BUILDX)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: BUILDX)
     assert make(tmp_path, engine).answerable
     assert not make(tmp_path, engine, environ, **option).answerable
 
 
 def test_a_buildx_builder_of_its_own_resolves_the_base_itself(tmp_path, engine, monkeypatch):
-    monkeypatch.setattr(plan, "find_builder", lambda: BUILDX)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: BUILDX)
     assert not make(tmp_path, engine, builder="remote").answerable
     assert not make(tmp_path, engine, {"BUILDX_BUILDER": "remote"}).answerable
     current = tmp_path / "docker-config" / "buildx" / "current"
@@ -459,8 +459,7 @@ def test_a_failed_build_leaves_no_record(tmp_path, engine, fake_builder, monkeyp
 
 
 def test_platforms_are_built_one_at_a_time_and_only_those_the_backend_lists(monkeypatch, tmp_path, engine, fake_builder):
-    monkeypatch.setattr(plan, "find_builder", lambda: BUILDX)
-    monkeypatch.setattr(builder, "find_builder", lambda: BUILDX)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: BUILDX)
     with pytest.raises(EnvbuildError, match="'linux/amd64,linux/arm64' is several platforms; one is taken here .`envbuild publish --platform` joins"):
         build.build(MATRIX, CPU, opts(tmp_path, platform="linux/amd64,linux/arm64"), engine, echo=lambda s: None)
     with pytest.raises(EnvbuildError, match=r"--platform linux/s390x: backend cpu lists linux/amd64, linux/arm64"):

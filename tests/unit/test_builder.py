@@ -1,70 +1,16 @@
-"""The builder process without an engine: which docker client builds, BuildKit's output as one line per step,
-and the live status board of parallel builds. tests/engine/ builds for real."""
+"""The builder process without an engine: BuildKit's output as one line per step, and the live status board of
+parallel builds (which docker client builds: test_engine.py). tests/engine/ builds for real."""
 
 from __future__ import annotations
 
 import io
-import os
 
 import pytest
 
 from envbuild.image import builder
 from envbuild.image.status import StatusBoard
-from envbuild.core.errors import DockerError
 from support.constants import MATRIX
 from support.hostile import SECRET_VALUES
-
-
-@pytest.fixture(autouse=True)
-def fresh_builder(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # no answer remembered from elsewhere
-    builder.find_builder.cache_clear()
-    yield
-    builder.find_builder.cache_clear()
-
-
-def test_find_builder_skips_a_new_client_without_buildx(tmp_path, monkeypatch, fake_docker):
-    new = fake_docker(tmp_path / "new", "28.2.2", buildx=False)
-    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
-    monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
-    monkeypatch.setenv("PATH", f"{new.parent}{os.pathsep}{old.parent}")
-    b = builder.find_builder()
-    assert b.argv == (str(old), "build") and dict(b.env) == {"DOCKER_BUILDKIT": "1"}
-    monkeypatch.setenv("PATH", str(new.parent))
-    builder.find_builder.cache_clear()
-    with pytest.raises(DockerError, match="buildx plugin"):
-        builder.find_builder()
-    fake_docker(tmp_path / "bx", "28.2.2", buildx=True)
-    monkeypatch.setenv("PATH", f"{new.parent}{os.pathsep}{tmp_path / 'bx'}")
-    builder.find_builder.cache_clear()
-    assert builder.find_builder().argv[1:] == ("buildx", "build", "--load")
-
-
-def test_the_answer_is_remembered_until_a_client_or_the_plugin_changes(tmp_path, monkeypatch, fake_docker):
-    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
-    monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
-    monkeypatch.setenv("PATH", str(old.parent))
-    assert builder.find_builder().argv == (str(old), "build")
-    asked = []
-    monkeypatch.setattr(builder.engine, "ask_client", lambda argv, timeout=30: asked.append(argv) or (1, ""))
-    builder.find_builder.cache_clear()
-    assert builder.find_builder().argv == (str(old), "build") and asked == []  # from the cache: no client started
-    plugin = tmp_path / "docker-config" / "cli-plugins" / "docker-buildx"
-    plugin.parent.mkdir(parents=True)
-    plugin.write_text("#!/bin/sh\n")  # the buildx plugin installed: asked again
-    builder.find_builder.cache_clear()
-    with pytest.raises(DockerError):
-        builder.find_builder()
-    assert asked
-
-
-def test_envbuild_docker_picks_the_client(tmp_path, monkeypatch, fake_docker):
-    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
-    fake_docker(tmp_path / "bx", "28.2.2", buildx=True)
-    monkeypatch.setenv("PATH", str(tmp_path / "bx"))
-    monkeypatch.setenv("ENVBUILD_DOCKER", str(old))
-    assert builder.find_builder().argv == (str(old), "build")
 
 
 def test_progress_prints_a_line_per_finished_step():

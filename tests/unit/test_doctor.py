@@ -15,6 +15,7 @@ from support.fakes import FakeEngine
 from support.hosts import VENDORS, add_driver, make_root, nvidia_version
 from support.loopback import serve
 
+from envbuild.engine import docker as docker_engine
 from envbuild.engine import docker as engine
 from envbuild.image import builder
 from envbuild.core.errors import DockerError
@@ -44,7 +45,7 @@ def by_name(report, name):
 
 @pytest.fixture
 def builder_ok(monkeypatch):
-    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
     # The fake daemon's disk is roomy whatever this machine's disk holds; the disk test sets its own.
     real = doctor.shutil.disk_usage
 
@@ -174,7 +175,7 @@ def test_no_buildkit_client(m, tmp_path, monkeypatch):
     def none():
         raise DockerError("no BuildKit-capable docker client found (tried: /usr/local/bin/docker). Install ...")
 
-    monkeypatch.setattr(builder, "find_builder", none)
+    monkeypatch.setattr(docker_engine, "find_builder", none)
     report = doctor.diagnose(m, m.backend("cpu"), connector=connector(FakeEngine(root=tmp_path)), root=make_root(tmp_path))
     check = by_name(report, "buildkit")
     assert check.status == "FAIL" and "apt-get install docker-buildx" in check.fix and "ENVBUILD_DOCKER=/usr/bin/docker" in check.fix
@@ -188,11 +189,11 @@ def test_the_builder_found_is_described(tmp_path, monkeypatch, fake_docker, vers
     exe = fake_docker(tmp_path / "bin", version, buildx=buildx)
     monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
     monkeypatch.setenv("PATH", str(exe.parent))
-    builder.find_builder.cache_clear()
+    docker_engine.find_builder.cache_clear()
     try:
         check = doctor.check_builder()
     finally:
-        builder.find_builder.cache_clear()
+        docker_engine.find_builder.cache_clear()
     assert check.ok and check.detail.startswith(f"`{'' if buildx else 'DOCKER_BUILDKIT=1 '}{exe}") and words in check.detail
 
 
@@ -453,7 +454,7 @@ def closed_port() -> str:
 
 @pytest.fixture
 def quiet_host(monkeypatch):
-    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda p: SimpleNamespace(total=500 * 2**30, used=0, free=500 * 2**30))
 
 

@@ -16,7 +16,7 @@ from support import engine_contract
 from support.constants import MATRIX as MATRIX_PATH
 
 from envbuild.engine import docker as engine
-from envbuild.core.errors import DockerError
+from envbuild.core.errors import DockerError, InvalidInput
 from envbuild.matrix import RunSpec, load
 
 MATRIX = load(MATRIX_PATH)
@@ -191,6 +191,20 @@ def test_engine_and_fake_take_the_contracts_parameters(name):
         assert problem is None, problem
 
 
+class _Nameless(engine.EngineAPI):
+    def __init__(self) -> None:
+        self.timeout = 1
+
+
+@pytest.mark.parametrize("name", sorted(engine_contract.attributes()))
+def test_each_engine_gives_the_contracts_attributes(name):
+    """What a stage reads of an engine (host, kind, doctor's check name and purposes), given by each."""
+    for cls in engine_contract.IMPLEMENTATIONS:
+        problem = engine_contract.attribute_problem(cls, name)
+        assert problem is None, problem
+    assert engine_contract.attribute_problem(_Nameless, name) == f"_Nameless does not set {name}"
+
+
 def test_neither_has_public_methods_beyond_the_contract():
     """What a stage may call is the contract; the fake's extras only set the scene, the engine's only connect."""
     contract = set(_contract())
@@ -281,3 +295,156 @@ def test_a_container_whose_creation_was_interrupted_is_removed_by_name():
     with pytest.raises(KeyboardInterrupt):
         Engine(client=Client()).run("img", ["true"], name="envbuild-smoke-cpu-abc", labels={}, run=RunSpec(), timeout=5)
     assert removed == ["envbuild-smoke-cpu-abc"]
+
+
+# --- the builder: which docker client builds ------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_builder(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # no answer remembered from elsewhere
+    engine.find_builder.cache_clear()
+    yield
+    engine.find_builder.cache_clear()
+
+
+def test_find_builder_skips_a_new_client_without_buildx(tmp_path, monkeypatch, fake_docker, fresh_builder):
+    new = fake_docker(tmp_path / "new", "28.2.2", buildx=False)
+    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
+    monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
+    monkeypatch.setenv("PATH", f"{new.parent}{os.pathsep}{old.parent}")
+    b = engine.find_builder()
+    assert b.argv == (str(old), "build") and dict(b.env) == {"DOCKER_BUILDKIT": "1"}
+    monkeypatch.setenv("PATH", str(new.parent))
+    engine.find_builder.cache_clear()
+    with pytest.raises(DockerError, match="buildx plugin"):
+        engine.find_builder()
+    fake_docker(tmp_path / "bx", "28.2.2", buildx=True)
+    monkeypatch.setenv("PATH", f"{new.parent}{os.pathsep}{tmp_path / 'bx'}")
+    engine.find_builder.cache_clear()
+    assert engine.find_builder().argv[1:] == ("buildx", "build", "--load")
+
+
+def test_the_answer_is_remembered_until_a_client_or_the_plugin_changes(tmp_path, monkeypatch, fake_docker, fresh_builder):
+    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
+    monkeypatch.delenv("ENVBUILD_DOCKER", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
+    monkeypatch.setenv("PATH", str(old.parent))
+    assert engine.find_builder().argv == (str(old), "build")
+    asked = []
+    monkeypatch.setattr(engine, "ask_client", lambda argv, timeout=30: asked.append(argv) or (1, ""))
+    engine.find_builder.cache_clear()
+    assert engine.find_builder().argv == (str(old), "build") and asked == []  # from the cache: no client started
+    plugin = tmp_path / "docker-config" / "cli-plugins" / "docker-buildx"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("#!/bin/sh\n")  # the buildx plugin installed: asked again
+    engine.find_builder.cache_clear()
+    with pytest.raises(DockerError):
+        engine.find_builder()
+    assert asked
+
+
+def test_envbuild_docker_picks_the_client(tmp_path, monkeypatch, fake_docker, fresh_builder):
+    old = fake_docker(tmp_path / "old", "20.10.24+dfsg1", buildx=False)
+    fake_docker(tmp_path / "bx", "28.2.2", buildx=True)
+    monkeypatch.setenv("PATH", str(tmp_path / "bx"))
+    monkeypatch.setenv("ENVBUILD_DOCKER", str(old))
+    assert engine.find_builder().argv == (str(old), "build")
+
+
+# --- the engine's seam: no stage asks which engine it holds --------------------------------------------------
+
+SCHEMES = ("unix://", "npipe://", "podman://")  # where an engine is: only the engine reads its host
+# `pick --for TOOL` prints how to run an image with the tool people name (docker, podman, apptainer, ...): a table of
+# commands to print, not of the engine envbuild holds.
+ALLOWED = {("host/launch.py", "a table by engine")}
+
+
+def engine_names_in(source: str) -> list[str]:
+    """Where a module asks which engine it holds: an engine's name (select.NAMES) compared or used as a key, an
+    engine host's scheme, an engine class named (select.ENGINES)."""
+    from envbuild.engine import select
+
+    classes = {spec.partition(":")[2] for spec, _ in select.ENGINES.values()}
+    found = []
+
+    def named(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(named(n) for n in node.elts)
+        return isinstance(node, ast.Constant) and node.value in select.NAMES
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(named(n) for n in (node.left, *node.comparators)):
+            found.append(f"{node.lineno}: an engine's name compared")
+        elif isinstance(node, ast.Dict) and any(k is not None and named(k) for k in node.keys):
+            found.append(f"{node.lineno}: a table by engine")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and any(s in node.value for s in SCHEMES):
+            found.append(f"{node.lineno}: an engine host's scheme")
+        elif isinstance(node, ast.Name) and node.id in classes or isinstance(node, ast.Attribute) and node.attr in classes:
+            found.append(f"{node.lineno}: an engine class")
+        elif isinstance(node, ast.ImportFrom) and any(a.name in classes for a in node.names):
+            found.append(f"{node.lineno}: an engine class imported")
+    return found
+
+
+def test_the_detector_finds_every_way_to_ask_which_engine():
+    assert engine_names_in("if engine.kind == 'podman': pass") == ["1: an engine's name compared"]
+    assert engine_names_in("x = kind in ('docker', 'x')") == ["1: an engine's name compared"]
+    assert engine_names_in("CHECK = {'docker': 'docker daemon'}") == ["1: a table by engine"]
+    assert engine_names_in("local = host.startswith(('unix://', 'tcp://'))") == ["1: an engine host's scheme"]
+    assert engine_names_in("from envbuild.engine.podman import Podman") == ["1: an engine class imported"]
+    assert engine_names_in("e = docker.Engine(5)") == ["1: an engine class"]
+    assert engine_names_in("e = select.choose(None).engine\nok = e.is_local()\nb = e.builder()") == []
+
+
+def test_no_module_outside_the_engine_asks_which_engine_it_holds():
+    """Every Docker/Podman difference is the engine's (envbuild/engine/): the stages ask the engine they hold
+    (its builder, whether it is local, its checks), never which one it is."""
+    from envbuild.core.paths import PACKAGE
+
+    found = [f"{path.relative_to(PACKAGE)}:{where}" for path in sorted(PACKAGE.rglob("*.py"))
+             if path.relative_to(PACKAGE).parts[0] != "engine"
+             for where in engine_names_in(path.read_text(encoding="utf-8"))
+             if (str(path.relative_to(PACKAGE)), where.split(": ", 1)[1]) not in ALLOWED]
+    assert not found, "ask the engine (EngineAPI), not which engine it is: " + ", ".join(found)
+
+
+# --- what the stages ask the engine instead of which one it is --------------------------------------------------
+
+@pytest.mark.parametrize("host, local", [("unix:///var/run/docker.sock", True), ("npipe:////./pipe/docker_engine", True),
+                                         ("tcp://10.0.0.2:2376", False), ("ssh://builder@farm", False)])
+def test_a_docker_daemon_is_local_on_a_socket_or_pipe_here(monkeypatch, host, local):
+    """A registry this process cannot reach, a daemon on this machine cannot either (ship/session.py)."""
+    monkeypatch.setenv("DOCKER_HOST", host)
+    assert engine.Engine().is_local() is local
+
+
+def test_podman_is_local_and_builds_with_buildah(monkeypatch):
+    from envbuild.engine import podman
+
+    monkeypatch.setattr(podman, "executable", lambda: "/usr/bin/podman")
+    found = podman.Podman(exe="/usr/bin/podman")
+    assert found.is_local() and found.builder().argv == ("/usr/bin/podman", "build") and found.builder().reader
+    assert found.builder().refusal("--cache-to").startswith("--cache-to is BuildKit's") and not found.builder().buildx
+    assert found.builder_check().name == "podman build" and found.builder_check().ok
+    monkeypatch.setattr(podman, "executable", lambda: None)
+    assert not found.builder_check().ok and "no `podman` command on PATH" in found.builder_check().detail
+
+
+def test_docker_builds_with_the_client_find_builder_found(monkeypatch):
+    legacy = engine.Builder(("/usr/bin/docker", "build"), (("DOCKER_BUILDKIT", "1"),), False)
+    monkeypatch.setattr(engine, "find_builder", lambda: legacy)
+    assert engine.Engine().builder() is legacy and legacy.reader is None and legacy.refusal("--cache-to") is None
+    check = engine.Engine().builder_check()
+    assert check.ok and check.detail == ("`DOCKER_BUILDKIT=1 /usr/bin/docker build` (a client older than 23.0, which "
+                                         "builds with BuildKit itself)")
+
+
+def test_engine_names_are_one_list_and_auto(monkeypatch):
+    """--engine's choices, ENVBUILD_ENGINE's words and the classes made: select.ENGINES, one table."""
+    from envbuild.engine import select
+
+    assert select.NAMES == tuple(select.ENGINES) == ("docker", "podman")
+    assert [select.engine_class(n).kind for n in select.NAMES] == list(select.NAMES)
+    assert select.wanted("AUTO") == (None, "auto")
+    with pytest.raises(InvalidInput, match="give docker, podman or auto"):
+        select.wanted("containerd")

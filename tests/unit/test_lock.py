@@ -11,6 +11,7 @@ import pytest
 from support.constants import FIXED, MATRIX as MATRIX_PATH
 from support.fakes import REPORT, FakeEngine
 
+from envbuild.engine import docker as docker_engine
 from envbuild.image import lockstate as locks
 from envbuild.image import builder, plan
 from envbuild.image import build, locking
@@ -167,8 +168,7 @@ def test_extras_in_the_file_are_located(write_matrix):
 
 
 def test_locked_refuses_a_missing_or_stale_lock_without_resolving(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
-    monkeypatch.setattr(builder, "find_builder", lambda: LEGACY)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: LEGACY)
     monkeypatch.setattr(builder.engine, "start_client", lambda *a: pytest.fail("a builder was started around the engine"))
     engine = FakeEngine()
     opts = plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks")
@@ -252,7 +252,7 @@ def test_a_gpu_lock_with_a_cpu_only_torch_is_refused(invoke, tmp_path, closed_so
 def test_an_unreachable_registry_builds_from_a_lock_current_in_every_other_input(tmp_path, monkeypatch):
     """Offline: the base's digest cannot be asked, a lock current in everything else is used (said so); without
     one, the error names the registry and how to lock without asking it."""
-    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: LEGACY)
     monkeypatch.setattr("envbuild.core.platform.host_platform", lambda *a: AMD64)
     m = load(MATRIX_PATH, ["backends.cpu.base_image=127.0.0.1:1/envbuild-test/debian:bookworm"])  # nothing listens
     cpu = m.backend("cpu")
@@ -345,7 +345,7 @@ def test_a_file_locked_from_a_wheel_folder_needs_that_file():
 def test_where_files_come_from_is_no_part_of_the_content_key_or_the_lock(tmp_path, monkeypatch):
     """A wheel folder or an index mirror changes where files come from, never the image's content key (the lock's
     names and hashes decide it) and never the lock's inputs: a lock made online stays current offline."""
-    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: LEGACY)
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "torch-2.15.0+cpu-py3-none-any.whl").write_bytes(b"a wheel")
@@ -368,7 +368,7 @@ def test_where_files_come_from_is_no_part_of_the_content_key_or_the_lock(tmp_pat
 
 
 def test_the_build_context_holds_each_layer_with_its_sources(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: LEGACY)
     import tomllib
 
     report = copy.deepcopy(REPORT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from support.constants import MATRIX as MATRIX_PATH
 
+from envbuild.engine import docker as docker_engine
 from envbuild.image import builder, plan
 from envbuild.image import locking
 from envbuild.image.lockfile import LAYERS
@@ -16,7 +17,7 @@ LEGACY = builder.Builder(argv=("docker", "build"), env=(("DOCKER_BUILDKIT", "1")
 
 def test_while_resolving_the_context_holds_an_empty_lock_and_an_empty_file_for_every_layer(tmp_path, monkeypatch):
     """The Dockerfile binds lock/pylock.LAYER.toml in every install step: each is there, empty, before a lock is."""
-    monkeypatch.setattr(plan, "find_builder", lambda: LEGACY)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: LEGACY)
     p = plan.make_plan(MATRIX, MATRIX.backend("cpu"), plan.BuildOptions(context_dir=tmp_path / "ctx"), None)
     assert p.lock_layers == ()  # the image stage makes no layers of its own
     handed = locking.with_lock(p, None)

@@ -154,39 +154,70 @@ Error: building at STEP "RUN echo "error: no matching distribution for torch" &&
 """
 
 
-def test_buildah_output_reads_as_one_line_per_step_and_says_why_it_failed():
-    lines: list[str] = []
-    p = builder.Progress("cpu", lines.append)
-    for line in BUILDAH.splitlines():
-        p.feed(line)
+def _buildah_steps(lines: list[str]) -> None:
     assert [line.rsplit(" ... ", 1)[0] for line in lines] == [
         "[cpu] base 1/2 FROM 127.0.0.1:46287/envbuild-test/debian-python3:bookworm AS base", "[cpu] base 2/2 RUN echo hello",
         "[cpu] 1/2 FROM 8f37af8879db33186bd5e683cb9491b699275cede1efe7b7c12df9f628122998",
         '[cpu] 2/2 RUN echo "error: no matching distribution for torch" && exit 3']
     assert [line.rsplit(" ... ", 1)[1].split()[0] for line in lines] == ["DONE", "DONE", "CACHED", "ERROR"]
+
+
+def test_buildah_output_reads_as_one_line_per_step_and_says_why_it_failed():
+    lines: list[str] = []
+    p = builder.Progress("cpu", lines.append, reader=podman.BuildahReader)
+    for line in BUILDAH.splitlines():
+        p.feed(line)
+    _buildah_steps(lines)
     assert p.why() == ('2/2 RUN echo "error: no matching distribution for torch" && exit 3 failed: '
                        "error: no matching distribution for torch")
 
 
-PODMAN_BUILDER = builder.Builder(("/usr/bin/podman", "build"), (), False, kind="podman")
+def test_a_podman_build_reads_buildah_s_output_with_the_engine_s_reader(tmp_path, monkeypatch):
+    """run_build with the Podman engine: its builder's environment, its process, its output read as steps."""
+    (tmp_path / "out.txt").write_text(BUILDAH)
+    exe = _script(tmp_path, f"[ \"$1\" = version ] && echo '{json.dumps(VERSION)}' && exit 0\n"
+                            f"cat {tmp_path}/out.txt; env > {tmp_path}/env; exit 3\n")
+    monkeypatch.setenv("ENVBUILD_PODMAN", exe)
+    monkeypatch.setenv("DOCKER_BUILDKIT", "0")  # not Podman's: passed on as it is, nothing added
+    engine = podman.Podman(exe=exe)
+    lines: list[str] = []
+    argv = plan.command(engine.builder(), tmp_path, plan.options(), ("x:cpu",))
+    error = builder.run_build(argv, (), tmp_path / "log", builder.Progress("cpu", lines.append), engine)
+    _buildah_steps(lines)
+    assert error is not None and error.endswith("failed: error: no matching distribution for torch")
+    assert "DOCKER_BUILDKIT=0" in (tmp_path / "env").read_text().splitlines()
+
+
+def test_docker_s_builder_reads_no_buildah_output():
+    lines: list[str] = []
+    p = builder.Progress("cpu", lines.append)
+    for line in BUILDAH.splitlines():
+        p.feed(line)
+    assert lines == []
+
+
+@pytest.fixture
+def podman_builder(monkeypatch):
+    monkeypatch.setattr(podman, "executable", lambda: "/usr/bin/podman")
+    return podman.Podman(exe="/usr/bin/podman").builder()
 
 
 @pytest.mark.parametrize("option", ["builder", "cache_to"])
-def test_a_podman_build_refuses_what_only_buildkit_does(tmp_path, option):
+def test_a_podman_build_refuses_what_only_buildkit_does(tmp_path, option, podman_builder):
     opts = plan.options(**{option: "mine" if option == "builder" else ("type=local,dest=/tmp/c",)})
     with pytest.raises(BuildError, match=f"--{option.replace('_', '-')} is BuildKit's, and the Podman engine cannot do it"):
-        plan.command(PODMAN_BUILDER, tmp_path, opts, ("x:cpu",))
+        plan.command(podman_builder, tmp_path, opts, ("x:cpu",))
 
 
-def test_a_podman_build_keeps_secrets_args_and_reads_a_loopback_base_over_http(tmp_path):
+def test_a_podman_build_keeps_secrets_args_and_reads_a_loopback_base_over_http(tmp_path, podman_builder):
     ca = tmp_path / "ca.pem"
     ca.write_text("x")
     opts = plan.options(ca_bundle=ca, build_args=("HTTPS_PROXY",), cache_from=("type=registry,ref=reg.example/cache:cpu",))
-    argv = plan.command(PODMAN_BUILDER, tmp_path, opts, ("x:cpu",), "127.0.0.1:5000/debian:bookworm")
+    argv = plan.command(podman_builder, tmp_path, opts, ("x:cpu",), "127.0.0.1:5000/debian:bookworm")
     assert argv[:3] == ["/usr/bin/podman", "build", "--progress=plain"] and "--tls-verify=false" in argv
     assert ["--secret", f"id=ca_bundle,src={ca}"] == argv[argv.index("--secret"):argv.index("--secret") + 2]
     assert argv[argv.index("--cache-from") + 1] == "reg.example/cache:cpu" and "--load" not in argv
-    assert "--tls-verify=false" not in plan.command(PODMAN_BUILDER, tmp_path, opts, ("x:cpu",), "ghcr.io/o/debian:12")
+    assert "--tls-verify=false" not in plan.command(podman_builder, tmp_path, opts, ("x:cpu",), "ghcr.io/o/debian:12")
 
 
 # --- which engine ------------------------------------------------------------------------------------------------

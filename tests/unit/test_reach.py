@@ -15,6 +15,7 @@ from support.fakes import FakeEngine
 from support.hosts import make_root
 from support.loopback import serve
 
+from envbuild.engine import docker as docker_engine
 from envbuild.net import netprobe
 from envbuild.core.errors import UnreachableError
 from envbuild.image import builder, reach
@@ -148,7 +149,7 @@ def test_lock_stops_before_resolving_when_an_index_is_dead(m, answering, closed,
 
     matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", f"{answering}/simple")
     cpu = replace(cpu, base_image="debian:12@sha256:" + "ab" * 32)  # the registry is not asked for a digest
-    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
     ran = []
     monkeypatch.setattr(builder, "run_build", lambda *a, **k: ran.append(a))
     monkeypatch.setattr(netprobe, "BUDGET", BUDGET)
@@ -160,7 +161,7 @@ def test_lock_stops_before_resolving_when_an_index_is_dead(m, answering, closed,
 
 def test_doctor_says_cannot_build_when_an_index_is_dead(m, answering, closed, tmp_path, monkeypatch):
     matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", f"{answering}/simple")
-    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
     client = FakeEngine(root=tmp_path)
     report = doctor.diagnose(matrix, cpu, connector=lambda: (client, doctor.Check("docker daemon", True, "fake")),
                              root=make_root(tmp_path))

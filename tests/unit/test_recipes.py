@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
-from typing import Any, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 import click
 import pytest
@@ -17,6 +18,8 @@ from support import engine_contract
 from support.constants import REPO
 
 from envbuild.core.checks import Check
+from envbuild.core.errors import BuildError, DockerError
+from envbuild.engine.api import Builder
 from envbuild.engine.docker import EngineAPI, Exited, Image
 from envbuild.engine.owner import Container
 from envbuild.engine.runspec import RunSpec
@@ -211,11 +214,34 @@ def test_the_committed_reference_matches_the_commands_without_it():
 
 # --- Recipe: add an engine -------------------------------------------------------------------------------------
 
+# The minimal engine's builder: a real process, started by the engine, that does what a builder must for the build
+# path (the argv the plan made, the environment the engine's Builder gives, the image id in --iidfile).
+BUILDER_SCRIPT = """#!/bin/sh
+here=$(dirname "$0")
+printf '%s\\n' "$@" > "$here/argv"
+echo "MINIMAL_BUILDER=$MINIMAL_BUILDER" > "$here/env"
+while [ $# -gt 0 ]; do
+  if [ "$1" = --iidfile ]; then echo "sha256:$(printf '%064d' 7)" > "$2"; fi
+  shift
+done
+echo "#1 [1/1] FROM base"
+echo "#1 DONE 0.1s"
+"""
+
+
 class Minimal(EngineAPI):
-    """The least an engine is: it declares EngineAPI and defines each method with the protocol's parameters."""
+    """The least an engine is: it declares EngineAPI and defines each method with the protocol's parameters. Its
+    images are a table; its builder is BUILDER_SCRIPT (where `exe` says)."""
 
     host = "minimal://"
     kind = "minimal"
+    check_name = "minimal"
+    purposes = {"minimal": ("build", "run")}
+    exe = "/nonexistent/minimal-builder"
+    images: dict[str, str] = {}
+
+    def __init__(self, timeout: float | None = None):
+        self.images = dict(type(self).images)
 
     def connect(self) -> None: ...
     def ping(self) -> None: ...
@@ -223,18 +249,21 @@ class Minimal(EngineAPI):
     def info(self) -> dict[str, Any]: return {}
     def runtimes(self) -> set[str]: return set()
     def image(self, ref: str) -> Image | None: return None
-    def image_id(self, ref: str) -> str | None: return None
+    def image_id(self, ref: str) -> str | None: return self.images.get(ref)
     def tag(self, image: str, refs: list[str]) -> None: ...
     def untag(self, ref: str) -> None: ...
     def import_image(self, tar: str, ref: str, changes: list[str], labels: dict[str, str]) -> Image: raise NotImplementedError
 
     def run(self, image: str, command: list[str], *, name: str, labels: dict[str, str], run: RunSpec,
             volumes: list[str] = (), environment: dict[str, str] | None = None, timeout: float,
-            user: str | None = None, read_only: bool = False) -> Exited: raise NotImplementedError
+            user: str | None = None, read_only: bool = False, on_line: Callable[[str], None] | None = None) -> Exited: raise NotImplementedError
 
     def volume(self, name: str, labels: dict[str, str]) -> ContextManager[str]: raise NotImplementedError
     def read_file(self, image: str, path: str, limit: int = 64 << 20) -> bytes | None: return None
-    def start_client(self, argv: list[str], env: dict[str, str]) -> Any: raise NotImplementedError
+
+    def start_client(self, argv: list[str], env: dict[str, str]) -> Any:
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
     def client_args(self, args: list[str]) -> list[str]: return args
     def client_run(self, args: list[str], env: dict[str, str]) -> tuple[int, str]: return 1, ""
     def container_list(self, label: str) -> list[Container]: return []
@@ -248,6 +277,15 @@ class Minimal(EngineAPI):
     def push(self, ref: str, auth: dict[str, str] | None) -> Iterator[dict[str, Any]]: return iter(())
     def pull(self, ref: str, auth: dict[str, str] | None, platform: str | None = None) -> Iterator[dict[str, Any]]: return iter(())
     def host_checks(self) -> list[Check]: return []
+
+    def builder(self) -> Builder:
+        return Builder(argv=(self.exe, "build"), env=(("MINIMAL_BUILDER", "1"),), buildx=False,
+                       cannot=(("--cache-to", "--cache-to: the minimal engine keeps no cache"),))
+
+    def builder_check(self) -> Check: return Check("minimal build", True, self.builder().describe())
+    def failed_check(self, exc: DockerError, why: str) -> Check: return Check(self.check_name, False, f"{exc} ({why})")
+    def answer_check(self, version: dict[str, Any], why: str) -> Check: return Check(self.check_name, True, why)
+    def is_local(self) -> bool: return True
     def close(self) -> None: ...
 
 
@@ -279,15 +317,70 @@ def test_the_conformance_check_refuses_an_engine_that_strays():
     assert any("beyond the contract: inspect_everything" in p for p in found)
 
 
-def test_the_places_the_engine_recipe_names_hold_what_it_says(monkeypatch):
+def test_the_places_the_engine_recipe_names_hold_what_it_says():
+    from envbuild.cli import cli
     from envbuild.engine import select as engine_select
-    from envbuild.engine import podman
-    from envbuild.image import builder
+    from envbuild.engine.podman import Podman
 
-    assert "podman" in engine_select.ENGINES and callable(engine_select.choose)
-    monkeypatch.setattr(podman, "executable", lambda: "/usr/bin/podman")  # a unit test needs no Podman installed
-    assert builder.builder_for("podman").kind == "podman" and builder.builder_for("podman").argv[0] == "/usr/bin/podman"
-    assert engine_contract.problems(engine_contract.IMPLEMENTATIONS[1]) == []  # Podman, the worked example
+    section = _section("add an engine")
+    assert "`ENGINES`" in section and "envbuild/engine/select.py" in section
+    assert engine_select.engine_class("podman") is Podman and Podman in engine_contract.IMPLEMENTATIONS
+    assert engine_contract.problems(Podman) == []  # the worked example
+    # --engine's choices are the engine list, and auto
+    ctx = click.Context(cli)
+    for name in ("build", "doctor"):
+        (option,) = [p for p in cli.get_command(ctx, name).params if p.name == "engine"]
+        assert list(option.type.choices) == [*engine_select.NAMES, "auto"]
+
+
+@pytest.fixture
+def minimal(tmp_path, monkeypatch):
+    """The recipe followed for Minimal: the module (this one), its name in select.ENGINES, its builder on disk."""
+    from envbuild.engine import select as engine_select
+
+    monkeypatch.setitem(engine_select.ENGINES, "minimal", (f"{__name__}:Minimal", "Minimal"))
+    monkeypatch.setattr(engine_select, "NAMES", tuple(engine_select.ENGINES))
+    exe = tmp_path / "bin" / "minimal-builder"
+    exe.parent.mkdir()
+    exe.write_text(BUILDER_SCRIPT)
+    exe.chmod(0o755)
+    monkeypatch.setattr(Minimal, "exe", str(exe))
+    return exe
+
+
+def test_a_minimal_engine_added_as_the_recipe_says_builds_through_the_real_path(tmp_path, minimal):
+    """--engine minimal picks it; the plan takes its builder's argv; the build stage runs that builder (a real
+    process, started by the engine) with its environment, and takes the image id it wrote."""
+    from envbuild.cli.app import engine_option
+    from envbuild.engine import select as engine_select
+    from envbuild.image import build, locking, plan
+    from envbuild.matrix import load
+    from support.constants import MATRIX as MATRIX_PATH
+
+    command = click.Command("x")
+    engine_option(command)
+    assert "minimal" in command.params[0].type.choices  # --engine minimal, with no other edit
+    choice = engine_select.choose("minimal")
+    assert isinstance(choice.engine, Minimal) and choice.why == "--engine minimal chose Minimal"
+    assert engine_select.builder(choice.engine).argv == (str(minimal), "build")
+
+    matrix = load(MATRIX_PATH, ["backends.cpu.base_image=debian:bookworm-slim@sha256:" + "a" * 64])
+    cpu = matrix.backend("cpu")
+    engine = choice.engine
+    engine.images[cpu.base_image] = "sha256:" + "b" * 64  # the engine holds the base: nothing asks a registry
+    opts = plan.BuildOptions(log_dir=tmp_path / "logs", context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks")
+    made = plan.make_plan(matrix, cpu, opts, engine, {"HOME": str(tmp_path)})
+    assert made.argv[:2] == (str(minimal), "build") and ("builder MINIMAL_BUILDER", "1") in made.environment
+    lines: list[str] = []
+    result = build.build_plan(matrix, cpu, locking.with_lock(made, None), opts, engine, echo=lines.append)
+    assert result.ok and result.image_id == "sha256:" + "0" * 63 + "7", result.error
+    argv = (minimal.parent / "argv").read_text().splitlines()
+    assert argv[:2] == ["build", "--progress=plain"] and argv[argv.index("--iidfile") + 1] and argv[-1] == made.argv[-1]
+    assert (minimal.parent / "env").read_text() == "MINIMAL_BUILDER=1\n"  # the engine's builder environment
+    assert any("1/1 FROM base ... DONE" in line for line in lines)  # its output read as BuildKit's steps
+    with pytest.raises(BuildError, match="the minimal engine keeps no cache"):  # what it cannot do, refused by name
+        plan.make_plan(matrix, cpu, plan.BuildOptions(context_dir=tmp_path / "ctx", cache_to=("type=local,dest=x",)),
+                       engine, {"HOME": str(tmp_path)})
 
 
 # --- the recipes, followed literally -----------------------------------------------------------------------------

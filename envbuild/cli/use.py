@@ -23,7 +23,7 @@ from envbuild.cli.options import PathArg, PlatformArg, auto, choose, emit_json, 
 @matrix_options
 def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, check_path: Path | None, matrix_path: str,
           overrides: tuple[str, ...]) -> None:
-    """Every backend: what it is, its torch and transformers, its base image (in full: `show`, `--json`).
+    """Every backend: what it is, its base image, torch and transformers. In full: `show`, `--json`.
 
     With --compat, which image fits which host: the table in COMPATIBILITY.md (`--markdown`), or JSON for
     tools (`--json`); `--check COMPATIBILITY.md` fails when the file is stale, as `render --check` does for the
@@ -73,7 +73,7 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
 @matrix_options
 def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: bool, matrix_path: str,
          overrides: tuple[str, ...]) -> None:
-    """One backend in full, with the exact `docker run` flags that expose its device.
+    """One backend in full, with the `docker run` flags for its device.
 
     \b
     Examples:
@@ -113,7 +113,8 @@ def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: b
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run_(backend, variant, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, ignore_host, key, insecure_skip_verify,
          matrix_path, overrides, command) -> None:
-    """Work in a backend's image: `envbuild run [OPTIONS] [-- COMMAND ...]`, a shell without a command.
+    """Work in a backend's image: a shell, or a command. `envbuild run [OPTIONS] [-- COMMAND ...]`; a shell
+    without a command.
 
     The container gets the backend's device flags, a cache at /cache (downloads and compiled kernels stay), the
     current folder at /workspace (files written there are yours) and a terminal when this is one. The exit status
@@ -151,7 +152,8 @@ def run_(backend, variant, image, cache, volumes, env, workdir, no_workdir, tty,
 @click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON: the image, native or minor-version, each GPU's verdict and every variant with why it fits or not (also when none fits).")
 @matrix_options
 def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_json, matrix_path, overrides) -> None:
-    """Print the image that fits this host (or the host --driver and --gpu describe), before any pull.
+    """The one image reference that fits this host's driver and devices. With --driver and --gpu, the one that
+    fits the host they describe; either before any pull.
 
     One reference on stdout, for scripts, Kubernetes manifests and CI. A backend with variants (cuda: CUDA 13.2, 13.0
     and 12.6) gives the newest that the driver runs natively and every GPU of the host is built for; else the newest
@@ -220,7 +222,7 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
 @click.option("--root", type=PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
 @matrix_options
 def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """Which backends this host can run, each with its evidence.
+    """Which backends this host can run, with the evidence.
 
     Evidence: device nodes (/dev), PCI vendor IDs and classes (/sys/bus/pci), vendor tools on PATH,
     container runtimes registered with the Docker daemon, and macOS on arm64 for mps. Needs no Docker:
@@ -261,7 +263,7 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
 @matrix_options
 def doctor(backend: str, registry: str | None, publish: bool, root: Path | None, as_json: bool, matrix_path: str,
            overrides: tuple[str, ...]) -> None:
-    """Whether this host can build a backend's image, and run it, with a fix for each failure.
+    """Whether this host can build, run (and publish) a backend. Each failure comes with its fix.
 
     Building needs the Docker daemon, BuildKit, disk and the base image's registry; running also needs the
     device, its container runtime, device nodes and groups. With --publish (or --registry) it also asks the
@@ -309,7 +311,7 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
 @matrix_options
 def env(backend: str, directory: Path, python: str | None, force: bool, no_probe: bool, dry_run: bool, as_json: bool,
         verbose: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """A native virtual environment with the image's pins, for where no container can go.
+    """A native virtual environment with an image's pins (mps, no Docker). For where no container can go.
 
     For mps (Docker on macOS cannot reach Apple's GPU), or when you want no container. It gets
     torch for this platform from the backend's index (and the plugin at its pin), transformers and
@@ -357,7 +359,7 @@ def env(backend: str, directory: Path, python: str | None, force: bool, no_probe
 @verify_options
 @matrix_options
 def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platform, key, insecure_skip_verify, matrix_path, overrides) -> None:
-    """Pull a backend's prebuilt image, verify it, and print how to run it.
+    """Pull a backend's prebuilt image, verify it, say how to run it.
 
     The tag is the matrix's pinned one (`envbuild show BACKEND` prints it); the image is then tagged REPO:BACKEND,
     so `smoke` and `run` find it. With --manifest its digest must be the recorded one; with --key its signature.
@@ -397,7 +399,8 @@ def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platf
 @click.option("--no-smoke", is_flag=True, help="Do not require a signed smoke attestation (the signature and every attestation are still checked).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was proved as JSON.")
 def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
-    """Check IMAGE (REPOSITORY:TAG or REPOSITORY@DIGEST) in its registry against a public key.
+    """Check an image's signature and attestations in its registry. IMAGE (REPOSITORY:TAG or
+    REPOSITORY@DIGEST) is checked against a public key.
 
     Proves: a signature by the key over the manifest digest the tag names now (cosign's sha256-<hex>.sig);
     every attestation beside it (sha256-<hex>.att: SBOM, provenance, smoke result) is a DSSE envelope

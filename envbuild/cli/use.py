@@ -11,6 +11,7 @@ import click
 from envbuild.core.errors import EnvbuildError, InvalidInput, NoVariantFitsError
 from envbuild.cli import options
 from envbuild.cli.app import cli
+from envbuild.engine.runspec import RUNTIMES
 from envbuild.cli.options import PathArg, PlatformArg, auto, choose, emit_json, image_ref, listed, load, matrix_options, site_settings, verify_key, verify_options
 
 
@@ -146,7 +147,7 @@ def run_(backend, variant, image, cache, volumes, env, workdir, no_workdir, tty,
 @click.option("--driver", metavar="VERSION", help="Answer for a host with this GPU driver (535.104.05, as nvidia-smi prints it), e.g. the compute nodes seen from a login node: nothing of this machine is read.")
 @click.option("--gpu", "gpus", multiple=True, metavar="ARCH", help="A GPU of the host described (repeatable, one per kind): its architecture (8.0, sm_80, gfx942) or a product name (A100, H100, V100, MI300X). Nothing of this machine is read.")
 @click.option("--arch", "host_arch", type=click.Choice(["amd64", "arm64"]), help="With --driver/--gpu: the described host's CPU architecture, whose image carries its own GPU architectures (CUDA 13 on arm64 adds sm_110) [default: amd64].")
-@click.option("--for", "tool", type=click.Choice(["docker", "podman", "apptainer", "enroot", "kubernetes"]), help="Print how to fetch and run the image with this tool (enroot: Slurm with pyxis; kubernetes: a pod spec as YAML) instead of the bare reference.")
+@click.option("--for", "tool", type=click.Choice(RUNTIMES), help="Print how to fetch and run the image with this tool (enroot: Slurm with pyxis; kubernetes: a pod spec as YAML) instead of the bare reference.")
 @click.option("--root", type=PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its proc/, sys/, dev/ and PATH folders) instead of /, as `envbuild detect --root` does.")
 @click.option("--manifest", type=PathArg(dir_okay=False), help="Print the image by the digest this manifest records (REPO@sha256:...), as `envbuild publish --manifest` wrote it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON: the image, native or minor-version, each GPU's verdict and every variant with why it fits or not (also when none fits).")
@@ -177,44 +178,20 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
         raise click.UsageError("--arch describes a host with --driver/--gpu; without them pick reads this one")
     if described is not None and root is not None:
         raise click.UsageError("--root reads a host; --driver and --gpu describe one: give one or the other")
-    said, absent = None, None
-    if backend.lower() == "auto" and described is not None:
-        b = picking.family_for(m, described)
-    elif backend.lower() == "auto":
-        name, said = picking.auto(m, root=root)
-        b = m.backend(m.backend(name).family)
-    else:
-        b = m.select([backend])[0]
-        absent = None if described is not None else picking.absent(m, b, root)
     try:
-        picked = picking.resolve(m, b, variant_text=variant, root=root or "/", described=described)
+        answer = picking.pick(m, backend, variant_text=variant, described=described, root=root,
+                              manifest=Path(manifest) if manifest else None)
     except NoVariantFitsError as exc:
         if as_json and exc.data is not None:
-            emit_json({**exc.data, "detected": said})
+            emit_json(exc.data)
             sys.exit(1)
         raise
-    ref = picking.image_ref(m, picked.backend, Path(manifest) if manifest else None)
-    warnings = ([absent] if absent else []) + list(picked.warnings)
     if as_json:
-        emit_json({**picked.to_json(ref), "warnings": warnings, "detected": said})
+        emit_json(answer.to_json())
         return
-    why = said if said and picked.choice is None else picked.why
-    if absent:
-        click.echo(f"warning: {absent}", err=True)
-    click.echo(f"{'warning: ' if picked.warnings else ''}{picked.backend.name}: {why}", err=True)
-    if picked.note:
-        click.echo(f"note: {picked.note}", err=True)
-    if tool:
-        from envbuild.host import launch
-
-        if tool == "enroot":  # older pyxis cannot read an image index: the platform's own image
-            from envbuild.core.platform import host_platform, platform_arch
-
-            ref = picking.single_platform_ref(m, picked.backend, host_arch or platform_arch(host_platform()),
-                                              Path(manifest) if manifest else None)
-        click.echo(launch.how_to_run(picked.backend, ref, tool))
-    else:
-        click.echo(ref)
+    for line in answer.lines():
+        click.echo(line, err=True)
+    click.echo(answer.how_to_run(tool) if tool else answer.ref)
 
 
 @cli.command("detect")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import signal
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -50,47 +50,57 @@ def error_lines(text: str) -> list[str]:
 MAX_WIDTH = 100  # of help text
 
 
-# The top-level help, by what people do; a command not named here is listed under "Other commands".
-SECTIONS = (
-    ("Use an image", ("list", "show", "detect", "doctor", "pick", "pull", "run", "env", "verify")),
-    ("Build and test", ("init", "validate", "config", "render", "lock", "build", "smoke", "clean", "base")),
-    ("Publish and maintain", ("publish", "attest", "keygen", "sbom", "outdated", "bump", "metadata", "matrix",
-                              "summary", "site", "docs")),
+class Entry(NamedTuple):
+    """One command, as the group knows it before its module loads: `--help` and the reference read these, and a
+    start imports only the module of the command it runs (`--help` none)."""
+
+    name: str
+    home: str  # the module of envbuild/cli/ that declares it: use, build, publish or maintain
+    section: str  # its group in the top-level help, by what people do
+    line: str  # its line there: its docstring's first sentence (tests/unit/test_cli_app.py holds them equal)
+    engine: bool = False  # it works on images: it takes --engine
+
+
+USE, BUILD, SHIP = "Use an image", "Build and test", "Publish and maintain"
+
+# Every command, once, in the order of the top-level help. A command declared without a row here still runs and is
+# listed under "Other commands".
+COMMANDS: tuple[Entry, ...] = (
+    Entry("list", "use", USE, "Every backend: what it is, its base image, torch and transformers."),
+    Entry("show", "use", USE, "One backend in full, with the `docker run` flags for its device."),
+    Entry("detect", "use", USE, "Which backends this host can run, with the evidence."),
+    Entry("doctor", "use", USE, "Whether this host can build, run (and publish) a backend.", engine=True),
+    Entry("pick", "use", USE, "The one image reference that fits this host's driver and devices."),
+    Entry("pull", "use", USE, "Pull a backend's prebuilt image, verify it, say how to run it.", engine=True),
+    Entry("run", "use", USE, "Work in a backend's image: a shell, or a command.", engine=True),
+    Entry("env", "use", USE, "A native virtual environment with an image's pins (mps, no Docker)."),
+    Entry("verify", "use", USE, "Check an image's signature and attestations in its registry."),
+    Entry("init", "build", BUILD, "Write the packaged matrix into a folder to start your own."),
+    Entry("validate", "build", BUILD, "Check the matrix, one located error per line."),
+    Entry("config", "build", BUILD, "The site's settings (mirrors, wheels, CA bundle) and their origin."),
+    Entry("render", "build", BUILD, "Write one Dockerfile per backend into dockerfiles/."),
+    Entry("lock", "build", BUILD, "Pin and hash every package an image adds to its base.", engine=True),
+    Entry("build", "build", BUILD, "Build a backend's image on the local Docker or Podman engine.", engine=True),
+    Entry("smoke", "build", BUILD, "Prove a model loads and runs on the backend's device.", engine=True),
+    Entry("clean", "build", BUILD, "Remove the containers and untagged images envbuild left.", engine=True),
+    Entry("base", "build", BUILD, "Make a Debian or Ubuntu base image from the distribution's archive."),
+    Entry("publish", "publish", SHIP, "Push images and record their digests in the manifest.", engine=True),
+    Entry("attest", "publish", SHIP, "Add a signed smoke result to an image in its registry."),
+    Entry("keygen", "publish", SHIP, "Make a cosign signing key pair."),
+    Entry("sbom", "publish", SHIP, "An image's bill of materials (CycloneDX JSON).", engine=True),
+    Entry("outdated", "maintain", SHIP, "What is newer than each pin, and whether it fits."),
+    Entry("bump", "maintain", SHIP, "Move pins to what fits: edit matrix.yaml, render, relock.", engine=True),
+    Entry("metadata", "maintain", SHIP, "Check or refresh the pins' metadata cache (matrix.metadata.json)."),
+    Entry("matrix", "maintain", SHIP, "The CI job matrix derived from matrix.yaml."),
+    Entry("summary", "maintain", SHIP, "One table of `smoke --json` results."),
+    Entry("site", "maintain", SHIP, "A static status site of the smoke results."),
+    Entry("docs", "maintain", SHIP, "Write (or check) the generated CLI and matrix reference pages."),
 )
 
 
-# Each command in one line of the top-level help (its docstring's first sentence says more).
-SHORT = {
-    "list": "Every backend: what it is, its base image, torch and transformers.",
-    "show": "One backend in full, with the `docker run` flags for its device.",
-    "detect": "Which backends this host can run, with the evidence.",
-    "doctor": "Whether this host can build, run (and publish) a backend.",
-    "pick": "The one image reference that fits this host's driver and devices.",
-    "pull": "Pull a backend's prebuilt image, verify it, say how to run it.",
-    "run": "Work in a backend's image: a shell, or a command.",
-    "env": "A native virtual environment with an image's pins (mps, no Docker).",
-    "verify": "Check an image's signature and attestations in its registry.",
-    "init": "Write the packaged matrix into a folder to start your own.",
-    "validate": "Check the matrix, one located error per line.",
-    "config": "The site's settings (mirrors, wheels, CA bundle) and their origin.",
-    "render": "Write one Dockerfile per backend into dockerfiles/.",
-    "lock": "Pin and hash every package an image adds to its base.",
-    "build": "Build a backend's image on the local Docker engine.",
-    "smoke": "Prove a model loads and runs on the backend's device.",
-    "clean": "Remove the containers and untagged images envbuild left.",
-    "base": "Make a Debian or Ubuntu base image from the distribution's archive.",
-    "publish": "Push images and record their digests in the manifest.",
-    "attest": "Add a signed smoke result to an image in its registry.",
-    "keygen": "Make a cosign signing key pair.",
-    "sbom": "An image's bill of materials (CycloneDX JSON).",
-    "outdated": "What is newer than each pin, and whether it fits.",
-    "bump": "Move pins to what fits: edit matrix.yaml, render, relock.",
-    "metadata": "Check or refresh the pins' metadata cache (matrix.metadata.json).",
-    "matrix": "The CI job matrix derived from matrix.yaml.",
-    "summary": "One table of `smoke --json` results.",
-    "site": "A static status site of the smoke results.",
-    "docs": "Write (or check) the generated CLI and matrix reference pages.",
-}
+def entry(name: str) -> Entry | None:
+    """The command's row (read at each call, so that a row added to COMMANDS is all a new command needs)."""
+    return next((e for e in COMMANDS if e.name == name), None)
 
 
 _CLAUSE = re.compile(r"\.\s|;\s|:\s|\s\(|\s\[|,\s(?:e\.g\.|as in|such as)")
@@ -127,68 +137,10 @@ class Command(click.Command):
                 formatter.write_dl(records)
 
 
-# Where each command is declared: a start imports only the module of the command it runs (`--help` none, its lines
-# are SHORT's). A new command is named here, in the module of its help group (test_cli_app.py holds them in step).
-HOMES = {
-    "use": ("list", "show", "detect", "doctor", "pick", "pull", "run", "env", "verify"),
-    "build": ("init", "validate", "config", "render", "lock", "build", "smoke", "clean", "base"),
-    "publish": ("publish", "attest", "keygen", "sbom"),
-    "maintain": ("outdated", "bump", "metadata", "matrix", "summary", "site", "docs"),
-}
-HOME = {name: module for module, names in HOMES.items() for name in names}
-
-
-def load_all() -> None:
-    """Every command module: for what reads the whole group (docs, completion of command names, tests)."""
-    import importlib
-
-    for module in HOMES:
-        importlib.import_module(f"envbuild.cli.{module}")
-
-
-class _Commands(dict):
-    """The group's commands, declared as their modules load. Whoever reads the whole mapping (`cli.commands`: docs,
-    tests) gets every command; the group itself loads one module per command it runs (`Group.get_command`)."""
-
-    complete = False  # every command module loaded
-
-    def _all(self) -> None:
-        if not self.complete:
-            self.complete = True
-            load_all()
-
-    def __iter__(self):
-        self._all()
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        self._all()
-        return super().__len__()
-
-    def __contains__(self, name: object) -> bool:
-        self._all()
-        return super().__contains__(name)
-
-    def __getitem__(self, name: str) -> click.Command:
-        if not super().__contains__(name):
-            self._all()
-        return super().__getitem__(name)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        self._all()
-        return super().get(name, default)
-
-    def keys(self):
-        self._all()
-        return super().keys()
-
-    def values(self):
-        self._all()
-        return super().values()
-
-    def items(self):
-        self._all()
-        return super().items()
+def every_command() -> dict[str, click.Command]:
+    """Every command by name, each module loaded: for what reads the whole group at once (tests)."""
+    ctx = click.Context(cli)
+    return {name: command for name in cli.list_commands(ctx) if (command := cli.get_command(ctx, name))}
 
 
 class Group(click.Group):
@@ -197,40 +149,39 @@ class Group(click.Group):
 
     command_class = Command
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.commands = _Commands(self.commands)
-
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        """As each command is declared: its backends and platforms complete from the matrix, and a command that
-        works on images takes --engine."""
+        """As each command is declared: its backends and platforms complete from the matrix, and a command whose
+        row says it works on images takes --engine."""
         super().add_command(cmd, name)
         wire_completion(cmd)
-        if (name or cmd.name) in ENGINE_COMMANDS:
+        row = entry(name or cmd.name or "")
+        if row is not None and row.engine:
             engine_option(cmd)
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *(e.name for e in COMMANDS)})
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        declared = dict.get(self.commands, cmd_name)
-        if declared is None and cmd_name in HOME:
+        """click's lazy group: the command's module is imported when the command is first asked for."""
+        row = entry(cmd_name)
+        if row is not None and cmd_name not in self.commands:
             import importlib
 
-            importlib.import_module(f"envbuild.cli.{HOME[cmd_name]}")
-            declared = dict.get(self.commands, cmd_name)
-        return declared
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(dict.keys(self.commands)) | set(HOME))
+            importlib.import_module(f"envbuild.cli.{row.home}")
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and row is not None:
+            command.short_help = row.line  # the reference's and the shells' one line: the table's
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The commands by what people do with them, each with its whole one-line description (SHORT's, so that
-        the help loads no command module)."""
-        commands = {name: SHORT.get(name) or self.get_command(ctx, name) for name in self.list_commands(ctx)}
-        commands = {name: c for name, c in commands.items() if c is not None and (isinstance(c, str) or not c.hidden)}
-        listed = {name for _, names in SECTIONS for name in names}
-        sections = [*SECTIONS, ("Other commands", tuple(sorted(set(commands) - listed)))]
-        for title, names in sections:
-            rows = [(name, SHORT.get(name) or commands[name].get_short_help_str(limit=1000)) for name in names
-                    if name in commands]
+        """The commands by what people do with them, each with its whole line from the table (so that the help
+        loads no command module); one declared without a row, under "Other commands"."""
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for e in COMMANDS:
+            sections.setdefault(e.section, []).append((e.name, e.line))
+        others = [(name, command.get_short_help_str(limit=1000)) for name, command in sorted(self.commands.items())
+                  if entry(name) is None and not command.hidden]
+        for title, rows in [*sections.items(), ("Other commands", others)]:
             if rows:
                 with formatter.section(title):
                     formatter.write_dl(rows)
@@ -317,9 +268,6 @@ def _output_fault(exc) -> int:
         except Exception:  # stderr is gone too
             pass
     return 1
-
-
-ENGINE_COMMANDS = ("build", "lock", "bump", "smoke", "clean", "run", "doctor", "publish", "pull", "sbom")
 
 
 def engine_option(command: click.Command) -> None:

@@ -19,7 +19,8 @@ from envbuild.cli.options import MATRIX_HELP, PathArg, PlatformArg, choose, emit
 @click.argument("directory", default=".", type=PathArg(file_okay=False))
 @click.option("--force", is_flag=True, help="Replace a matrix.yaml or matrix.metadata.json already there.")
 def init_(directory: Path, force: bool) -> None:
-    """Write the matrix packaged with envbuild into DIRECTORY, to start your team's own.
+    """Write the packaged matrix into a folder to start your own. DIRECTORY gets the matrix packaged with
+    envbuild, for your team to make its own.
 
     Writes matrix.yaml and its metadata cache matrix.metadata.json (the pins' Requires-Python and torch); the
     commands run in that folder then use them.
@@ -57,7 +58,7 @@ def init_(directory: Path, force: bool) -> None:
 @cli.command()
 @matrix_options
 def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """Check the matrix: exit 0 when valid, 2 with one located error per line when not.
+    """Check the matrix, one located error per line. Exit 0 when valid, 2 with the errors when not.
 
     \b
     Examples:
@@ -79,7 +80,8 @@ def validate(matrix_path: str, overrides: tuple[str, ...]) -> None:
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file is stale, missing or extra.")
 @matrix_options
 def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """Render dockerfiles/<backend>.Dockerfile for each containerizable backend.
+    """Write one Dockerfile per backend into dockerfiles/. Each containerizable backend gets
+    dockerfiles/<backend>.Dockerfile.
 
     Output is deterministic and written atomically; unchanged files are not touched.
     """
@@ -127,7 +129,7 @@ def render(backends: tuple[str, ...], output: str, check: bool, matrix_path: str
 @click.option("--verbose", is_flag=True, help="Show the builder's full output.")
 def build(backends, variant, matrix_path, overrides, inputs, locked, build_args, tags, labels,
           no_cache, platform, builder, cache_from, cache_to, jobs, as_json, json_path, verbose) -> None:
-    """Build the image of one backend (or all) on the local Docker or Podman engine.
+    """Build a backend's image on the local Docker or Podman engine.
 
     The image installs exactly its lock (locks/BACKEND/OS-ARCH.txt); a missing or stale lock is resolved first
     (--locked refuses instead). Tags move only after a build succeeded; the full log is kept under .envbuild/logs/.
@@ -209,7 +211,8 @@ def _offer_base(backend, error: str, engine, opts, echo) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @matrix_options
 def base_(backend, suite, archive, output, dry_run, no_cache, as_json, matrix_path, overrides) -> None:
-    """Make a backend's Debian or Ubuntu base image from the distribution's archive, for a site no registry serves.
+    """Make a Debian or Ubuntu base image from the distribution's archive. A backend's base, for a site no
+    registry serves.
 
     mmdebstrap makes the minimal root filesystem (minbase) from the archive or your mirror of it, and the image is
     loaded into the Docker engine under the backend's base_image name (cpu: debian:bookworm-slim), so the next
@@ -257,7 +260,8 @@ def base_(backend, suite, archive, output, dry_run, no_cache, as_json, matrix_pa
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--verbose", is_flag=True, help="Show the resolver's full output.")
 def lock_(backends, matrix_path, overrides, inputs, upgrade, upgrade_packages, check, platform, as_json, verbose) -> None:
-    """Write locks/BACKEND/OS-ARCH.txt: per platform, every distribution the image adds to its base, pinned and hashed.
+    """Pin and hash every package an image adds to its base. Written to locks/BACKEND/OS-ARCH.txt: per
+    platform, every distribution the image adds, pinned and hashed.
 
     Resolved in the backend's own base on the engine that builds, with the same --mirror, --wheelhouse,
     --ca-bundle and --netrc as build; an unchanged lock is not resolved again.
@@ -334,7 +338,7 @@ def _report_builds(results: list, json_path: str | None, as_json: bool = False) 
 @matrix_options
 def smoke(backends, variant, image, model, timeout, as_json, json_path, junit_path, ignore_host, cache, platform, matrix_path,
           overrides) -> None:
-    """Start the image with the backend's device flags and prove a model runs on the device.
+    """Prove a model loads and runs on the backend's device. The image starts with the backend's device flags.
 
     The probe checks the device is visible (never falling back to CPU) and the pins, loads the model on the
     device, runs a forward pass and compares it with the CPU. Exit 0 only when every check passed.
@@ -382,8 +386,8 @@ def smoke(backends, variant, image, model, timeout, as_json, json_path, junit_pa
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def clean(containers_only: bool, build_cache: bool, every: bool, dry_run: bool, as_json: bool) -> None:
-    """Remove what envbuild left on the engine: its stopped containers (a daemon killed during a smoke test
-    leaves them) and its untagged images (build results a newer build replaced). By default only this checkout's
+    """Remove the containers and untagged images envbuild left. The stopped containers are what a daemon killed
+    during a smoke test leaves; the untagged images, build results a newer build replaced. By default only this checkout's
     (the project folder you run it in: its containers by their label, its images by the list its builds keep in
     .envbuild/), so an engine other checkouts share loses none of theirs; --all takes every envbuild-made one.
     Running containers, tagged images and anything envbuild did not make are never touched; an image a container
@@ -422,7 +426,8 @@ def clean(containers_only: bool, build_cache: bool, every: bool, dry_run: bool, 
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: the files read and each setting with its origin.")
 @click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help=MATRIX_HELP + " Its folder's envbuild.toml is the project's settings.")
 def config_(as_json: bool, matrix_path: str | None) -> None:
-    """Show every site setting in effect and where it came from.
+    """The site's settings (mirrors, wheels, CA bundle) and their origin. Every site setting in effect, and
+    where it came from.
 
     A site's mirrors, wheel folder, CA bundle, netrc, default registry and base images live in
     $XDG_CONFIG_HOME/envbuild/config.toml (the user's; default ~/.config/envbuild/config.toml) and envbuild.toml

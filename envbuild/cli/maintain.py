@@ -30,7 +30,7 @@ def _outdated(m, backends, sources, quiet: bool):
 @source_options
 @matrix_options
 def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc, matrix_path, overrides) -> None:
-    """What is newer than each pin, what of that fits, and why the rest does not.
+    """What is newer than each pin, and whether it fits. What does not fit says why.
 
     Every pin (transformers, accelerate, uv, extras, each backend's torch, plugin and base image) is asked
     of its own source: the package index it installs from (PEP 691/503, metadata per PEP 658 or the wheel)
@@ -71,9 +71,10 @@ def outdated_(backends, as_json, markdown, exit_code, mirrors, ca_bundle, netrc,
 @source_options
 @matrix_options
 def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> None:
-    """The metadata cache beside the matrix (matrix.yaml -> matrix.metadata.json): each pin's Requires-Python and
-    what it requires of torch, read from its index (PEP 691/658, else the wheel). `validate` holds every backend's
-    Python and torch to it with no network; `bump` refreshes it with the pins it moves.
+    """Check or refresh the pins' metadata cache (matrix.metadata.json). The cache beside the matrix holds each
+    pin's Requires-Python and what it requires of torch, read from its index (PEP 691/658, else the wheel).
+    `validate` holds every backend's Python and torch to it with no network; `bump` refreshes it with the pins it
+    moves.
 
     \b
     Examples:
@@ -119,7 +120,8 @@ def metadata_(refresh, mirrors, ca_bundle, netrc, matrix_path, overrides) -> Non
 @matrix_options
 @input_options
 def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_path, overrides, inputs) -> None:
-    """Apply what `outdated` finds to fit: edit matrix.yaml in place, render, refresh the locks.
+    """Move pins to what fits: edit matrix.yaml, render, relock. What `outdated` finds to fit is applied:
+    matrix.yaml edited in place, the Dockerfiles rendered, the locks refreshed.
 
     Only the changed values differ in matrix.yaml: every comment, key order and layout stays. The edited
     matrix is validated, then it and the Dockerfiles are written together (or nothing is); the locks of
@@ -186,7 +188,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 @input_options
 @matrix_options
 def matrix_(fmt, backends, per_platform, changed, registry, build_args, inputs, matrix_path, overrides) -> None:
-    """The CI job matrix derived from matrix.yaml: one job per containerizable backend.
+    """The CI job matrix derived from matrix.yaml. One job per containerizable backend.
 
     Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
     from the backend's ci.runs_on), self-hosted, smoke (whether that runner has the device: the CPU always,
@@ -225,7 +227,7 @@ def matrix_(fmt, backends, per_platform, changed, registry, build_args, inputs, 
 @click.option("--strict", is_flag=True, help="Exit 1 when a backend failed or has no result.")
 @matrix_options
 def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
-    """One table of `envbuild smoke --json` results: files, or folders searched for *.json.
+    """One table of `smoke --json` results. Of `envbuild smoke --json` files, or folders searched for *.json.
 
     \b
     Example (a nightly run's artifacts):
@@ -254,7 +256,8 @@ def summary(results, backends, fmt, strict, matrix_path, overrides) -> None:
 @click.option("--keep", default=60, show_default=True, type=click.IntRange(min=1), help="Show and carry forward this many runs, the newest.")
 @matrix_options
 def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -> None:
-    """A static status site: backends x platforms with the last smoke result, a page per backend, trends.
+    """A static status site of the smoke results. Backends x platforms with the last smoke result, a page per
+    backend, trends.
 
     HTML, CSS and SVG charts: open OUTPUT/index.html, or publish the folder (GitHub Pages). OUTPUT/grid.md
     is the same grid in Markdown, for $GITHUB_STEP_SUMMARY; OUTPUT/history/ holds the runs shown, in the
@@ -280,9 +283,10 @@ def site_(manifest, smoke_json, history, output, keep, matrix_path, overrides) -
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 when a generated reference page is stale or missing, or when a command line shown in README.md or docs/ names a command or option that does not exist.")
 @click.option("--root", "repo", default=".", show_default=True, type=PathArg(file_okay=False, exists=True), metavar="DIR", help="The checkout whose README.md and docs/ to write or check.")
 def docs_(check, repo) -> None:
-    """Maintainers: the reference pages generated from the code (docs/reference/cli.md from these commands,
-    docs/reference/matrix.md from the matrix schema), and the check that every `envbuild ...` line in the
-    README and docs/ is a real command with real options. CI runs `envbuild docs --check`.
+    """Write (or check) the generated CLI and matrix reference pages. For maintainers: the reference pages
+    generated from the code (docs/reference/cli.md from these commands, docs/reference/matrix.md from the matrix
+    schema), and the check that every `envbuild ...` line in the README and docs/ is a real command with real
+    options. CI runs `envbuild docs --check`.
     """
     from envbuild.maintain import docgen
 

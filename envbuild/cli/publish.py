@@ -33,7 +33,7 @@ MANIFEST_HELP = "The manifest of published images [default: ./envbuild-manifest.
 @matrix_options
 def publish(backends, registry, image, manifest, smoke_json, platforms, no_index, index_from, force, rebuild, summary_path,
             as_json, sign_key, matrix_path, overrides) -> None:
-    """Push a backend's image (or all) and record each pushed digest in the manifest.
+    """Push images and record their digests in the manifest. One backend's image, or all.
 
     Pushes REG:BACKEND and the pinned tag; the manifest entry is replaced only once every tag landed and the
     registry confirmed the digest. An image whose content the registry already holds (its content key, the
@@ -88,7 +88,7 @@ def publish(backends, registry, image, manifest, smoke_json, platforms, no_index
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the SBOM to this file [default: standard output].")
 @matrix_options
 def sbom_(backend, image, output, matrix_path, overrides) -> None:
-    """The image's software bill of materials, as CycloneDX 1.6 JSON.
+    """An image's bill of materials (CycloneDX JSON). Its software bill of materials, as CycloneDX 1.6 JSON.
 
     Read from the image without running it: every Python distribution installed in it with its version
     (those it locked with their sha256, and those of its base), its labels and its base image. `publish`
@@ -113,7 +113,7 @@ def sbom_(backend, image, output, matrix_path, overrides) -> None:
 @click.option("--output-key-prefix", "prefix", default="cosign", show_default=True, type=PathArg(dir_okay=False), help="Write PREFIX.key and PREFIX.pub.")
 @click.option("--force", is_flag=True, help="Replace a key pair already there.")
 def keygen(prefix: Path, force: bool) -> None:
-    """Make a signing key pair in cosign's format: PREFIX.key (encrypted, mode 0600) and PREFIX.pub.
+    """Make a cosign signing key pair. PREFIX.key (encrypted, mode 0600) and PREFIX.pub, in cosign's format.
 
     The passphrase comes from $ENVBUILD_KEY_PASSWORD, else $COSIGN_PASSWORD, else it is asked twice on the
     terminal; it is never an argument and never printed. `cosign verify --key cosign.pub` reads what
@@ -143,7 +143,8 @@ def keygen(prefix: Path, force: bool) -> None:
 @click.option("--force", is_flag=True, help="Attest even a failed result (verify then refuses the image); never one of another image.")
 @matrix_options
 def attest_(backend, registry, tag, smoke_json, sign_key, force, matrix_path, overrides) -> None:
-    """Add a signed smoke attestation to an image already in the registry (e.g. a nightly run on hardware).
+    """Add a signed smoke result to an image in its registry. A signed smoke attestation, for an image already
+    pushed (e.g. a nightly run on hardware).
 
     The result must be of that very image: its image id is the registry manifest's config digest.
 

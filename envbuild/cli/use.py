@@ -11,6 +11,7 @@ import click
 from envbuild.core.errors import EnvbuildError, InvalidInput, NoVariantFitsError
 from envbuild.cli import options
 from envbuild.cli.app import cli
+from envbuild.engine.runspec import RUNTIMES
 from envbuild.cli.options import PathArg, PlatformArg, auto, choose, emit_json, image_ref, listed, load, matrix_options, site_settings, verify_key, verify_options
 
 
@@ -23,7 +24,7 @@ from envbuild.cli.options import PathArg, PlatformArg, auto, choose, emit_json, 
 @matrix_options
 def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, check_path: Path | None, matrix_path: str,
           overrides: tuple[str, ...]) -> None:
-    """Every backend: what it is, its torch and transformers, its base image (in full: `show`, `--json`).
+    """Every backend: what it is, its base image, torch and transformers. In full: `show`, `--json`.
 
     With --compat, which image fits which host: the table in COMPATIBILITY.md (`--markdown`), or JSON for
     tools (`--json`); `--check COMPATIBILITY.md` fails when the file is stale, as `render --check` does for the
@@ -73,7 +74,7 @@ def list_(as_json: bool, compat: bool, markdown: bool, manifest: Path | None, ch
 @matrix_options
 def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: bool, matrix_path: str,
          overrides: tuple[str, ...]) -> None:
-    """One backend in full, with the exact `docker run` flags that expose its device.
+    """One backend in full, with the `docker run` flags for its device.
 
     \b
     Examples:
@@ -113,7 +114,8 @@ def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: b
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run_(backend, variant, image, cache, volumes, env, workdir, no_workdir, tty, dry_run, ignore_host, key, insecure_skip_verify,
          matrix_path, overrides, command) -> None:
-    """Work in a backend's image: `envbuild run [OPTIONS] [-- COMMAND ...]`, a shell without a command.
+    """Work in a backend's image: a shell, or a command. `envbuild run [OPTIONS] [-- COMMAND ...]`; a shell
+    without a command.
 
     The container gets the backend's device flags, a cache at /cache (downloads and compiled kernels stay), the
     current folder at /workspace (files written there are yours) and a terminal when this is one. The exit status
@@ -145,13 +147,14 @@ def run_(backend, variant, image, cache, volumes, env, workdir, no_workdir, tty,
 @click.option("--driver", metavar="VERSION", help="Answer for a host with this GPU driver (535.104.05, as nvidia-smi prints it), e.g. the compute nodes seen from a login node: nothing of this machine is read.")
 @click.option("--gpu", "gpus", multiple=True, metavar="ARCH", help="A GPU of the host described (repeatable, one per kind): its architecture (8.0, sm_80, gfx942) or a product name (A100, H100, V100, MI300X). Nothing of this machine is read.")
 @click.option("--arch", "host_arch", type=click.Choice(["amd64", "arm64"]), help="With --driver/--gpu: the described host's CPU architecture, whose image carries its own GPU architectures (CUDA 13 on arm64 adds sm_110) [default: amd64].")
-@click.option("--for", "tool", type=click.Choice(["docker", "podman", "apptainer", "enroot", "kubernetes"]), help="Print how to fetch and run the image with this tool (enroot: Slurm with pyxis; kubernetes: a pod spec as YAML) instead of the bare reference.")
+@click.option("--for", "tool", type=click.Choice(RUNTIMES), help="Print how to fetch and run the image with this tool (enroot: Slurm with pyxis; kubernetes: a pod spec as YAML) instead of the bare reference.")
 @click.option("--root", type=PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its proc/, sys/, dev/ and PATH folders) instead of /, as `envbuild detect --root` does.")
 @click.option("--manifest", type=PathArg(dir_okay=False), help="Print the image by the digest this manifest records (REPO@sha256:...), as `envbuild publish --manifest` wrote it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON: the image, native or minor-version, each GPU's verdict and every variant with why it fits or not (also when none fits).")
 @matrix_options
 def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_json, matrix_path, overrides) -> None:
-    """Print the image that fits this host (or the host --driver and --gpu describe), before any pull.
+    """The one image reference that fits this host's driver and devices. With --driver and --gpu, the one that
+    fits the host they describe; either before any pull.
 
     One reference on stdout, for scripts, Kubernetes manifests and CI. A backend with variants (cuda: CUDA 13.2, 13.0
     and 12.6) gives the newest that the driver runs natively and every GPU of the host is built for; else the newest
@@ -175,44 +178,20 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
         raise click.UsageError("--arch describes a host with --driver/--gpu; without them pick reads this one")
     if described is not None and root is not None:
         raise click.UsageError("--root reads a host; --driver and --gpu describe one: give one or the other")
-    said, absent = None, None
-    if backend.lower() == "auto" and described is not None:
-        b = picking.family_for(m, described)
-    elif backend.lower() == "auto":
-        name, said = picking.auto(m, root=root)
-        b = m.backend(m.backend(name).family)
-    else:
-        b = m.select([backend])[0]
-        absent = None if described is not None else picking.absent(m, b, root)
     try:
-        picked = picking.resolve(m, b, variant_text=variant, root=root or "/", described=described)
+        answer = picking.pick(m, backend, variant_text=variant, described=described, root=root,
+                              manifest=Path(manifest) if manifest else None)
     except NoVariantFitsError as exc:
         if as_json and exc.data is not None:
-            emit_json({**exc.data, "detected": said})
+            emit_json(exc.data)
             sys.exit(1)
         raise
-    ref = picking.image_ref(m, picked.backend, Path(manifest) if manifest else None)
-    warnings = ([absent] if absent else []) + list(picked.warnings)
     if as_json:
-        emit_json({**picked.to_json(ref), "warnings": warnings, "detected": said})
+        emit_json(answer.to_json())
         return
-    why = said if said and picked.choice is None else picked.why
-    if absent:
-        click.echo(f"warning: {absent}", err=True)
-    click.echo(f"{'warning: ' if picked.warnings else ''}{picked.backend.name}: {why}", err=True)
-    if picked.note:
-        click.echo(f"note: {picked.note}", err=True)
-    if tool:
-        from envbuild.host import launch
-
-        if tool == "enroot":  # older pyxis cannot read an image index: the platform's own image
-            from envbuild.core.platform import host_platform, platform_arch
-
-            ref = picking.single_platform_ref(m, picked.backend, host_arch or platform_arch(host_platform()),
-                                              Path(manifest) if manifest else None)
-        click.echo(launch.how_to_run(picked.backend, ref, tool))
-    else:
-        click.echo(ref)
+    for line in answer.lines():
+        click.echo(line, err=True)
+    click.echo(answer.how_to_run(tool) if tool else answer.ref)
 
 
 @cli.command("detect")
@@ -220,7 +199,7 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
 @click.option("--root", type=PathArg(file_okay=False, exists=True), help="Read this folder as the host's root (its dev/, sys/ and PATH folders) instead of /, e.g. a fake host for tests; the Docker engine is then not asked.")
 @matrix_options
 def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """Which backends this host can run, each with its evidence.
+    """Which backends this host can run, with the evidence.
 
     Evidence: device nodes (/dev), PCI vendor IDs and classes (/sys/bus/pci), vendor tools on PATH,
     container runtimes registered with the Docker daemon, and macOS on arm64 for mps. Needs no Docker:
@@ -261,7 +240,7 @@ def detect_(as_json: bool, root: Path | None, matrix_path: str, overrides: tuple
 @matrix_options
 def doctor(backend: str, registry: str | None, publish: bool, root: Path | None, as_json: bool, matrix_path: str,
            overrides: tuple[str, ...]) -> None:
-    """Whether this host can build a backend's image, and run it, with a fix for each failure.
+    """Whether this host can build, run (and publish) a backend. Each failure comes with its fix.
 
     Building needs the Docker daemon, BuildKit, disk and the base image's registry; running also needs the
     device, its container runtime, device nodes and groups. With --publish (or --registry) it also asks the
@@ -309,7 +288,7 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
 @matrix_options
 def env(backend: str, directory: Path, python: str | None, force: bool, no_probe: bool, dry_run: bool, as_json: bool,
         verbose: bool, matrix_path: str, overrides: tuple[str, ...]) -> None:
-    """A native virtual environment with the image's pins, for where no container can go.
+    """A native virtual environment with an image's pins (mps, no Docker). For where no container can go.
 
     For mps (Docker on macOS cannot reach Apple's GPU), or when you want no container. It gets
     torch for this platform from the backend's index (and the plugin at its pin), transformers and
@@ -357,7 +336,7 @@ def env(backend: str, directory: Path, python: str | None, force: bool, no_probe
 @verify_options
 @matrix_options
 def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platform, key, insecure_skip_verify, matrix_path, overrides) -> None:
-    """Pull a backend's prebuilt image, verify it, and print how to run it.
+    """Pull a backend's prebuilt image, verify it, say how to run it.
 
     The tag is the matrix's pinned one (`envbuild show BACKEND` prints it); the image is then tagged REPO:BACKEND,
     so `smoke` and `run` find it. With --manifest its digest must be the recorded one; with --key its signature.
@@ -397,7 +376,8 @@ def pull(backends, variant, registry, tag, manifest, as_json, ignore_host, platf
 @click.option("--no-smoke", is_flag=True, help="Do not require a signed smoke attestation (the signature and every attestation are still checked).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was proved as JSON.")
 def verify_(image: str, key: str | None, no_smoke: bool, as_json: bool) -> None:
-    """Check IMAGE (REPOSITORY:TAG or REPOSITORY@DIGEST) in its registry against a public key.
+    """Check an image's signature and attestations in its registry. IMAGE (REPOSITORY:TAG or
+    REPOSITORY@DIGEST) is checked against a public key.
 
     Proves: a signature by the key over the manifest digest the tag names now (cosign's sha256-<hex>.sig);
     every attestation beside it (sha256-<hex>.att: SBOM, provenance, smoke result) is a DSSE envelope

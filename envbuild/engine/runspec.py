@@ -94,7 +94,8 @@ class RunFlag:
         return " ".join(self.argv)
 
 
-# The runtimes people use besides Docker, each with its words for a device the matrix names by its CDI kind: one small
+# The runtimes `envbuild pick --for` knows, named once here (host/launch.py has one function per name, the CLI's
+# choice reads them). Those besides Docker each have words for a device the matrix names by its CDI kind: one small
 # table per runtime. A device missing from a runtime's table has no known way there, and is refused by name.
 RUNTIMES = ("docker", "podman", "apptainer", "enroot", "kubernetes")
 # Podman with CDI specs (`nvidia-ctk cdi generate`, amd-ctk): the kind and 'all'.

@@ -1,5 +1,5 @@
 """`envbuild pick --for TOOL`: how to fetch and run the picked image in the tool people use (Docker, Podman,
-Apptainer, Slurm with pyxis/enroot, Kubernetes), from the backend's run settings (core/runspec.py: one table of
+Apptainer, Slurm with pyxis/enroot, Kubernetes), from the backend's run settings (engine/runspec.py: one table of
 device words per runtime). Every value bound for a shell is quoted for it (shlex); Kubernetes gets YAML from a YAML
 library."""
 
@@ -98,8 +98,8 @@ def kubernetes(b: Backend, ref: str) -> str:
     return yaml.safe_dump(pod, sort_keys=False).rstrip("\n")
 
 
-TOOLS = {"docker": docker, "podman": podman, "apptainer": apptainer, "enroot": enroot, "kubernetes": kubernetes}
-assert tuple(TOOLS) == runspec.RUNTIMES
+# One function above per runtime that runspec.RUNTIMES names (the names are written there, once), named for it.
+TOOLS = {name: globals()[name] for name in runspec.RUNTIMES}
 
 
 def how_to_run(b: Backend, ref: str, tool: str) -> str:

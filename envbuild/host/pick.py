@@ -191,6 +191,72 @@ def image_ref(m: Matrix, b: Backend, manifest: Path | None = None) -> str:
     return f"{entry.get('repository') or m.image.repository}@{entry['digest']}"
 
 
+# --- `envbuild pick`: the choice for a host, and what it says ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What `envbuild pick` says: its lines for stderr, its JSON, and the reference (or how to run it with a tool)."""
+
+    m: Matrix
+    picked: Picked
+    ref: str  # the moving tag, or the digest the manifest records
+    detected: str | None = None  # `--backend auto` on this host: the evidence in words
+    absent: str | None = None  # a backend asked for by name whose GPU this host lacks
+    manifest: Path | None = None
+
+    @property
+    def warnings(self) -> list[str]:
+        return ([self.absent] if self.absent else []) + list(self.picked.warnings)
+
+    def lines(self) -> list[str]:
+        """For stderr: that the host lacks the GPU, which image and why, and what minor version compatibility
+        gives up."""
+        why = self.detected if self.detected and self.picked.choice is None else self.picked.why
+        out = [f"warning: {self.absent}"] if self.absent else []
+        out.append(f"{'warning: ' if self.picked.warnings else ''}{self.picked.backend.name}: {why}")
+        return out + ([f"note: {self.picked.note}"] if self.picked.note else [])
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.picked.to_json(self.ref), "warnings": self.warnings, "detected": self.detected}
+
+    def how_to_run(self, tool: str) -> str:
+        """The lines that fetch and run the image with `tool` (host/launch.py); InvalidInput where it has no way."""
+        from envbuild.host import launch
+
+        ref = self.ref
+        if tool == "enroot":  # older pyxis cannot read an image index: the platform's own image
+            from envbuild.core.platform import host_platform, platform_arch
+
+            described = self.picked.described
+            arch = platform_arch(described.platform if described and described.platform else host_platform())
+            ref = single_platform_ref(self.m, self.picked.backend, arch, self.manifest)
+        return launch.how_to_run(self.picked.backend, ref, tool)
+
+
+def pick(m: Matrix, backend: str, *, variant_text: str | None = None, described: Described | None = None,
+         root: str | os.PathLike[str] | None = None, manifest: Path | None = None) -> Answer:
+    """The image for this host (read under `root`) or the `described` one. `auto` takes the family of the GPUs
+    described, else the backend detected here; a backend named for a GPU this host lacks is a warning. Raises
+    NoVariantFitsError when none fits, its `data` (pick --json's refusal) saying what auto detected."""
+    said, missing = None, None
+    if backend.lower() == "auto" and described is not None:
+        b = family_for(m, described)
+    elif backend.lower() == "auto":
+        name, said = auto(m, root=root)
+        b = m.backend(m.backend(name).family)
+    else:
+        b = m.select([backend])[0]
+        missing = None if described is not None else absent(m, b, root)
+    try:
+        picked = resolve(m, b, variant_text=variant_text, root=root or "/", described=described)
+    except NoVariantFitsError as exc:
+        if exc.data is not None:
+            exc.data = {**exc.data, "detected": said}
+        raise
+    return Answer(m, picked, image_ref(m, picked.backend, manifest), said, missing, manifest)
+
+
 # --- which backends a command works on (--backend, --variant, 'auto') --------------------------------------------
 # The one rule for --backend's default: a command that uses this host's accelerator (run, smoke, pull, doctor, env)
 # defaults to `auto`, the backend detected here; one that makes or ships an image for any host (build, sbom, attest,

@@ -384,7 +384,7 @@ def check_line(root: click.Group, code: str) -> list[str]:
                     i += 1
                 i += 1
                 continue
-            sub = command.commands.get(word) if hasattr(command, "commands") else None
+            sub = command.get_command(click.Context(command), word)
             if sub is None:
                 problems.append(f"no command `{' '.join(path)} {word}`")
                 command = None  # type: ignore[assignment]

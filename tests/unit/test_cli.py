@@ -20,7 +20,7 @@ from envbuild.core import files
 from envbuild import matrix
 from envbuild.core.errors import MatrixError
 import click
-from envbuild.cli import cli
+from envbuild.cli import app
 import base64
 
 
@@ -435,7 +435,7 @@ def test_relative_matrix_path_in_messages(invoke, tmp_path: Path, monkeypatch: p
 # --- One meaning per flag across every command (from test_flags.py)
 
 def options():
-    for name, command in sorted(cli.commands.items()):
+    for name, command in sorted(app.every_command().items()):
         for param in command.params:
             if isinstance(param, click.Option):
                 yield name, param
@@ -462,15 +462,16 @@ def test_json_is_json_on_stdout_everywhere() -> None:
 def test_every_command_acting_on_a_backend_takes_backend() -> None:
     acting = {"attest", "build", "bump", "doctor", "env", "lock", "matrix", "outdated", "publish", "pull", "render",
               "run", "sbom", "show", "smoke", "summary"}
-    for name in acting & set(cli.commands):
-        assert any("--backend" in p.opts for p in cli.commands[name].params), name
+    commands = app.every_command()
+    for name in acting & set(commands):
+        assert any("--backend" in p.opts for p in commands[name].params), name
 
 
 def test_tag_is_a_tag_and_image_a_reference() -> None:
     for name, param in options():
         if "--tag" in param.opts:
             assert param.metavar in (None, "TAG"), name
-    assert not any("--tag" in p.opts for p in cli.commands["build"].params)
+    assert not any("--tag" in p.opts for p in app.every_command()["build"].params)
 
 
 def test_show_takes_backend_as_an_option_too(invoke) -> None:

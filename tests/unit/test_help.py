@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from envbuild.cli import cli
+from envbuild.cli import app
 
-COMMANDS = sorted(cli.commands)
+COMMANDS = sorted(app.every_command())
 
 
 @pytest.fixture

@@ -327,3 +327,21 @@ def test_absent_warns_of_a_gpu_this_host_lacks_and_only_then(tmp_path):
     assert said.startswith("this host has no ") and said.endswith("say --driver VERSION --gpu ARCH")
     assert picking.absent(M, M.backend("cpu"), empty) is None
     assert picking.absent(M, M.backend("cuda-cu126"), nvidia_host(tmp_path / "gpu", "580.95.05")) is None
+
+
+def test_a_refusal_on_auto_says_what_was_detected_for_pick_json(tmp_path):
+    from envbuild.core.errors import NoVariantFitsError
+    from envbuild.host import pick as picking
+
+    with pytest.raises(NoVariantFitsError) as refused:  # auto finds the GPU; the variant asked for needs more
+        picking.pick(M, "auto", variant_text="13.2", root=nvidia_host(tmp_path, "535.104.05"))
+    assert refused.value.data["ok"] is False and refused.value.data["detected"].startswith("detected NVIDIA GPU")
+
+
+def test_pick_says_the_evidence_for_a_backend_without_variants_and_the_note_under_minor_version(tmp_path):
+    from envbuild.host import pick as picking
+
+    cpu = picking.pick(M, "auto", root=make_root(tmp_path))
+    assert cpu.lines() == ["cpu: no accelerator detected"] and cpu.to_json()["detected"] == "no accelerator detected"
+    minor = picking.pick(M, "cuda", root=nvidia_host(tmp_path / "r535", "535.104.05"))
+    assert minor.lines()[-1] == f"note: {minor.picked.note}" and minor.picked.backend.name == "cuda-cu126"

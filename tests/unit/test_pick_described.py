@@ -152,13 +152,27 @@ def test_nothing_of_this_machine_is_read(invoke, tmp_path, monkeypatch):
     assert pick(invoke, "--driver", "595.45.04", "--root", str(tmp_path)).exit_code == 2
 
 
-def test_a_host_without_a_gpu_of_that_kind_is_said_so(invoke, tmp_path):
+def test_a_host_without_a_gpu_of_that_kind_is_said_so(tmp_path):
+    """A backend named for a GPU this host lacks: a warning first, the image still named; a described host is the
+    one meant, so it gets none."""
     from support.hosts import make_root
 
-    root = make_root(tmp_path)
-    result = invoke("pick", "--matrix", MATRIX, "--root", root, "--backend", "cuda")
-    assert result.exit_code == 0 and "warning: this host has no NVIDIA GPU" in result.stderr
-    assert "--driver VERSION --gpu ARCH" in result.stderr
+    from envbuild.host import pick as picking
+
+    answer = picking.pick(M, "cuda", root=make_root(tmp_path))
+    assert answer.absent.startswith("this host has no NVIDIA GPU") and "--driver VERSION --gpu ARCH" in answer.absent
+    assert answer.lines()[0] == f"warning: {answer.absent}" and answer.warnings[0] == answer.absent
+    assert answer.to_json()["warnings"][0] == answer.absent and answer.ref.endswith(f":{answer.picked.backend.name}")
+    described = picking.pick(M, "cuda", described=picking.describe("580.95.05", ("H100",)))
+    assert described.absent is None and not described.lines()[0].startswith("warning: this host")
+
+
+def test_auto_with_a_described_host_takes_the_family_of_its_gpus():
+    from envbuild.host import pick as picking
+
+    for gpu, family in (("H100", "cuda"), ("gfx942", "rocm")):
+        answer = picking.pick(M, "AUTO", described=picking.describe(None, (gpu,)))
+        assert answer.picked.backend.family == family and answer.detected is None and answer.absent is None
 
 
 # --- --for: each tool's own words, parsed back -------------------------------------------------------------
@@ -196,13 +210,19 @@ def test_for_apptainer(invoke):
     assert "--nv" not in shlex.split(run_for(invoke, "apptainer", "--backend", "cpu").splitlines()[1])
 
 
-def test_for_enroot_takes_registry_hash_image(invoke):
-    words = shlex.split(run_for(invoke, "enroot", "--driver", "550.54.15", "--gpu", "A100"))
+def test_for_enroot_takes_registry_hash_image():
+    """An older pyxis cannot read an image index: enroot gets the described (else this) platform's own image."""
+    from envbuild.host import pick as picking
+
+    def srun(driver: str, gpu: str, platform: str | None = None) -> list[str]:
+        answer = picking.pick(M, "auto", described=picking.describe(driver, (gpu,), platform))
+        return shlex.split(answer.how_to_run("enroot"))
+
+    words = srun("550.54.15", "A100")
     registry, _, path = REPO.partition("/")
     # cuda lists amd64 and arm64, published as an index: an older pyxis reads only the platform's own tag
     assert words[0] == "srun" and f"--container-image={registry}#{path}:cuda-cu126-amd64" in words and "--gpus=1" in words
-    words = shlex.split(run_for(invoke, "enroot", "--driver", "550.54.15", "--gpu", "GH200", "--arch", "arm64"))
-    assert f"--container-image={registry}#{path}:cuda-cu126-arm64" in words
+    assert f"--container-image={registry}#{path}:cuda-cu126-arm64" in srun("550.54.15", "GH200", "linux/arm64")
 
 
 def test_for_kubernetes_is_yaml_with_the_limit_and_a_non_root_context(invoke):
@@ -268,3 +288,13 @@ def test_an_arm64_host_is_judged_by_the_arm64_build_s_list(invoke):
     result = pick(invoke, "--driver", "595.45.04", "--gpu", "sm_110")  # amd64's lists have no sm_110 (PTX 12.0 > 11.0)
     assert result.exit_code == 1 and "No variant carries sm_110 (Blackwell (Thor))" in result.stderr
     assert pick(invoke, "--arch", "arm64").exit_code == 2
+
+
+def test_the_runtimes_are_named_once_and_each_has_its_way_and_its_choice():
+    from envbuild.cli import app
+    from envbuild.engine import runspec
+    from envbuild.host import launch
+
+    assert tuple(launch.TOOLS) == runspec.RUNTIMES and all(f.__name__ == n for n, f in launch.TOOLS.items())
+    tool = next(p for p in app.every_command()["pick"].params if p.name == "tool")
+    assert tuple(tool.type.choices) == runspec.RUNTIMES

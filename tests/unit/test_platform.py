@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from support.constants import FIXED
 
-from envbuild.cli import cli
+from envbuild.cli import app
 from envbuild.core.errors import InvalidInput
 from envbuild.core.platform import InvalidPlatform, Platform, canonical, parse_list, target
 from support.properties import HOSTILE, PROPS, own_error
@@ -32,7 +32,7 @@ REFUSED = ["linux/arm/v7", "linux/amd64/v3", "windows/amd64", "darwin/arm64", "l
 def _commands() -> dict[str, click.Command]:
     """Every command (and subcommand) with a --platform option: a new one is held to the same table."""
     found = {}
-    for name, cmd in cli.commands.items():
+    for name, cmd in app.every_command().items():
         for sub_name, sub in ([(name, cmd)] + [(f"{name} {n}", c) for n, c in getattr(cmd, "commands", {}).items()]):
             if any("--platform" in getattr(p, "opts", ()) for p in sub.params):
                 found[sub_name] = sub

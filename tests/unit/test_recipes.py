@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
 
@@ -153,7 +152,7 @@ def test_a_variant_added_to_the_matrix_alone_is_listed_rendered_and_picked(invok
 @pytest.fixture
 def hello(request):
     """A command added as the recipe says: a library function, a click command on the group that calls it once,
-    and its name in a help group with its one line."""
+    and one row in the table of commands (its name, module, help group and line)."""
     from envbuild.cli import cli
 
     def count_backends(path: str) -> int:  # step 1: the library function (here, of the matrix layer)
@@ -174,14 +173,13 @@ def hello(request):
 
     request.addfinalizer(lambda: cli.commands.pop("hello", None))
 
-    # step 3: SECTIONS and SHORT, where the group's help reads them
-    module = sys.modules[type(cli).format_commands.__module__]
+    # step 3: its row in the one table, which --help, the reference and the start read
+    from envbuild.cli import app
+
     mp = pytest.MonkeyPatch()
     request.addfinalizer(mp.undo)
-    sections = tuple((title, (*names, "hello") if title == "Use an image" else names)
-                     for title, names in module.SECTIONS)
-    mp.setattr(module, "SECTIONS", sections)
-    mp.setitem(module.SHORT, "hello", "How many backends the matrix holds.")
+    mp.setattr(app, "COMMANDS", (*app.COMMANDS, app.Entry("hello", "use", app.USE,
+                                                          "Say how many backends the matrix holds.")))
     return cli
 
 
@@ -190,7 +188,7 @@ def test_a_command_added_as_the_recipe_says_is_in_the_help_and_the_reference(hel
 
     top = _ok(invoke("--help"))
     use = top.split("Use an image:", 1)[1].split("\n\n", 1)[0]
-    assert re.search(r"^\s+hello\s+How many backends the matrix holds\.", use, re.M), top
+    assert re.search(r"^\s+hello\s+Say how many backends the matrix holds\.", use, re.M), top
     assert "Other commands" not in top
 
     assert "Say how many backends the matrix holds." in _ok(invoke("hello", "--help"))
@@ -198,6 +196,7 @@ def test_a_command_added_as_the_recipe_says_is_in_the_help_and_the_reference(hel
 
     reference = docgen.cli_reference(hello)
     assert "## envbuild hello" in reference and "- `--matrix` FILE: The matrix file" in reference
+    assert "- [`envbuild hello`](#envbuild-hello): Say how many backends the matrix holds." in reference
     # step 4: the committed reference page no longer matches, until `envbuild docs` rewrites it
     assert docgen.CLI_PAGE in docgen.stale(REPO, docgen.generated(hello))
     assert docgen.check_line(hello, "envbuild hello --matrix matrix.yaml") == []

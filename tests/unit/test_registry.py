@@ -515,10 +515,10 @@ def test_help(invoke, command):
 
 
 def test_no_password_option():
-    from envbuild.cli import cli
+    from envbuild.cli import app
 
     for name in ("publish", "pull"):
-        opts = {o for p in cli.commands[name].params for o in p.opts}
+        opts = {o for p in app.every_command()[name].params for o in p.opts}
         assert not any("pass" in o or "token" in o for o in opts), opts
 
 

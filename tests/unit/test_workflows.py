@@ -282,12 +282,13 @@ def _envbuild_lines() -> Iterator[tuple[str, str]]:
 
 def test_every_envbuild_command_and_option_a_workflow_runs_exists() -> None:
     """A renamed command or option breaks the workflows here, not on a Monday night."""
-    from envbuild.cli import cli
+    from envbuild.cli import app
 
+    commands = app.every_command()
     seen = 0
     for name, line in _envbuild_lines():
         words = line.split()
-        command = cli.commands.get(words[1])
+        command = commands.get(words[1])
         assert command is not None, f"{name}: `{line}`: no command {words[1]!r}"
         known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
         for word in words[2:]:

@@ -178,26 +178,36 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 
 
 @cli.command("matrix")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True,
-              help="github: one line of JSON for `strategy.matrix: ${{ fromJSON(...) }}`; json: the same, indented.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "github", "bake"]), default="table", show_default=True,
+              help="github: one line of JSON for `strategy.matrix: ${{ fromJSON(...) }}`; json: the same, indented; bake: a buildx bake file and its build contexts, written into --output.")
 @click.option("--backend", "-b", "backends", multiple=True, metavar="NAME", help="Only these backends (repeatable, comma-separated) [default: every containerizable one].")
 @click.option("--per-platform", is_flag=True, help="One job per backend and platform, each on a native runner of that architecture (hosted arm64: ubuntu-24.04-arm; self-hosted: the backend's labels with the architecture label set to x64 or arm64).")
 @click.option("--changed", is_flag=True, help="Only the jobs whose image the registry does not hold yet: its content key (from the committed lock, the Dockerfile, the context's files) has no REG:BACKEND-in-KEY tag there. Needs --registry.")
 @click.option("--registry", metavar="REPOSITORY", help="With --changed: the repository to ask, e.g. ghcr.io/org/envbuild.")
-@click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="With --changed: the build arguments the builds get (they are part of the content).")
+@click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="With --changed or --format bake: the build arguments the builds get (they are part of the content).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="With --format bake: an extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
+@click.option("--output", "-o", "output", type=PathArg(file_okay=False), metavar="DIR", help="With --format bake: the folder to write DIR/docker-bake.json and DIR/contexts/TARGET/ into (replaced whole, once every lock is current).")
 @input_options
 @matrix_options
-def matrix_(fmt, backends, per_platform, changed, registry, build_args, inputs, matrix_path, overrides) -> None:
+def matrix_(fmt, backends, per_platform, changed, registry, build_args, labels, output, inputs, matrix_path, overrides) -> None:
     """The CI job matrix derived from matrix.yaml. One job per containerizable backend.
 
     Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
     from the backend's ci.runs_on), self-hosted, smoke (whether that runner has the device: the CPU always,
     accelerators on self-hosted runners) and smoke_args. Workflows take their backend list from here only.
 
+    --format bake writes a buildx bake definition for build farms (remote BuildKit, Kubernetes, hosted
+    builders): one target per backend and platform (cpu-linux-amd64), a group per backend, and default/all.
+    Each target's context holds what `envbuild build` gives BuildKit (the Dockerfile, the lock's layers, the
+    scripts, the wheel folder's files), with the same build arguments, tags and labels, the content key label
+    included; secrets go by id and file, never by value. A missing or stale lock is refused before anything
+    is written, as `build --locked` refuses it.
+
     \b
     Examples:
       envbuild matrix
       envbuild matrix --format github --per-platform
+      envbuild matrix --format bake --output bake
     """
     from envbuild.maintain import ci
     from envbuild.report import report
@@ -205,6 +215,20 @@ def matrix_(fmt, backends, per_platform, changed, registry, build_args, inputs, 
 
     m = load(matrix_path, overrides)
     chosen = choose(m, backends) if backends else None
+    if fmt == "bake":
+        if output is None:
+            raise click.UsageError("--format bake writes a folder: give --output DIR (e.g. --output bake)")
+        if changed or registry or per_platform:
+            raise click.UsageError("--format bake has one target per backend and platform already, every one: "
+                                   "it takes no --per-platform, --changed or --registry")
+        from envbuild.maintain import bake
+
+        doc = bake.write(m, chosen, inputs.options(build_args=build_args, labels=labels), output,
+                         echo=lambda line: click.echo(line, err=True))
+        click.echo(f"wrote {output / bake.FILE} ({len(doc['target'])} targets) and their contexts in {output / bake.CONTEXTS}/")
+        return
+    if output is not None or labels:
+        raise click.UsageError("--output and --label go with --format bake")
     doc = ci.github_matrix(m, chosen, per_platform=per_platform)
     if changed or registry:
         if not (changed and registry):

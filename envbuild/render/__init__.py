@@ -63,6 +63,7 @@ def render_backend(matrix: Matrix, backend: Backend, index_mirrors: tuple[tuple[
     # ask none of them: each layer's pylock.toml names its files by URL and hash.
     indexes = [mirror_url(u, index_mirrors) for u in index_urls(matrix, backend)]
     index_args = " ".join([f'--index-url "{indexes[0]}"', *(f'--extra-index-url "{u}"' for u in indexes[1:])])
+    torch_archs = bool(backend.host and stacks.STACKS[backend.host.stack].torch_archs)
     text = _ENVIRONMENT.get_template(TEMPLATE).render(
         b=backend,
         image=matrix.image,
@@ -88,11 +89,10 @@ def render_backend(matrix: Matrix, backend: Backend, index_mirrors: tuple[tuple[
         version_tag=Reference.parse(matrix.tags(backend)[1]).tag,
         requires=stacks.needs(backend),
         # torch reports its own list for CUDA and ROCm only (an Ascend SoC family is the base's, not torch's).
-        arch_want=" ".join(backend.host.arch if backend.host and backend.host.stack in stacks.TORCH_ARCHS else ()),
+        arch_want=" ".join(backend.host.arch if backend.host and torch_archs else ()),
         # The linux/arm64 build's own list where PyTorch builds another (CUDA 13 adds sm_110 there); not declared: the
         # arm64 build records torch's list without comparing it.
-        arch_want_arm64=" ".join(backend.host.arch_arm64 if backend.host and backend.host.stack in stacks.TORCH_ARCHS
-                                 else ()),
+        arch_want_arm64=" ".join(backend.host.arch_arm64 if backend.host and torch_archs else ()),
         # NVIDIA_REQUIRE_CUDA: the major's first release (cuda>=12.0), not the base's own: the NVIDIA Container
         # Toolkit then starts the image on every driver that runs it under minor version compatibility.
         require_cuda=stacks.require_floor(stacks.STACKS[backend.host.stack], backend.host.version)

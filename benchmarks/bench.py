@@ -331,7 +331,7 @@ QUICK = (1, 3, 1)
 def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) -> list[Row]:
     from support import testbed
 
-    from envbuild.image import build as build_mod
+    from envbuild.image import plan as plan_mod
     from envbuild import matrix as matrix_mod
     from envbuild.image import builder as builder_mod
     from envbuild.engine.docker import Engine
@@ -396,10 +396,10 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     run(trivial_argv, env=benv)  # the first one builds; the timed ones are no-ops
     trivial, trivial_runs = median_time(trivial_argv, reps, env=benv)
     # The engine part: the generated Dockerfile and context through the same client, without envbuild.
-    opts = build_mod.BuildOptions(ca_bundle=s.ca_bundle, build_args=(f"ENVBUILD_CACHE_ID={cache_id}",),
+    opts = plan_mod.BuildOptions(ca_bundle=s.ca_bundle, build_args=(f"ENVBUILD_CACHE_ID={cache_id}",),
                                   wheelhouse=s.wheelhouse, context_dir=cwd / ".envbuild" / "context")
     mb = matrix_mod.load(s.matrix, [o for o in overrides if o != "--set"] + [f"transformers.version={bump_to}"])
-    planned = build_mod.make_plan(mb, mb.backend("cpu"), opts, Engine())
+    planned = plan_mod.make_plan(mb, mb.backend("cpu"), opts, Engine())
     engine_part, engine_runs = median_time([*planned.argv[:-1], "--iidfile", str(s.work / "iid"), planned.argv[-1]],
                                            reps, env=benv, cwd=cwd)
     rows.append(Row("noop", "rebuild with nothing changed, - `docker build` of an unchanged trivial Dockerfile",

@@ -22,17 +22,12 @@ from envbuild.engine import owner
 from envbuild.core.errors import BuildError, LockError, StaleLock, UnreachableError
 from envbuild.core.platform import Platform, require_runnable
 from envbuild.image import builder, locking, reach, records
-from envbuild.image.plan import (BuildOptions, BuildPlan, content_key, default_ca_bundle, make_plan, with_content_label,
-                                      write_context)
+from envbuild.image.plan import BuildOptions, BuildPlan, content_key, make_plan, with_content_label, write_context
 
 if TYPE_CHECKING:
     from envbuild.engine.docker import EngineAPI
     from envbuild.image.status import StatusBoard
     from envbuild.matrix import Backend, Matrix
-
-__all__ = ["BuildError", "BuildOptions", "BuildPlan", "BuildResult", "build", "build_many", "build_plan", "check_platform",
-           "default_ca_bundle", "make_plan"]
-
 
 @dataclass
 class BuildResult:

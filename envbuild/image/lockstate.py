@@ -33,9 +33,6 @@ if TYPE_CHECKING:
 PING_TIMEOUT = 3.0  # seconds the base's registry has to answer at all before a lock asks it for a digest
 RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.image.locking
 
-__all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms", "read", "requirements", "stale",
-           "torch_problem"]
-
 
 def path(opts: BuildOptions, backend: Backend, platform: str | Platform | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""

@@ -17,13 +17,10 @@ from typing import TYPE_CHECKING, Any
 from envbuild.core import hostfacts
 from envbuild.core.hostfacts import HostDriver, Runner
 from envbuild.matrix.stacks import cann, cuda, gaudi, neuron, rocm
-from envbuild.matrix.stacks.base import (  # noqa: F401 (the rules, importable from here)
-    GpuTorch, Stack, arch_beyond, arch_first, arch_floor, compat_driver, image_release, minimum_driver,
-    newest_supported, parse_version, release, require_floor, torch_index,
+from envbuild.matrix.stacks.base import (  # noqa: F401 (the rules the rest of envbuild asks, importable from here)
+    GpuTorch, Stack, arch_beyond, arch_floor, compat_driver, image_release, minimum_driver, newest_supported,
+    parse_version, require_floor, torch_index,
 )
-from envbuild.matrix.stacks.cann import soc_runs  # noqa: F401
-from envbuild.matrix.stacks.cuda import CUDA_FAMILIES, cuda_arch_runs  # noqa: F401
-from envbuild.matrix.stacks.rocm import GFX_FAMILIES, gfx_runs  # noqa: F401
 
 if TYPE_CHECKING:
     from envbuild.matrix.model import Backend

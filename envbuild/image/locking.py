@@ -71,7 +71,7 @@ def with_lock(plan: BuildPlan, lockfile: LockFile | None) -> BuildPlan:
     return dataclasses.replace(plan, lock=lockfile.text().encode("utf-8") if lockfile else b"", lock_layers=layers)
 
 
-def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, platform: str | None = None,
+def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, platform: Platform | None = None,
                         environ: Mapping[str, str] | None = None) -> str | None:
     """The content key the image of this cell will carry, from the checkout alone: its committed lock for the
     platform (None when there is none: it cannot be known before resolving), nothing built, no engine asked."""

@@ -34,7 +34,7 @@ PING_TIMEOUT = 3.0  # seconds the base's registry has to answer at all before a 
 RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.image.locking
 
 
-def path(opts: BuildOptions, backend: Backend, platform: str | Platform | None = None) -> Path:
+def path(opts: BuildOptions, backend: Backend, platform: Platform | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
     return opts.locks_dir / backend.name / f"{target(platform).stem}.txt"
 

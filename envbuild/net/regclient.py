@@ -363,7 +363,7 @@ class Registry:
             raise RegistryAnswerError(f"registry {self.host} served a blob that is not {digest}")
         return resp.content
 
-    def platform_digest(self, ref: str, platform: str) -> tuple[str, Manifest]:
+    def platform_digest(self, ref: str, platform: Platform) -> tuple[str, Manifest]:
         """The digest of `platform`'s manifest under `ref` (a tag or digest naming an index or one manifest), and
         what `ref` itself names. A single manifest of another platform is refused."""
         top = self.manifest(ref)
@@ -371,7 +371,7 @@ class Registry:
             raise RegistryAnswerError(f"{ref} is not in the registry {self.host}")
         if top.is_index:
             found = top.platforms()
-            digest = found.get(canonical(platform))
+            digest = found.get(platform)
             if digest is None:
                 raise RegistryAnswerError(f"{ref} has no image for {platform}: its index lists {', '.join(sorted(found)) or 'none'}")
             return digest, top
@@ -382,7 +382,7 @@ class Registry:
         if config is None:
             raise RegistryAnswerError(f"{ref}: its image config is not a JSON object")
         has = canonical(f"{config.get('os')}/{config.get('architecture')}" + (f"/{config['variant']}" if config.get("variant") else ""))
-        if has != canonical(platform):
+        if has != platform:
             raise RegistryAnswerError(f"{ref} is a single image for {has}, not {platform}: publish an index (manifest list) "
                                f"with both, or pin each platform's base by digest")
         return top.digest, top

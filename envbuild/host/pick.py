@@ -55,7 +55,7 @@ def describe(driver: str | None, gpus: tuple[str, ...], platform: str | None = N
         for one in (x for x in g.split(",") if x.strip()):
             arch = stacks.gpu_arch(one)
             if arch is None:
-                known = ", ".join(sorted(stacks.GPU_PRODUCTS))
+                known = ", ".join(sorted(stacks.gpu_products()))
                 raise InvalidInput(f"--gpu {one}: not a GPU envbuild knows; give its architecture (8.0, sm_80, gfx942, as "
                                    f"`nvidia-smi --query-gpu=compute_cap --format=csv` or `rocminfo` says) or one of: {known}")
             archs.append(arch)

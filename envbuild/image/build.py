@@ -1,9 +1,8 @@
 """Stage 3: a rendered backend -> an image, built with BuildKit on the local engine.
 
 plan.py gathers everything that decides the image into one BuildPlan; records.py answers an unchanged
-plan from the last good build; builder.py runs BuildKit. The lock sits above this stage: envbuild.image.lockstate resolves a
-lock with the builder and plan, and a build (envbuild.image.build) ensures the lock, then hands this stage a plan
-that holds it (its text and each layer's pylock.toml, as data): nothing here imports the lock.
+plan from the last good build; builder.py runs BuildKit. A build first ensures its lock (locking.py resolves one
+with the same builder and plan), then builds a plan that holds it (its text and each layer's pylock.toml, as data).
 BuildKit names the image only once the whole build succeeded (its id also lands in an --iidfile), so a
 failed build never moves a tag away from a good image. Secrets (CA bundle, index credentials) go in as
 BuildKit secrets: mounted for single RUN steps, never stored in a layer.
@@ -23,17 +22,12 @@ from envbuild.engine import owner
 from envbuild.core.errors import BuildError, LockError, StaleLock, UnreachableError
 from envbuild.core.platform import Platform, require_runnable
 from envbuild.image import builder, locking, reach, records
-from envbuild.image.plan import (BuildOptions, BuildPlan, content_key, default_ca_bundle, make_plan, with_content_label,
-                                      write_context)
+from envbuild.image.plan import BuildOptions, BuildPlan, content_key, make_plan, with_content_label, write_context
 
 if TYPE_CHECKING:
     from envbuild.engine.docker import EngineAPI
     from envbuild.image.status import StatusBoard
     from envbuild.matrix import Backend, Matrix
-
-__all__ = ["BuildError", "BuildOptions", "BuildPlan", "BuildResult", "build", "build_many", "build_plan", "check_platform",
-           "default_ca_bundle", "make_plan"]
-
 
 @dataclass
 class BuildResult:

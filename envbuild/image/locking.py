@@ -1,9 +1,8 @@
 """The lock's orchestration: resolving a lock (`envbuild lock`), ensuring one before a build, checking them all.
 
-envbuild.image.lockstate (its __init__ and lockfile.py) is the lock's format, its inputs and when it is stale, pure;
-this module runs them. Resolving a lock runs the Dockerfile's `lock` target on the engine that builds, so the lock
-calls the image stage (plan, builder): the lock sits above the image stage, which never imports it and takes what
-it needs of a lock as data in its plan (`with_lock`: the lock's text and each layer's pylock.toml).
+lockstate.py and lockfile.py are the lock's inputs, its format and when it is stale; this module runs them.
+Resolving a lock runs the Dockerfile's `lock` target on the engine that builds, through the same plan and builder as
+a build; a build's plan holds its lock as data (`with_lock`: the lock's text and each layer's pylock.toml).
 `check` resolves nothing and reads files only (no Docker client, engine or network).
 """
 
@@ -17,7 +16,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from packaging.requirements import Requirement
@@ -29,7 +27,7 @@ from envbuild.core.files import write_all, write_atomic
 from envbuild.core.imageref import mirror
 from envbuild.core.platform import Platform, arch, require_runnable, target
 from envbuild.image import builder, reach, records
-from envbuild.image.plan import DIGESTS, content_key, lock_command, make_plan, wheels, write_context
+from envbuild.image.plan import content_key, lock_command, make_plan, write_context
 from envbuild.image.lockstate import RESOLVER, base_digest, inputs, path, platforms, read, stale, torch_problem
 from envbuild.image.lockfile import LAYERS, LockFile, from_report
 
@@ -73,7 +71,7 @@ def with_lock(plan: BuildPlan, lockfile: LockFile | None) -> BuildPlan:
     return dataclasses.replace(plan, lock=lockfile.text().encode("utf-8") if lockfile else b"", lock_layers=layers)
 
 
-def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, platform: str | None = None,
+def planned_content_key(matrix: Matrix, backend: Backend, opts: BuildOptions, platform: Platform | None = None,
                         environ: Mapping[str, str] | None = None) -> str | None:
     """The content key the image of this cell will carry, from the checkout alone: its committed lock for the
     platform (None when there is none: it cannot be known before resolving), nothing built, no engine asked."""
@@ -97,7 +95,7 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
     # Every index the resolver asks must answer: a dead one costs minutes of retries, then a wrong lock.
     reach.require(matrix, backend, what=f"locking {backend.name}", index_mirrors=opts.index_mirrors,
                   ca_bundle=opts.ca_bundle, netrc=opts.netrc)
-    wanted = inputs(matrix, backend, plan.wheels, platform, digest)
+    wanted = inputs(matrix, backend, platform, digest)
     write_context(with_lock(plan, None))
     folder = plan.context_path / "lock"
     keep = previous is not None and not lock_opts.upgrade
@@ -178,14 +176,14 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
         digest = base_digest(backend, plan.base_image, platform, opts)
     except LockError as exc:
         # Offline, with a lock current in everything else: build from it (BuildKit may have the base), said so.
-        if current is None or stale(current, inputs(matrix, backend, plan.wheels, platform, None)):
+        if current is None or stale(current, inputs(matrix, backend, platform, None)):
             digest = made_base_digest(engine, plan.base_image)
             if digest is None:
                 raise
         else:
             echo(f"[{backend.name}] note: {exc}; building from {file}, current in every other input")
             digest = None
-    why = stale(current, inputs(matrix, backend, plan.wheels, platform, digest))
+    why = stale(current, inputs(matrix, backend, platform, digest))
     if not why:
         problem = torch_problem(backend, current)
         if problem:
@@ -221,7 +219,7 @@ def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts:
                     digest = made_base_digest(engine, plan.base_image)
                     if digest is None:
                         raise
-                why = stale(current, inputs(matrix, backend, plan.wheels, platform, digest))
+                why = stale(current, inputs(matrix, backend, platform, digest))
                 asked = lock_opts.upgrade or bool(lock_opts.upgrade_packages)
                 if not why and not asked:
                     results.append(LockResult(backend.name, file, "up to date", count=len(current.packages), platform=platform))
@@ -252,24 +250,16 @@ def check(matrix: Matrix, backends: list[Backend], opts: BuildOptions, *, requir
         found = {p: read(f) for p, f in files.items()}
         if not require and all(v is None for v in found.values()):
             continue
-        plan = _offline_plan(backend, opts)
+        base = mirror(backend.base_image, opts.mirrors) if backend.base_image else ""  # the reference a build asks
         for p, current in found.items():
             if current is None:
                 results.append(LockResult(backend.name, files[p], "missing", [f"there is no lock for {p}"], platform=p))
                 continue
-            pinned = plan.base_image.rpartition("@")[2] if "@sha256:" in plan.base_image else None
-            why = stale(current, inputs(matrix, backend, plan.wheels, p, pinned))
+            pinned = base.rpartition("@")[2] if "@sha256:" in base else None
+            why = stale(current, inputs(matrix, backend, p, pinned))
             problem = None if why else torch_problem(backend, current)
             status = "stale" if why else ("wrong torch" if problem else "up to date")
             results.append(LockResult(backend.name, files[p], status, why or ([problem] if problem else []),
                                       len(current.packages), p))
     return results
-
-
-def _offline_plan(backend: Backend, opts: BuildOptions) -> Any:
-    """What inputs() reads of a plan, from files alone (no builder, no engine): the base after --mirror, the wheels."""
-    context = (opts.context_dir / backend.name).resolve()
-    return SimpleNamespace(base_image=mirror(backend.base_image, opts.mirrors) if backend.base_image else "",
-                           wheels=wheels(opts.wheelhouse, context / DIGESTS, write=False))  # lock --check writes nothing
-
 

@@ -5,8 +5,7 @@ or when asked to (--upgrade, --upgrade-package); `--locked` (CI, publish) refuse
 stale instead of resolving. This module is the lock's format and its inputs, and decides staleness from the
 lock's header alone; it runs no builder. Beside it, the lock's orchestration: locking.py resolves a lock (the
 Dockerfile's `lock` target runs resolve.py in the backend's own base, on the engine that builds), ensures one
-before a build and checks them all; build.py is a build from its lock (ensure it, then build). The lock sits above
-the image stage and calls it (plan, builder); the image stage never imports the lock, it is handed one as data.
+before a build and checks them all; build.py is a build from its lock (ensure it, then build).
 
 One file per platform, locks/<backend>/<os>-<arch>.txt: wheels and their hashes differ per platform, each
 file is a complete hashed requirements file that its platform's build installs as it is, and the native
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any
 
 from envbuild.core.errors import LockError, RegistryError
 from envbuild.core.files import read_user
@@ -27,44 +26,27 @@ from envbuild.net import regclient
 from envbuild.image.lockfile import FORMAT, LockFile, parse
 
 if TYPE_CHECKING:
+    from envbuild.image.plan import BuildOptions
     from envbuild.matrix import Backend, Matrix
 
-
-class Settings(Protocol):
-    """What the lock's format and inputs read of a build's options (the image stage's BuildOptions has these): the
-    pure part of the lock names none of the image stage's types."""
-
-    locks_dir: Path
-    platform: Platform | None
-    ca_bundle: Path | None
-
-
-class Wheel(Protocol):
-    """A wheel of the build's wheelhouse, as the lock records it."""
-
-    name: str
-    sha256: str
 
 PING_TIMEOUT = 3.0  # seconds the base's registry has to answer at all before a lock asks it for a digest
 RESOLVER = Path(__file__).with_name("resolve.py")  # run in the image being locked, by envbuild.image.locking
 
-__all__ = ["LockFile", "RESOLVER", "base_digest", "inputs", "path", "platforms", "read", "requirements", "stale",
-           "torch_problem"]
 
-
-def path(opts: Settings, backend: Backend, platform: str | Platform | None = None) -> Path:
+def path(opts: BuildOptions, backend: Backend, platform: Platform | None = None) -> Path:
     """locks/<backend>/<os>-<arch>.txt (default: this host's platform)."""
     return opts.locks_dir / backend.name / f"{target(platform).stem}.txt"
 
 
-def platforms(backend: Backend, opts: Settings | None = None) -> list[Platform]:
+def platforms(backend: Backend, opts: BuildOptions | None = None) -> list[Platform]:
     """The platforms to lock: the one asked for (--platform), else every one the backend lists."""
     if opts is not None and opts.platform:
         return [Platform(opts.platform)]
     return [p for p in backend.platforms if p.os == "linux"]
 
 
-def base_digest(backend: Backend, base_image: str, platform: Platform, opts: Settings,
+def base_digest(backend: Backend, base_image: str, platform: Platform, opts: BuildOptions,
                 environ: Any = None) -> str:
     """The registry's digest of the base image for `platform`: given by a digest-pinned reference (nothing is
     asked), else resolved from the registry's index (manifest list) for that platform."""
@@ -104,11 +86,11 @@ def requirements(matrix: Matrix, backend: Backend) -> list[str]:
     return [*reqs, f"transformers=={matrix.pin('transformers', backend)}", f"accelerate=={matrix.pin('accelerate', backend)}", *matrix.packages_for(backend)]
 
 
-def inputs(matrix: Matrix, backend: Backend, wheels: Iterable[Wheel], platform: Platform, digest: str | None) -> dict[str, Any]:
+def inputs(matrix: Matrix, backend: Backend, platform: Platform, digest: str | None) -> dict[str, Any]:
     """Everything a lock is resolved from: a different value is a stale lock. `digest`: the base's registry digest
     for `platform` (None: not asked, e.g. by `lock --check`, which reads files only). Not the wheel folder: the
     lock names each file by its URL and hash, and a wheel folder (or a mirror) only serves those files, so a lock
-    made where the indexes answer stays current where only a wheel folder does. `wheels` is kept for callers."""
+    made where the indexes answer stays current where only a wheel folder does."""
     indexes = [matrix.index.url, *matrix.index.extra_urls, backend.torch.index_url,
                backend.plugin.index_url if backend.plugin else None]
     return {

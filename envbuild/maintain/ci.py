@@ -84,7 +84,7 @@ def changed(m: Matrix, doc: dict[str, Any], opts: Any, registry: str, echo: Any 
     keep = []
     for job_ in doc["include"]:
         backend = m.backend(job_["backend"])
-        key = planned_content_key(m, backend, opts, job_["platform"])
+        key = planned_content_key(m, backend, opts, Platform(job_["platform"]))
         if key is None:
             echo(f"{backend.name} {job_['platform']}: no committed lock, so no content key: changed")
             keep.append(job_)

@@ -78,14 +78,14 @@ def _image_archs(n: Needs) -> list[str]:
 
 
 def _runs(n: Needs, arch: str, ptx: bool = True) -> bool:
-    rule = stacks.ARCH_RULES[n.stack.name] if n.stack else None
+    rule = n.stack.arch_runs if n.stack else None
     if rule is None:
         return True
     return rule(_image_archs(n), arch, ptx=ptx or not n.arch)  # a floor is no PTX claim
 
 
 def _arch_ok(n: Needs, host: drivers.HostDriver, ptx: bool = True) -> bool | None:
-    rule = stacks.ARCH_RULES.get(n.stack.name) if n.stack else None
+    rule = n.stack.arch_runs if n.stack else None
     archs = _image_archs(n)
     if rule is None or not archs or not host.archs:
         return None
@@ -154,9 +154,9 @@ def check(backend: Backend, host: drivers.HostDriver | None, *, matrix: Matrix |
         parts.append(f"devices {', '.join(sorted(set(host.archs or ())))} are {_floor(n)} or newer")
     elif arch_ok:
         parts.append(f"devices {', '.join(sorted(set(host.archs or ())))} are among the image's {', '.join(n.arch)}")
-    elif not host.archs and stacks.ARCH_RULES.get(st.name):
+    elif not host.archs and st.arch_runs:
         parts.append(f"device architecture unknown ({unknown})" if host.notes else "device architecture unknown")
-    elif not n.arch and stacks.ARCH_RULES.get(st.name):
+    elif not n.arch and st.arch_runs:
         parts.append("the image's architectures unknown (not checked)")
     return Check(NAME, True, "; ".join(parts))
 

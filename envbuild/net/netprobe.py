@@ -4,7 +4,7 @@ Asked all at once (one thread each), with one budget for all: a refused connecti
 accepts and never answers is given up on when the budget ends. The request goes as the build's would: through
 $HTTPS_PROXY/$HTTP_PROXY unless $NO_PROXY names the host, trusting the CA bundle given (else the system's).
 The build's own RUN steps may see another network (BuildKit's, --network): what is probed is this machine's view.
-A registry is asked by the registry client (core/regclient.py: its transport, proxy, CA and netrc handling), a
+A registry is asked by the registry client (regclient.py: its transport, proxy, CA and netrc handling), a
 package index's page here; what is kept here is the asking all at once, the budget and the words of the result.
 """
 
@@ -57,7 +57,7 @@ def _registry_host(name: str) -> str:
 
 
 def registry_target(host: str, purpose: str) -> Target:
-    """A registry's API root, where the registry client (core/regclient.py) asks it (Registry.ping): 200 or 401
+    """A registry's API root, where the registry client (regclient.py) asks it (Registry.ping): 200 or 401
     both say it is a registry that answers."""
     from envbuild.net.regclient import api_root
 
@@ -188,3 +188,13 @@ def probe(targets: list[Target], *, ca_bundle: Path | None = None, netrc: Path |
                             f"through the proxy {_no_password(proxy)}" if proxy else "directly", spent)
         out.append(result)
     return out
+
+
+def unreachable(host: str, *, ca_bundle: Path | None = None, environ: Mapping[str, str] | None = None,
+                budget: float = BUDGET) -> str | None:
+    """Why the registry at `host` gives this machine no answer at all within `budget` seconds, in the probe's words
+    (None: it answers, whatever it says). Publish and outdated ask first: a host that never answers would otherwise
+    hold their requests (and the daemon's retries) for minutes without a word."""
+    (result,) = probe([registry_target(host, "reachability")], ca_bundle=ca_bundle, environ=environ, budget=budget)
+    # A refusal in HTTP (403, 407, 5xx) is an answer: the requests that follow say what it means.
+    return None if result.ok or result.detail.startswith("HTTP ") else result.detail

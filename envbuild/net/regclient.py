@@ -20,8 +20,6 @@ import http.client
 import json
 import os
 import re
-import socket
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -139,47 +137,10 @@ def _host(ref: str) -> str:
     return Reference.parse(ref).registry
 
 
-CONNECT_TIMEOUT = 10.0  # seconds for the DNS answer and the TCP connection of the reachability check
-
-
-def _address(host: str) -> tuple[str, int]:
-    """Where a registry host listens: docker.io is registry-1.docker.io; without a port, 443."""
-    host = api_host(host)
-    name, sep, port = host.rpartition(":")
-    return (name, int(port)) if sep and port.isdigit() else (host, 443)
-
-
-def unreachable_reason(host: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
-    """Why this machine cannot open a TCP connection to the registry, within `timeout` (None: it can). Bounds
-    what the daemon would otherwise retry for minutes without a word (no DNS answer, packets dropped)."""
-    name, port = _address(host)
-    pool = ThreadPoolExecutor(max_workers=1)
-    try:
-        infos = pool.submit(socket.getaddrinfo, name, port, type=socket.SOCK_STREAM).result(timeout=timeout)
-    except TimeoutError:
-        return f"no DNS answer for {name} within {timeout:g}s"
-    except socket.gaierror as exc:
-        return f"no DNS answer for {name} ({exc.strerror})"
-    finally:
-        pool.shutdown(wait=False)
-    last = "no address"
-    for family, kind, proto, _, address in infos:
-        with socket.socket(family, kind, proto) as sock:
-            sock.settimeout(timeout)
-            try:
-                sock.connect(address)
-                return None
-            except socket.timeout:
-                last = f"connecting to {name}:{port} timed out after {timeout:g}s"
-            except OSError as exc:
-                last = f"connecting to {name}:{port}: {exc.strerror or exc}"
-    return last
-
-
 def api_root(host: str) -> str:
     """Where a registry host answers the distribution API: loopback hosts in plain HTTP (as Docker treats them),
     others TLS; Docker Hub at registry-1.docker.io. Every request to a registry, and the reachability probe
-    (core/netprobe.py), start here."""
+    (netprobe.py), start here."""
     return f"{'http' if _loopback(host) else 'https'}://{api_host(host)}"
 
 
@@ -402,7 +363,7 @@ class Registry:
             raise RegistryAnswerError(f"registry {self.host} served a blob that is not {digest}")
         return resp.content
 
-    def platform_digest(self, ref: str, platform: str) -> tuple[str, Manifest]:
+    def platform_digest(self, ref: str, platform: Platform) -> tuple[str, Manifest]:
         """The digest of `platform`'s manifest under `ref` (a tag or digest naming an index or one manifest), and
         what `ref` itself names. A single manifest of another platform is refused."""
         top = self.manifest(ref)
@@ -410,7 +371,7 @@ class Registry:
             raise RegistryAnswerError(f"{ref} is not in the registry {self.host}")
         if top.is_index:
             found = top.platforms()
-            digest = found.get(canonical(platform))
+            digest = found.get(platform)
             if digest is None:
                 raise RegistryAnswerError(f"{ref} has no image for {platform}: its index lists {', '.join(sorted(found)) or 'none'}")
             return digest, top
@@ -421,7 +382,7 @@ class Registry:
         if config is None:
             raise RegistryAnswerError(f"{ref}: its image config is not a JSON object")
         has = canonical(f"{config.get('os')}/{config.get('architecture')}" + (f"/{config['variant']}" if config.get("variant") else ""))
-        if has != canonical(platform):
+        if has != platform:
             raise RegistryAnswerError(f"{ref} is a single image for {has}, not {platform}: publish an index (manifest list) "
                                f"with both, or pin each platform's base by digest")
         return top.digest, top

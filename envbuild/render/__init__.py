@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import functools
-import hashlib
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,50 +29,9 @@ VENV = "/opt/venv"
 CONSTRAINTS = "/opt/envbuild/constraints.txt"
 
 TEMPLATE = "Dockerfile.j2"
-# Every setting the template is compiled under: the precompiled template's key names each (render/precompiled.py).
-OPTIONS = {"undefined": jinja2.StrictUndefined, "trim_blocks": True, "lstrip_blocks": True,
-           "keep_trailing_newline": True, "autoescape": False}
-_ENVIRONMENT = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), **OPTIONS)  # type: ignore[arg-type]
-
-
-def template_key(source: str) -> str:
-    """What the compiled template depends on: its source, Jinja's version (its code generator) and the settings."""
-    parts = {"source": hashlib.sha256(source.encode()).hexdigest(), "jinja2": jinja2.__version__,
-             "options": {k: getattr(v, "__name__", v) for k, v in sorted(OPTIONS.items())}}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-@functools.cache
-def _template() -> jinja2.Template:
-    """The template, from the Python module precompiled from it when its key matches (Jinja's compile takes about
-    60 ms of each start), else compiled from the source here: a changed template, Jinja or setting is never stale."""
-    source = (TEMPLATES / TEMPLATE).read_text(encoding="utf-8")
-    try:
-        from envbuild.render import precompiled
-    except ImportError:  # an install without it
-        precompiled = None
-    if precompiled is not None and precompiled.KEY == template_key(source):
-        namespace = precompiled.namespace(_ENVIRONMENT)
-        namespace["__file__"] = os.path.normpath(TEMPLATES / TEMPLATE)  # as the file loader names it, for tracebacks
-        return _ENVIRONMENT.template_class.from_module_dict(_ENVIRONMENT, namespace, _ENVIRONMENT.make_globals(None))
-    return _ENVIRONMENT.get_template(TEMPLATE)
-
-
-def precompiled_text() -> str:
-    """The text of render/precompiled.py for the template and Jinja here (`python -m envbuild.render.precompile`)."""
-    source = (TEMPLATES / TEMPLATE).read_text(encoding="utf-8")
-    code = _ENVIRONMENT.compile(source, TEMPLATE, f"templates/{TEMPLATE}", raw=True)
-    body = "".join(f"    {line}\n" if line.strip() else "\n" for line in code.splitlines())
-    return ("# Generated from templates/Dockerfile.j2 by `python -m envbuild.render.precompile`: do not edit.\n"
-            "# Used only while KEY matches the template, Jinja's version and render's settings; else the source is\n"
-            "# compiled at start, as before. tests/unit/test_render.py fails while this file is stale.\n"
-            "# ruff: noqa\n"
-            f"KEY = {template_key(source)!r}\n"
-            f"SOURCE = {hashlib.sha256(source.encode()).hexdigest()!r}  # the template's sha256\n"
-            f"JINJA = {jinja2.__version__!r}\n\n\n"
-            "def namespace(environment):\n"
-            f"{body}"
-            "    return locals()\n")
+# Strict: a name the template uses and render does not give is an error, never an empty string.
+_ENVIRONMENT = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                                  trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
 
 
 def dockerfile_name(backend: Backend) -> str:
@@ -108,7 +63,8 @@ def render_backend(matrix: Matrix, backend: Backend, index_mirrors: tuple[tuple[
     # ask none of them: each layer's pylock.toml names its files by URL and hash.
     indexes = [mirror_url(u, index_mirrors) for u in index_urls(matrix, backend)]
     index_args = " ".join([f'--index-url "{indexes[0]}"', *(f'--extra-index-url "{u}"' for u in indexes[1:])])
-    text = _template().render(
+    torch_archs = bool(backend.host and stacks.STACKS[backend.host.stack].torch_archs)
+    text = _ENVIRONMENT.get_template(TEMPLATE).render(
         b=backend,
         image=matrix.image,
         matrix_name=shown(Path(matrix.path).name),  # a file name may hold a newline: never a new instruction
@@ -133,11 +89,10 @@ def render_backend(matrix: Matrix, backend: Backend, index_mirrors: tuple[tuple[
         version_tag=Reference.parse(matrix.tags(backend)[1]).tag,
         requires=stacks.needs(backend),
         # torch reports its own list for CUDA and ROCm only (an Ascend SoC family is the base's, not torch's).
-        arch_want=" ".join(backend.host.arch if backend.host and backend.host.stack in stacks.TORCH_ARCHS else ()),
+        arch_want=" ".join(backend.host.arch if backend.host and torch_archs else ()),
         # The linux/arm64 build's own list where PyTorch builds another (CUDA 13 adds sm_110 there); not declared: the
         # arm64 build records torch's list without comparing it.
-        arch_want_arm64=" ".join(backend.host.arch_arm64 if backend.host and backend.host.stack in stacks.TORCH_ARCHS
-                                 else ()),
+        arch_want_arm64=" ".join(backend.host.arch_arm64 if backend.host and torch_archs else ()),
         # NVIDIA_REQUIRE_CUDA: the major's first release (cuda>=12.0), not the base's own: the NVIDIA Container
         # Toolkit then starts the image on every driver that runs it under minor version compatibility.
         require_cuda=stacks.require_floor(stacks.STACKS[backend.host.stack], backend.host.version)

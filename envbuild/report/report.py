@@ -127,7 +127,7 @@ def _architectures(b: Backend) -> dict[str, list[str] | None] | None:
     its own, host.arch_arm64, or not at all)."""
     if b.host is None or not b.host.arch:
         return None
-    return {p: None if p.endswith("arm64") and b.host.stack in stacks.TORCH_ARCHS and not b.host.arch_arm64
+    return {p: None if p.endswith("arm64") and stacks.STACKS[b.host.stack].torch_archs and not b.host.arch_arm64
             else list(stacks.declared_arch(b, p)) for p in b.platforms}
 
 

@@ -17,7 +17,8 @@ from envbuild.engine.docker import EngineError, StreamBroken
 from envbuild.core.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryError, RegistryUnreachableError
 from envbuild.net.credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
 from envbuild.core.imageref import DIGEST, Reference
-from envbuild.net.regclient import Registry, unreachable_reason
+from envbuild.net.netprobe import unreachable
+from envbuild.net.regclient import Registry
 
 if TYPE_CHECKING:
     from envbuild.engine.docker import EngineAPI
@@ -78,7 +79,7 @@ class Session:
         shares this machine's network and no proxy is set (then the daemon may know a way this process does not)."""
         if self._reachable or not self.engine.is_local() or any(self.environ.get(k) for k in _PROXY_ENV):
             return
-        why = unreachable_reason(self.host)
+        why = unreachable(self.host, environ=self.environ)
         if why:
             raise RegistryUnreachableError(f"registry {self.host} unreachable from here ({why}): is it running, is the "
                                            "address right, and is this machine on a network that reaches it?")

@@ -321,7 +321,7 @@ def make_wheelhouse(into: Path, torch: str = TORCH) -> Path:
 
 def host_ca_bundle() -> Path:
     """The bundle the host trusts: $SSL_CERT_FILE, $REQUESTS_CA_BUNDLE, $PIP_CERT, else Debian's."""
-    from envbuild.image.build import default_ca_bundle
+    from envbuild.image.plan import default_ca_bundle
 
     return default_ca_bundle() or Path(HOST_CA)
 

@@ -12,6 +12,7 @@ import pytest
 from support.constants import MATRIX
 from support.fakes import REPORT
 
+from envbuild.core.platform import Platform
 from envbuild.image import locking, lockfile, lockstate
 from envbuild.image.plan import CONTENT_LABEL, BuildOptions
 from envbuild.maintain import bake
@@ -65,10 +66,10 @@ def write_lock(cwd: Path, m, backend_name: str, platform: str, **changed) -> Non
     """A lock current for the cell (its inputs as the matrix makes them), or stale in what `changed` sets."""
     backend = m.backend(backend_name)
     digest = PINNED.rpartition("@")[2] if backend_name == "cpu" else None
-    wanted = {**lockstate.inputs(m, backend, (), platform, digest), **changed}
+    wanted = {**lockstate.inputs(m, backend, Platform.of(platform), digest), **changed}
     lock = lockfile.from_report(backend_name, REPORT, wanted, ["torch==2.15.0"], [],
                                 {"platform": platform, "python": "3.11.2", "resolver": "pip 23.0.1"})
-    file = cwd / lockstate.path(BuildOptions(), backend, platform)
+    file = cwd / lockstate.path(BuildOptions(), backend, Platform.of(platform))
     file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text(lock.text())
 

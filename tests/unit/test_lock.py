@@ -176,9 +176,8 @@ def test_locked_refuses_a_missing_or_stale_lock_without_resolving(tmp_path, monk
     file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
     with pytest.raises(StaleLock, match=rf"{file} is missing: run `envbuild lock --backend cpu --platform linux/amd64`"):
         build.build(MATRIX, CPU, opts, engine, locked=True, echo=lambda s: None)
-    p = plan.make_plan(MATRIX, CPU, opts, engine)
     file.parent.mkdir(parents=True)
-    file.write_text(made(inputs={**locks.inputs(MATRIX, CPU, p.wheels, AMD64, "sha256:" + "a" * 64), "uv": "0.0.1"}).text())
+    file.write_text(made(inputs={**locks.inputs(MATRIX, CPU, AMD64, "sha256:" + "a" * 64), "uv": "0.0.1"}).text())
     with pytest.raises(StaleLock, match=r"linux-amd64.txt is stale \(uv: 0.0.1 -> "):
         build.build(MATRIX, CPU, opts, engine, locked=True, echo=lambda s: None)
     assert engine.builds == []  # --locked resolves nothing
@@ -195,9 +194,7 @@ def test_lock_check_reads_files_only(invoke, tmp_path, closed_socket, monkeypatc
     assert invoke("lock", "--check", *args).stdout.strip() == f"no locks to check in {locks_dir}/"
     missing = invoke("lock", "--check", "--backend", "cpu", *args)
     assert missing.exit_code == 1 and f"cpu (linux/amd64): {locks_dir}/cpu/linux-amd64.txt missing" in missing.stdout
-    opts = plan.BuildOptions(locks_dir=locks_dir, context_dir=tmp_path / "ctx")
-    offline = locking._offline_plan(CPU, opts)
-    current = made(inputs=locks.inputs(MATRIX, CPU, offline.wheels, AMD64, "sha256:" + "a" * 64))
+    current = made(inputs=locks.inputs(MATRIX, CPU, AMD64, "sha256:" + "a" * 64))
     (locks_dir / "cpu").mkdir(parents=True)
     (locks_dir / "cpu" / "linux-amd64.txt").write_text(current.text())
     # a lock for amd64 alone: arm64, which the backend lists, has none
@@ -232,8 +229,7 @@ def test_a_gpu_lock_with_a_cpu_only_torch_is_refused(invoke, tmp_path, closed_so
     report["environment"]["platform_machine"] = "aarch64"
     torch = next(i for i in report["install"] if i["metadata"]["name"] == "torch")
     torch["metadata"]["version"] = "2.9.1"
-    offline = locking._offline_plan(cuda, plan.BuildOptions(locks_dir=tmp_path / "locks", context_dir=tmp_path / "ctx"))
-    wrong = lockfile.from_report("cuda", report, locks.inputs(m, cuda, offline.wheels, "linux/arm64", "sha256:" + "a" * 64),
+    wrong = lockfile.from_report("cuda", report, locks.inputs(m, cuda, "linux/arm64", "sha256:" + "a" * 64),
                                  ["torch==2.9.1"], [], {"platform": "linux/arm64"})
     why = locks.torch_problem(cuda, wrong)
     assert why and "locked torch==2.9.1 is a CPU-only build" in why and cuda.torch.index_url in why
@@ -263,7 +259,7 @@ def test_an_unreachable_registry_builds_from_a_lock_current_in_every_other_input
         locking.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=lambda s: None)
     file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
     file.parent.mkdir(parents=True)
-    file.write_text(made(inputs=locks.inputs(m, cpu, p.wheels, AMD64, "sha256:" + "c" * 64)).text())
+    file.write_text(made(inputs=locks.inputs(m, cpu, AMD64, "sha256:" + "c" * 64)).text())
     said = []
     got = locking.ensure(m, cpu, p, opts, FakeEngine(), locked=True, echo=said.append)
     assert got.inputs["base_digest"] == "sha256:" + "c" * 64
@@ -344,19 +340,19 @@ def test_a_file_locked_from_a_wheel_folder_needs_that_file():
 
 def test_where_files_come_from_is_no_part_of_the_content_key_or_the_lock(tmp_path, monkeypatch):
     """A wheel folder or an index mirror changes where files come from, never the image's content key (the lock's
-    names and hashes decide it) and never the lock's inputs: a lock made online stays current offline."""
+    names and hashes decide it); the lock's inputs take no build options at all: a lock made online stays current
+    offline."""
     monkeypatch.setattr(docker_engine, "find_builder", lambda: LEGACY)
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "torch-2.15.0+cpu-py3-none-any.whl").write_bytes(b"a wheel")
     lock = made().text().encode()
-    keys, inputs = set(), []
+    keys = set()
     for extra in ({}, {"wheelhouse": wheels}, {"index_mirrors": (("https://files.example", "https://m.corp"),)}):
         opts = plan.BuildOptions(context_dir=tmp_path / "ctx", **extra)
         p = plan.make_plan(MATRIX, CPU, opts, None, lock=lock)
         keys.add(plan.content_key(p, opts, {}))
-        inputs.append(locks.inputs(MATRIX, CPU, p.wheels, AMD64, None))
-    assert len(keys) == 1 and inputs[0] == inputs[1] == inputs[2]
+    assert len(keys) == 1
     # nor how the build reaches the network (a proxy), unlike a build argument that may change what is built
     p = plan.make_plan(MATRIX, CPU, plan.BuildOptions(context_dir=tmp_path / "ctx"), None, lock=lock)
     for args, same in ((("HTTPS_PROXY=http://127.0.0.1:9", "https_proxy=http://127.0.0.1:9", "NO_PROXY"), True),
@@ -435,20 +431,20 @@ def test_any_torch_build_is_taken_only_when_the_matrix_says_so_and_the_lock_reco
     m = load(MATRIX_PATH, [f"backends.cpu.base_image={PINNED}", "backends.cpu.torch.any_build=true"])
     cpu = m.backend("cpu")
     assert cpu.torch.any_build and not CPU.torch.any_build
-    wanted = locks.inputs(m, cpu, (), AMD64, None)
+    wanted = locks.inputs(m, cpu, AMD64, None)
     assert wanted["torch_build"] == "any (torch.any_build)"
-    assert locks.inputs(MATRIX, CPU, (), AMD64, None)["torch_build"] == "the backend's"
+    assert locks.inputs(MATRIX, CPU, AMD64, None)["torch_build"] == "the backend's"
     accepted = made(_cuda_report(), inputs=wanted)
     assert locks.torch_problem(cpu, accepted) is None
     assert '"torch_build": "any (torch.any_build)"' in accepted.text()  # recorded in the header
     # the choice is an input: taking it back makes the lock stale (and then refused once resolved again)
-    assert locks.stale(accepted, locks.inputs(MATRIX, CPU, (), AMD64, None)) == [
+    assert locks.stale(accepted, locks.inputs(MATRIX, CPU, AMD64, None)) == [
         "torch_build: any (torch.any_build) -> the backend's"]
 
 
 def test_lock_check_refuses_a_cpu_lock_with_cuda_torch(invoke, tmp_path, closed_socket, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    wrong = made(_cuda_report(), inputs=locks.inputs(MATRIX, CPU, (), AMD64, "sha256:" + "a" * 64))
+    wrong = made(_cuda_report(), inputs=locks.inputs(MATRIX, CPU, AMD64, "sha256:" + "a" * 64))
     file = tmp_path / "locks" / "cpu" / "linux-amd64.txt"
     file.parent.mkdir(parents=True)
     file.write_text(wrong.text())

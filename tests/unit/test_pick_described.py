@@ -260,7 +260,7 @@ def test_a_device_a_tool_has_no_words_for_is_refused_by_name(invoke):
 
 
 def test_the_product_table_maps_to_known_architectures():
-    for product, arch in stacks.GPU_PRODUCTS.items():
+    for product, arch in stacks.gpu_products().items():
         assert stacks.gpu_arch(product) == arch and stacks.arch_title(arch) != arch, product
 
 

@@ -10,6 +10,7 @@ from support.constants import MATRIX
 
 from envbuild.image.plan import BuildOptions, content_key, make_plan
 from envbuild.image.locking import planned_content_key
+from envbuild.core.platform import Platform
 from envbuild.matrix import load
 from envbuild.ship.shared import content_tag
 import os
@@ -55,7 +56,7 @@ def test_labels_and_the_engine_are_no_part_of_it(tmp_path, buildkit_client):
 def test_the_planned_key_needs_the_committed_lock(tmp_path):
     m = load(MATRIX)
     opts = BuildOptions(locks_dir=tmp_path / "locks", context_dir=tmp_path / "ctx")
-    assert planned_content_key(m, m.backend("cpu"), opts, "linux/amd64") is None  # not known before resolving
+    assert planned_content_key(m, m.backend("cpu"), opts, Platform("linux/amd64")) is None  # not known before resolving
     assert content_tag(m.backend("cpu"), "ab" * 32) == "cpu-in-abababababababab"
 
 

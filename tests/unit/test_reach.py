@@ -227,3 +227,25 @@ def test_a_registry_probe_says_each_answer_in_people_s_words(status, ok, detail)
     with serve(Status) as host:
         result, = netprobe.probe([netprobe.registry_target(host, "the base")], budget=BUDGET, environ={})
     assert (result.ok, result.detail, result.via) == (ok, detail, "directly")
+
+
+def test_one_reachability_check_names_a_registry_that_gives_no_answer_in_seconds(answering, closed, silent):
+    """What publish and outdated ask before their requests: any HTTP answer is an answer (a refusal too); a refused
+    connection and a host that never answers are each said in the probe's words (a unit test asks loopback only)."""
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    start = time.monotonic()
+    assert netprobe.unreachable(answering.removeprefix("http://"), environ={}, budget=BUDGET) is None
+    with serve(Refusing) as host:
+        assert netprobe.unreachable(host, environ={}, budget=BUDGET) is None
+    assert netprobe.unreachable(closed.removeprefix("http://"), environ={}, budget=BUDGET) == "connection refused"
+    assert netprobe.unreachable(silent.removeprefix("http://"), environ={}, budget=BUDGET) in (
+        "no answer (timed out)", f"no answer within {BUDGET:.0f} s")
+    assert time.monotonic() - start < 5 * BUDGET

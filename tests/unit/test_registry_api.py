@@ -15,6 +15,7 @@ import pytest
 from support import testbed
 
 from envbuild.core.errors import RegistryAnswerError
+from envbuild.core.platform import Platform
 from envbuild.net.regclient import DOCKER_LIST, Registry
 from hypothesis import given
 from support.properties import JSON, PROPS, own_error
@@ -50,14 +51,14 @@ def test_a_platform_is_resolved_from_an_index_and_an_index_is_put(registry, tmp_
     top = api.manifest(f"{repo}:both")
     assert top.is_index and top.digest == digest and top.media_type == DOCKER_LIST
     assert top.platforms() == {"linux/amd64": amd64, "linux/arm64": arm64}
-    assert api.platform_digest(f"{repo}:both", "linux/arm64")[0] == arm64
-    assert api.platform_digest(f"{repo}@{digest}", "linux/amd64")[0] == amd64
+    assert api.platform_digest(f"{repo}:both", Platform("linux/arm64"))[0] == arm64
+    assert api.platform_digest(f"{repo}@{digest}", Platform("linux/amd64"))[0] == amd64
     # a single image answers for its own platform only
-    assert api.platform_digest(f"{repo}:arm64", "linux/arm64")[0] == arm64
+    assert api.platform_digest(f"{repo}:arm64", Platform("linux/arm64"))[0] == arm64
     with pytest.raises(RegistryAnswerError, match="is a single image for linux/amd64, not linux/arm64"):
-        api.platform_digest(f"{repo}:amd64", "linux/arm64")
+        api.platform_digest(f"{repo}:amd64", Platform("linux/arm64"))
     with pytest.raises(RegistryAnswerError, match="has no image for linux/s390x: its index lists linux/amd64, linux/arm64"):
-        api.platform_digest(f"{repo}:both", "linux/s390x")
+        api.platform_digest(f"{repo}:both", Platform("linux/s390x"))
     assert api.manifest(f"{repo}:absent") is None
     # skopeo, an independent client, reads the same index and picks the same digest per architecture
     skopeo = shutil.which("skopeo")
@@ -123,7 +124,7 @@ def test_a_bearer_challenge_gets_a_token_with_the_credentials_and_a_redirect_doe
         reg = Registry(host, env)
         got = reg.manifest(f"{host}/org/img:1")
         assert got.digest == "sha256:" + hashlib.sha256(manifest).hexdigest() and not got.is_index
-        digest, _ = reg.platform_digest(f"{host}/org/img:1", "linux/amd64")
+        digest, _ = reg.platform_digest(f"{host}/org/img:1", Platform("linux/amd64"))
         assert digest == got.digest
         assert ("/storage/blob", None) in seen  # the redirect went without the registry's token
         assert [p for p, a in seen if p.startswith("/token")] == [seen[1][0]]  # one token, reused
@@ -483,4 +484,4 @@ def test_a_registry_manifest_of_the_wrong_shape_is_a_registry_error(doc):
     reg = Registry("127.0.0.1:9/team/app")
     reg.manifest = lambda ref: Manifest("application/vnd.oci.image.manifest.v1+json", "sha256:" + "0" * 64, doc)
     with pytest.raises(RegistryAnswerError, match="not a JSON object|names no config digest"):
-        reg.platform_digest("127.0.0.1:9/team/app:cpu", "linux/amd64")
+        reg.platform_digest("127.0.0.1:9/team/app:cpu", Platform("linux/amd64"))

@@ -192,7 +192,7 @@ def test_an_index_mirror_changes_what_the_build_asks_not_the_content_key_nor_the
     assert b"FROM mirror.corp:5000/" in mirrored.dockerfile
     assert mirrored_key == key  # the same image, through a mirror or not
     # the lock's inputs name the index itself: a lock made through a mirror is the same lock
-    assert cpu.torch.index_url in inputs(m, cpu, (), "linux/amd64", None)["indexes"]
+    assert cpu.torch.index_url in inputs(m, cpu, "linux/amd64", None)["indexes"]
     assert plan_of(mirrors=())[1] == key
 
 

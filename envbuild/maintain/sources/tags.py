@@ -10,7 +10,8 @@ from typing import Mapping
 
 from envbuild.core.errors import RegistryError
 from envbuild.core.imageref import Reference
-from envbuild.net.regclient import Registry, unreachable_reason
+from envbuild.net.netprobe import unreachable
+from envbuild.net.regclient import Registry
 from envbuild.maintain.sources.index import SourceError
 
 
@@ -30,7 +31,7 @@ class RegistryClient:
         if host in self._clients:
             return self._clients[host]
         if host not in self._checked:
-            self._checked[host] = unreachable_reason(host)
+            self._checked[host] = unreachable(host, ca_bundle=self.ca_bundle, environ=self.environ)
         if self._checked[host]:
             raise SourceError(f"registry {host} cannot be reached ({self._checked[host]})")
         client = Registry(host, self.environ, self.ca_bundle, publish=host == self.publish_host)

@@ -1,7 +1,7 @@
 """The driver stacks an image can carry (CUDA, ROCm, ...): one module each (cuda.py, rocm.py, cann.py, gaudi.py,
 neuron.py) holding that vendor's driver floors, compatibility rules, device architectures, host readers and torch
 build rule, with their sources. This registry lists them; the schema, the lock, compat and the host commands ask it
-instead of naming a stack. Adding a stack: a module with a `STACK`, and one line in `_REGISTERED`.
+instead of naming a stack. Adding a stack: a module with a `STACK`, and its `STACK` in the `STACKS` table.
 
 Part of the matrix (validation checks a backend against these facts; the rendered image records what it needs);
 the host stage reads what a host has (each stack's reader, over envbuild.core.hostfacts) and compares.
@@ -12,56 +12,27 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from envbuild.core import hostfacts
 from envbuild.core.hostfacts import HostDriver, Runner
 from envbuild.matrix.stacks import cann, cuda, gaudi, neuron, rocm
-from envbuild.matrix.stacks.base import (  # noqa: F401 (the rules, importable from here)
-    GpuTorch, Stack, arch_beyond, arch_first, arch_floor, compat_driver, image_release, minimum_driver,
-    newest_supported, parse_version, release, require_floor, torch_index,
+from envbuild.matrix.stacks.base import (  # noqa: F401 (the rules the rest of envbuild asks, importable from here)
+    GpuTorch, Stack, arch_beyond, arch_floor, compat_driver, image_release, minimum_driver, newest_supported,
+    parse_version, require_floor, torch_index,
 )
-from envbuild.matrix.stacks.cann import soc_runs  # noqa: F401
-from envbuild.matrix.stacks.cuda import CUDA_FAMILIES, cuda_arch_runs  # noqa: F401
-from envbuild.matrix.stacks.rocm import GFX_FAMILIES, gfx_runs  # noqa: F401
 
 if TYPE_CHECKING:
     from envbuild.matrix.model import Backend
 
-# The registry, in the order people see the stacks (the matrix reference lists them so).
-_REGISTERED = (cuda.STACK, rocm.STACK, cann.STACK, gaudi.STACK, neuron.STACK)
-
-STACKS: dict[str, Stack] = {}  # host.stack -> its Stack
-# Derived from STACKS (kept in step by register): stacks whose torch says which architectures it was built for
-# (checked at build), each stack's architecture rule, and the GPU products `pick --gpu` accepts.
-TORCH_ARCHS: list[str] = []
-ARCH_RULES: dict[str, Callable[..., bool]] = {}
-GPU_PRODUCTS: dict[str, str] = {}
+# The registry: host.stack -> its Stack, in the order people see the stacks (the matrix reference lists them so).
+# Built once here and never changed at run time (a test adds a stack for itself with monkeypatch.setitem).
+STACKS: dict[str, Stack] = {s.name: s for s in (cuda.STACK, rocm.STACK, cann.STACK, gaudi.STACK, neuron.STACK)}
 
 
-def _index() -> None:
-    TORCH_ARCHS[:] = [s.name for s in STACKS.values() if s.torch_archs]
-    ARCH_RULES.clear()
-    ARCH_RULES.update({s.name: s.arch_runs for s in STACKS.values() if s.arch_runs})
-    GPU_PRODUCTS.clear()
-    for s in STACKS.values():
-        GPU_PRODUCTS.update(s.products)
-
-
-def register(stack: Stack) -> Stack:
-    """Make a stack known: the matrix's host.stack accepts its name, and every stage uses its facts."""
-    STACKS[stack.name] = stack
-    _index()
-    return stack
-
-
-def unregister(name: str) -> None:
-    STACKS.pop(name, None)
-    _index()
-
-
-for _stack in _REGISTERED:
-    register(_stack)
+def gpu_products() -> dict[str, str]:
+    """The GPU products `pick --gpu` accepts, every stack's: product -> architecture."""
+    return {product: arch for s in STACKS.values() for product, arch in s.products.items()}
 
 
 def by_driver(driver: str) -> Stack | None:
@@ -189,7 +160,7 @@ def gpu_arch(text: str) -> str | None:
     for s in STACKS.values():
         for brand in s.brands:
             key = key.removeprefix(brand)
-    return GPU_PRODUCTS.get(key)
+    return gpu_products().get(key)
 
 
 def arch_stack(arch: str) -> str | None:

@@ -27,16 +27,20 @@ def run_as_other(shell: str, tmp_path: Path, env: dict[str, str]) -> subprocess.
     return subprocess.run(argv, env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=30)
 
 
-@pytest.fixture
-def tree():
+def _made_tree(under: str | None = None):
     """Folders the other uid can reach (pytest's tmp_path sits under a folder only its owner may enter)."""
-    base = Path(tempfile.mkdtemp(prefix="envbuild-entrypoint-"))
+    base = Path(tempfile.mkdtemp(prefix="envbuild-entrypoint-", dir=under))
     base.chmod(0o755)
     yield _tree(base)
     for p in base.rglob("*"):
         if p.is_dir():
             p.chmod(0o755)
     shutil.rmtree(base)
+
+
+@pytest.fixture
+def tree():
+    yield from _made_tree()
 
 
 def _tree(base: Path) -> dict[str, Path]:
@@ -90,13 +94,7 @@ def test_the_command_gets_its_arguments_unchanged(tmp_path):
 @pytest.fixture
 def tree_off_tmp():
     """The same folders outside /tmp, so that /tmp itself can be mounted over."""
-    base = Path(tempfile.mkdtemp(prefix="envbuild-entrypoint-", dir="/var/tmp"))
-    base.chmod(0o755)
-    yield _tree(base)
-    for p in base.rglob("*"):
-        if p.is_dir():
-            p.chmod(0o755)
-    shutil.rmtree(base)
+    yield from _made_tree("/var/tmp")
 
 
 def _run_with_noexec(tree: dict[str, Path], noexec: str, **env: str) -> subprocess.CompletedProcess:

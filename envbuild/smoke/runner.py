@@ -229,32 +229,43 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
     if check_uid:  # the probe checks that this user can write its home, the work folder and the caches
         env["ENVBUILD_ARBITRARY_UID"] = "1"
 
-    def probe(cache: str) -> SmokeResult:
-        """The one run of the probe: every check, in one container."""
-        with _refusal(backend), Watch(backend.name, echo) as watch:
+    def run_probe(suffix: str, volumes: list[str], environment: dict[str, str], user: str | None,
+                  read_only: bool = False, what: str = "") -> tuple[Any, dict | None, list[dict], str | None]:
+        """One container running the probe, said as it goes: how it exited, its report (None: it printed none), the
+        report's checks and the first that failed, in words."""
+        with _refusal(backend), Watch(backend.name, echo, what) as watch:
             done = engine.run(
                 image, ["envbuild-probe", "--backend", backend.name, *args],
-                name=f"envbuild-smoke-{backend.name}-{tag}",
+                name=f"envbuild-smoke-{backend.name}-{tag}{suffix}",
                 labels={SMOKE_LABEL: "1", **owner.labels(), "dev.envbuild.backend": backend.name},
-                run=backend.run, volumes=[*volumes, f"{cache}:{CACHE}"], environment={**env, **(extra_env or {})},
-                timeout=timeout, user=user, on_line=watch.line,
+                run=backend.run, volumes=volumes, environment={**environment, **(extra_env or {})},
+                timeout=timeout, user=user, read_only=read_only, on_line=watch.line,
             )
+        try:
+            doc = None if done.timed_out else json.loads(done.stdout.decode("utf-8", "replace"))
+        except json.JSONDecodeError:
+            doc = None
+        doc = doc if isinstance(doc, dict) else None
+        checks = [c for c in (doc or {}).get("checks") or [] if isinstance(c, dict)]
+        failed = next((f"{c.get('name')}: {c.get('message')}" for c in checks if not c.get("ok")), None)
+        return done, doc, checks, failed
+
+    def probe(cache: str) -> SmokeResult:
+        """The one run of the probe: every check, in one container."""
+        done, doc, checks, failed = run_probe("", [*volumes, f"{cache}:{CACHE}"], env, user)
         result = SmokeResult(backend.name, image, False, 0.0, done.status, stderr_tail=_tail(done.stderr), image_id=image_id)
         if done.timed_out:
             result.error = f"timed out after {timeout:g}s; the container was stopped and removed"
             return result
-        try:
-            doc = json.loads(done.stdout.decode("utf-8", "replace"))
-        except json.JSONDecodeError:
+        if doc is None:
             result.error = f"the probe printed no JSON report (exit code {done.status}); is envbuild-probe in this image?"
             return result
-        result.probe, result.checks = doc, list(doc.get("checks", []))
+        result.probe, result.checks = doc, checks
         if check_uid and result.checks and not any(c.get("name") == "arbitrary_uid" for c in result.checks):
             # A probe older than this envbuild: the run still proves that every check passed as this user.
             result.checks.append({"name": "arbitrary_uid", "ok": True, "seconds": 0.0,
                                   "message": f"every check ran as user {user} (this image's probe does not check "
                                              "its folders: rebuild the image for that)"})
-        failed = next((f"{ch['name']}: {ch['message']}" for ch in result.checks if not ch.get("ok")), None)
         result.error = failed or (None if done.status == 0 else f"exit code {done.status}")
         return result
 
@@ -264,22 +275,10 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
         runs, and compiles (what users run), with the caches moved by the image's entrypoint."""
         started = time.monotonic()
         echo(f"[{backend.name}] read-only run as {CLUSTER_USER}:")
-        with Watch(backend.name, echo, "read-only ") as watch:
-            done = engine.run(
-                image, ["envbuild-probe", "--backend", backend.name, *args],
-                name=f"envbuild-smoke-{backend.name}-{tag}-ro",
-                labels={SMOKE_LABEL: "1", **owner.labels(), "dev.envbuild.backend": backend.name}, run=backend.run,
-                volumes=list(volumes), environment={**env, **(extra_env or {}), "ENVBUILD_ARBITRARY_UID": "1", "HOME": "/tmp"},
-                timeout=timeout, user=CLUSTER_USER, read_only=True, on_line=watch.line,
-            )
+        done, doc, checks, failed = run_probe("-ro", list(volumes), {**env, "ENVBUILD_ARBITRARY_UID": "1", "HOME": "/tmp"},
+                                              CLUSTER_USER, read_only=True, what="read-only ")
         how = f"read-only, as {CLUSTER_USER} with HOME=/tmp (as Apptainer and `docker run --user` run images)"
         check = {"name": "read_only_any_uid", "ok": False, "seconds": round(time.monotonic() - started, 3)}
-        try:
-            doc = json.loads(done.stdout.decode("utf-8", "replace"))
-            checks = [c for c in doc.get("checks", []) if isinstance(c, dict)]
-        except (json.JSONDecodeError, AttributeError):
-            checks = []
-        failed = next((f"{c.get('name')}: {c.get('message')}" for c in checks if not c.get("ok")), None)
         if done.timed_out:
             failed = f"timed out after {timeout:g}s"
         elif not checks:
@@ -301,8 +300,7 @@ def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | N
             result.checks.append({"name": "read_only_any_uid", "ok": True, "skipped": True, "seconds": 0.0,
                                   "message": EMULATED_SKIPS["read_only_any_uid"]})
         else:
-            with _refusal(backend):
-                check = as_clusters_run_it()
+            check = as_clusters_run_it()
             result.checks.append(check)
             if not check["ok"]:
                 result.error = f"read_only_any_uid: {check['message']}"

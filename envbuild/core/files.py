@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import netrc
 import os
@@ -125,10 +126,16 @@ def read_user(path: str | os.PathLike[str], label: str, error: type[EnvbuildErro
               limit: int = MAX_READ) -> bytes:
     """The bytes of a file a user named: a regular file (after links), at most `limit` bytes. A FIFO, a device
     (/dev/zero), a folder or a huge file is refused with `error` naming it, never waited on or read whole."""
+    return _read(path, label, error, limit, 0)
+
+
+def _read(path: str | os.PathLike[str], label: str, error: type[EnvbuildError], limit: int, flags: int) -> bytes:
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | flags)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link put there since it was resolved, or a loop
+            raise error(f"{label}: a symbolic link that envbuild does not follow: give a regular file") from None
         raise error(f"{label}: cannot read: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
@@ -146,6 +153,34 @@ def read_user(path: str | os.PathLike[str], label: str, error: type[EnvbuildErro
     if len(data) > limit:
         raise error(f"{label}: larger than {limit >> 20} MiB: not read")
     return data
+
+
+def read_project(path: str | os.PathLike[str], label: str, error: type[EnvbuildError] = EnvbuildError,
+                 limit: int = MAX_READ, within: str | os.PathLike[str] | None = None) -> bytes:
+    """The bytes of a file a pull request may bring (a matrix, settings, a lock, a manifest, a cache): as read_user,
+    and where it is a symbolic link, one that ends inside `within` (default: the folder that names it). A link
+    out of it, to nothing, or in a loop is refused by name; nothing of what it points at is read or quoted."""
+    folder = os.path.abspath(within if within is not None else os.path.dirname(os.path.abspath(path)))
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise error(f"{label}: cannot read: {exc.strerror or exc}") from None
+    real: str | os.PathLike[str] = path
+    if stat.S_ISLNK(st.st_mode) or within is not None:
+        try:
+            real = os.path.realpath(path, strict=True)
+            base = os.path.realpath(folder, strict=True)
+        except OSError as exc:
+            why = ("a symbolic link in a loop" if exc.errno == errno.ELOOP else
+                   "a symbolic link to nothing" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else
+                   f"cannot read: {exc.strerror or exc}")
+            raise error(f"{label}: {why}: give a regular file") from None
+        except RuntimeError:  # a loop, as some Pythons say it
+            raise error(f"{label}: a symbolic link in a loop: give a regular file") from None
+        if os.path.commonpath([real, base]) != base:
+            raise error(f"{label}: a symbolic link that leads out of {folder}: envbuild does not follow it (it "
+                        "could reach files that are not the project's); give a regular file") from None
+    return _read(real, label, error, limit, getattr(os, "O_NOFOLLOW", 0))
 
 
 def read_json(path: Path, label: str, error: type[EnvbuildError] = EnvbuildError) -> Any:

@@ -69,7 +69,11 @@ def project_file(matrix_path: str | os.PathLike[str] | None) -> Path:
     from envbuild.core import paths
 
     matrix = Path(matrix_path) if matrix_path else Path(paths.default_matrix())
-    if matrix.resolve() == paths.PACKAGED_MATRIX.resolve():
+    try:
+        packaged = matrix.resolve() == paths.PACKAGED_MATRIX.resolve()
+    except (OSError, RuntimeError):  # a link in a loop: reading the matrix says so
+        packaged = False
+    if packaged:
         return Path(PROJECT_FILE)
     return matrix.parent / PROJECT_FILE
 
@@ -303,10 +307,61 @@ def _lines(text: str) -> dict[tuple[str, ...], int]:
     return where
 
 
-def read_file(path: Path, label: str) -> tuple[dict[str, Any], dict[str, str]]:
+# TOML that would take tomllib minutes (a key of thousands of dots is quadratic) or its stack (deep nesting):
+# refused before parsing. No settings file nests past a map's entry.
+_TOML_NEXT = re.compile(r"""[\[\]{}=,\n.#"']""")
+_TOML_BASIC = re.compile(r'(?:[^"\\\n]+|\\.)*')  # the rest of a "string" (never backtracks: it cannot fail)
+_TOML_MULTI = re.compile(r'(?:[^"\\]+|\\.|"(?!""))*', re.S)
+MAX_TOML_DEPTH = 16  # brackets and braces open at once
+MAX_TOML_DOTS = 16  # dots in one key
+
+
+def _toml_shape(text: str) -> str | None:
+    """Why `text` is not TOML a settings file holds (nested or dotted past reason), with its line; None when it
+    is not. One pass, linear, over its strings, comments and punctuation; an unclosed string ends it (tomllib
+    stops there too)."""
+    depth = dots = 0
+    line, i = 1, 0
+    while (m := _TOML_NEXT.search(text, i)) is not None:
+        c, i = m.group(), m.end()
+        if c == "#":
+            i = text.find("\n", i)
+            if i < 0:
+                break
+        elif c in "\"'":
+            multi = text.startswith(c * 2, i)
+            if c == "'":
+                end = text.find("\'\'\'" if multi else "\'", i + 2 if multi else i)
+                if end < 0 or (not multi and "\n" in text[i:end]):
+                    break
+            else:
+                end = (_TOML_MULTI if multi else _TOML_BASIC).match(text, i + 2 if multi else i).end()
+                if not text.startswith('"' * (3 if multi else 1), end):
+                    break
+            line += text.count("\n", i, end)
+            i = end + (3 if multi else 1)
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_TOML_DEPTH:
+                return f"{line}: nested more than {MAX_TOML_DEPTH} deep"
+        elif c in "]}":
+            depth -= 1
+        if c == ".":
+            dots += 1
+            if dots > MAX_TOML_DOTS:
+                return f"{line}: a key of more than {MAX_TOML_DOTS} dotted parts"
+        elif c not in "\"'#":
+            dots = 0
+        if c == "\n":
+            line += 1
+    return None
+
+
+def read_file(path: Path, label: str, project: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
     """One settings file: its values and where each sits ("path:line (key)"). A missing file is no settings; an
-    unknown key, a bad value or broken TOML is InvalidInput naming the file and line."""
-    from envbuild.core.files import read_user
+    unknown key, a bad value or broken TOML is InvalidInput naming the file and line. `project`: a file a pull
+    request may bring (a link out of its folder is refused)."""
+    from envbuild.core.files import read_project, read_user
 
     if not path.exists() and not path.is_symlink():
         return {}, {}
@@ -314,12 +369,17 @@ def read_file(path: Path, label: str) -> tuple[dict[str, Any], dict[str, str]]:
         import tomllib
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
-    data = read_user(path, f"{label} {path}", InvalidInput, limit=MAX_FILE)
+    data = (read_project if project else read_user)(path, f"{label} {path}", InvalidInput, limit=MAX_FILE)
     try:
         text = data.decode("utf-8")
+        if (why := _toml_shape(text)) is not None:
+            raise InvalidInput(f"{shown(str(path))}:{why}: not a settings file (envbuild.toml keys are a name or "
+                               "a table's entry)")
         doc = tomllib.loads(text)
     except UnicodeDecodeError:
         raise InvalidInput(f"{shown(str(path))}: not UTF-8 text") from None
+    except RecursionError:  # a shape _toml_shape did not foresee: still bad input
+        raise InvalidInput(f"{shown(str(path))}: nested too deeply to be a settings file") from None
     except tomllib.TOMLDecodeError as exc:
         said = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)", said)
@@ -394,7 +454,7 @@ def load(matrix_path: str | os.PathLike[str] | None = None, environ: Mapping[str
     settings = Settings()
     read = []
     for label, path in (("the user's settings", user_file(env)), ("the project's settings", project_file(matrix_path))):
-        values, origins = read_file(path, label)
+        values, origins = read_file(path, label, project=label == "the project's settings")
         if values or path.exists():
             read.append(str(path))
         settings = settings.layered(values, origins)

@@ -28,6 +28,7 @@ from packaging.utils import canonicalize_name
 
 from envbuild.core.errors import LockError
 from envbuild.core.settings import mirror_url
+from envbuild.core.text import shown, unsafe_char
 
 FORMAT = 3  # 2: one lock per platform, the base named by its registry digest; 3: each file's URL beside its hash
 LAYERS = ("torch", "deps", "extras", "top")
@@ -35,8 +36,20 @@ TOP = ("transformers", "accelerate")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)\Z")
 _HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\Z")
 _URL = re.compile(r"^url: (\S+)\Z")
+# A locked file's URL: https (or http from an index the lock's inputs name), no userinfo, no odd characters; or a
+# wheel folder's file by its plain name (no folder part: the build joins it to the folder's mount).
+_FILE_URL = re.compile(r"(https?)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*"
+                       r"(?:\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?\Z")
+_WHEEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+!-]*\Z")
+MAX_JSON_LINE = 1 << 16  # an inputs or resolved line envbuild writes is a few hundred characters
 WHEELHOUSE = "wheelhouse:"  # the URL of a file the resolver took from the wheel folder: any wheel folder serves it
 WHEELHOUSE_MOUNT = "/run/wheelhouse"  # where the install steps see the build's wheel folder
+
+
+class BrokenLock(LockError):
+    """A lock file that is not one envbuild wrote (a pull request may bring any): bad input, exit 2."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -134,14 +147,23 @@ def parse(text: str, source: str) -> LockFile:
     backend, inputs, resolved, layer = None, None, {}, None
     packages: list[Locked] = []
     current: tuple[str, str, list[str], int] | None = None
+    first: dict[str, int] = {}  # each distribution's line: a lock names one once
+    http: list[tuple[int, str]] = []  # plain http URLs: allowed only from an index the inputs name
 
     def close() -> None:
         nonlocal current
         if current:
             name, version, hashes, at = current
             if not hashes:
-                raise LockError(f"{source}:{at}: {name}=={version} has no --hash (a lock pins every file by its sha256)")
-            packages.append(Locked(name, version, tuple(hashes), layer or "deps"))
+                raise BrokenLock(f"{source}:{at}: {name}=={version} has no --hash (a lock pins every file by its sha256)")
+            if layer is None:
+                raise BrokenLock(f"{source}:{at}: {name}=={version} comes before any `# layer:` line (a lock puts each "
+                                "distribution in a layer)")
+            if name in first:
+                raise BrokenLock(f"{source}:{at}: {name} is locked twice (first on line {first[name]}): a lock names "
+                                "each distribution once, in one layer")
+            first[name] = at
+            packages.append(Locked(name, version, tuple(hashes), layer))
         current = None
 
     for n, raw in enumerate(text.splitlines(), 1):
@@ -156,42 +178,102 @@ def parse(text: str, source: str) -> LockFile:
             url = _URL.match(body)
             if url:
                 if not packages or packages[-1].url:
-                    raise LockError(f"{source}:{n}: a url line without the requirement it belongs to")
+                    raise BrokenLock(f"{source}:{n}: a url line without the requirement it belongs to")
+                _check_url(url.group(1), f"{source}:{n}", packages[-1].name, http, n)
                 packages[-1] = dataclasses.replace(packages[-1], url=url.group(1))
             elif body.startswith("envbuild lock of backend "):
                 backend = body[len("envbuild lock of backend "):].split(":", 1)[0]
             elif body.startswith(("inputs:", "resolved:")):
                 key, _, value = body.partition(":")
+                if len(value) > MAX_JSON_LINE:
+                    raise BrokenLock(f"{source}:{n}: the {key} line is longer than {MAX_JSON_LINE} characters (not "
+                                    "what `envbuild lock` writes)")
                 try:
                     doc = json.loads(value)
                 except ValueError:
-                    raise LockError(f"{source}:{n}: the {key} line is not JSON") from None
+                    raise BrokenLock(f"{source}:{n}: the {key} line is not JSON") from None
+                except RecursionError:
+                    raise BrokenLock(f"{source}:{n}: the {key} line is nested too deeply to be what `envbuild lock` "
+                                    "writes") from None
                 if not isinstance(doc, dict):
-                    raise LockError(f"{source}:{n}: the {key} line is not a JSON object")
+                    raise BrokenLock(f"{source}:{n}: the {key} line is not a JSON object")
+                if (why := _json_problem(doc)) is not None:
+                    raise BrokenLock(f"{source}:{n}: the {key} line {why} (not what `envbuild lock` writes)")
                 inputs, resolved = (doc, resolved) if key == "inputs" else (inputs, doc)
             elif body.startswith("layer:"):
-                layer = body.split(":", 1)[1].strip()
-                if layer not in LAYERS:
-                    raise LockError(f"{source}:{n}: unknown layer {layer!r} (expected one of: {', '.join(LAYERS)})")
+                named = body.split(":", 1)[1].strip()
+                if named not in LAYERS:
+                    raise BrokenLock(f"{source}:{n}: unknown layer {named!r} (expected one of: {', '.join(LAYERS)})")
+                if layer is not None and LAYERS.index(named) <= LAYERS.index(layer):
+                    raise BrokenLock(f"{source}:{n}: layer {named} after layer {layer} (a lock lists each layer once, "
+                                    f"in install order: {', '.join(LAYERS)})")
+                layer = named
             continue
         hashed = _HASH.match(line)
         if hashed:
             if current is None:
-                raise LockError(f"{source}:{n}: a --hash without the requirement it belongs to")
+                raise BrokenLock(f"{source}:{n}: a --hash without the requirement it belongs to")
             current[2].append(hashed.group(1))
+        elif line.startswith("--hash"):
+            raise BrokenLock(f"{source}:{n}: a hash must read --hash=sha256:<64 lowercase hex digits>")
         else:
             close()
             pin = _PIN.match(line)
             if not pin:
-                raise LockError(f"{source}:{n}: {line[:80]!r} is not NAME==VERSION (a lock pins exact versions)")
+                raise BrokenLock(f"{source}:{n}: {line[:80]!r} is not NAME==VERSION (a lock pins exact versions)")
             current = (str(canonicalize_name(pin.group(1))), pin.group(2), [], n)
         if not continued:
             close()
     close()
     if backend is None or inputs is None:
-        raise LockError(f"{source}: not an envbuild lock (no header naming its backend and inputs): "
+        raise BrokenLock(f"{source}: not an envbuild lock (no header naming its backend and inputs): "
                         f"write it with `envbuild lock`")
+    indexes = inputs.get("indexes") if isinstance(inputs.get("indexes"), list) else []
+    served = {_origin(u) for u in indexes if isinstance(u, str) and u.startswith("http://")}
+    for n, url in http:
+        if _origin(url) not in served:
+            raise BrokenLock(f"{source}:{n}: {shown(url[:120])}: a plain http:// URL from an index the lock's inputs do "
+                            "not name (a locked file comes over https, or from the matrix's own index)")
     return LockFile(backend, inputs, resolved, tuple(packages))
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _check_url(url: str, where: str, name: str, http: list[tuple[int, str]], line: int) -> None:
+    """A locked file's URL as envbuild writes it, else a LockError naming the line (and the URL, escaped, capped)."""
+    if url.startswith(WHEELHOUSE):
+        if not _WHEEL_NAME.match(url[len(WHEELHOUSE):]) or ".." in url:
+            raise BrokenLock(f"{where}: {name}: {shown(url[:120])}: a wheel folder's file is named by its plain file "
+                            "name (wheelhouse:NAME, no folder, no '..')")
+        return
+    m = _FILE_URL.match(url)
+    if not m:
+        raise BrokenLock(f"{where}: {name}: {shown(url[:120])} is not an https URL of a file (nor wheelhouse:NAME); "
+                        "a lock fetches nothing from file:// or other schemes, and holds no credentials")
+    if m.group(1) == "http":
+        http.append((line, url))
+
+
+def _json_problem(doc: Any) -> str | None:
+    """Why a header's JSON is not made of what envbuild writes there (strings without control characters, numbers,
+    lists and objects, a platform that is a string); None when it is."""
+    for key in ("platform", "backend", "python"):
+        if key in doc and not isinstance(doc[key], (str, type(None))):
+            return f"has a {key} that is not a string"
+    stack = [doc]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str) and unsafe_char(value) is not None:
+            return "holds a control character"
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return None
 
 
 # --- from a resolution --------------------------------------------------------------------------------------

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuild.core.errors import LockError, RegistryError
-from envbuild.core.files import read_user
+from envbuild.core.files import read_project
 from envbuild.core.platform import Platform, target
 from envbuild.net import regclient
-from envbuild.image.lockfile import FORMAT, LockFile, parse
+from envbuild.image.lockfile import FORMAT, BrokenLock, LockFile, parse
 
 if TYPE_CHECKING:
     from envbuild.image.plan import BuildOptions
@@ -65,14 +65,19 @@ def base_digest(backend: Backend, base_image: str, platform: Platform, opts: Bui
     return digest
 
 
+MAX_LOCK = 16 << 20  # a lock of a few hundred distributions is tens of KB
+
+
 def read(file: Path) -> LockFile | None:
-    """The lock at `file`; None when there is none; a LockError naming the file and line when it is broken."""
+    """The lock at `file`; None when there is none; a LockError naming the file and line when it is broken. A
+    pull request may bring it: a regular file inside the locks folder (locks/<backend>/<platform>.txt), never a
+    link out of it."""
     if not file.exists() and not file.is_symlink():
         return None
     try:
-        text = read_user(file, str(file), LockError).decode("utf-8")
+        text = read_project(file, str(file), BrokenLock, limit=MAX_LOCK, within=file.parent.parent).decode("utf-8")
     except UnicodeDecodeError:
-        raise LockError(f"{file}: not UTF-8 text") from None
+        raise BrokenLock(f"{file}: not UTF-8 text") from None
     return parse(text, str(file))
 
 

@@ -21,7 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import InvalidInput, MatrixError, Problem
-from envbuild.core.files import read_user
+from envbuild.core.files import read_project
 from envbuild.core.paths import metadata_path
 
 path_for = metadata_path  # where callers of this module look for it
@@ -161,10 +161,14 @@ def _abi3(tag: str, python: str) -> bool:
 def read(path: str | Path) -> Facts | None:
     """The cache at `path`; None when there is none; a located MatrixError when it is not one."""
     p = Path(path)
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         return None
     try:
-        doc = json.loads(read_user(p, str(p), InvalidInput, limit=MAX_FACTS).decode("utf-8"))
+        raw = read_project(p, str(p), InvalidInput, limit=MAX_FACTS)
+    except InvalidInput as exc:
+        raise MatrixError([Problem(str(p), None, str(exc).split(": ", 1)[-1])]) from None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise MatrixError([Problem(str(p), getattr(exc, "lineno", None), f"not the metadata cache (JSON): {exc}; "
                                    "write it again with `envbuild metadata --refresh`")]) from None

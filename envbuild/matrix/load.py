@@ -15,7 +15,7 @@ import yaml
 from packaging.version import Version
 
 from envbuild.core.errors import EnvbuildError, MatrixError, Problem
-from envbuild.core.files import read_user
+from envbuild.core.files import read_project
 from envbuild.core.output import scrub
 from envbuild.core.paths import DEFAULT_MATRIX
 from envbuild.core.platform import Platform
@@ -576,8 +576,8 @@ def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = (), *, wi
     if not p.exists() and not p.is_symlink():
         hint = " (pass --matrix FILE, or run from the envbuild checkout)" if str(path) == DEFAULT_MATRIX else ""
         raise MatrixError([Problem(str(path), None, f"no such file{hint}")])
-    try:  # a regular file of bounded size: never a FIFO or /dev/zero
-        raw = read_user(p, str(path), limit=MAX_MATRIX)
+    try:  # a regular file of bounded size, in its folder: never a FIFO, /dev/zero or a link out
+        raw = read_project(p, str(path), limit=MAX_MATRIX)
     except EnvbuildError as exc:
         raise MatrixError([Problem(str(path), None, str(exc).split(": ", 1)[-1])]) from None
     try:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from envbuild.core.errors import InvalidInput, ManifestError
-from envbuild.core.files import exclusive, read_json, write_atomic
+from envbuild.core.files import exclusive, parse_json, read_json, read_project, write_atomic
 from envbuild.core.text import shown
-from envbuild.core.imageref import DIGEST
+from envbuild.core.imageref import DIGEST, Reference, check_repository
 from envbuild.core.shape import Each, problem
 from envbuild.smoke.runner import result_problem
 
@@ -31,17 +31,20 @@ ENTRY = {"digest": DIGEST, "smoke?": (SMOKE_SUMMARY, None), "platforms?": (Each(
          "tags?": ([str], None), "repository?": (str, None), "backend?": (str, None), "date?": (str, None),
          "failed_platforms?": (Each(str), None)}
 DEFAULT = "envbuild-manifest.json"
+MAX_MANIFEST = 16 << 20  # a manifest of every backend and platform is tens of KB
 LABEL = "dev.envbuild."
 REVISION_LABEL = "org.opencontainers.image.revision"
 
 
 def load(path: Path, *, must_exist: bool) -> dict[str, Any]:
     """{"schema": 1, "images": {backend: entry}}; a missing file is an empty manifest unless must_exist."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         if must_exist:  # a file the user named: bad input (exit 2), not the world's failure
             raise InvalidInput(f"manifest {path}: no such file (publish writes it: `envbuild publish --manifest {path}`)")
         return {"schema": SCHEMA, "images": {}}
-    doc = read_json(path, f"manifest {path}", InvalidInput)
+    # a file a pull request may bring (pick --manifest in CI): a regular file in its folder, bounded
+    doc = parse_json(read_project(path, f"manifest {path}", InvalidInput, limit=MAX_MANIFEST), f"manifest {path}",
+                     InvalidInput)
     if not isinstance(doc, dict) or not isinstance(doc.get("images"), dict):
         raise InvalidInput(f"manifest {path}: expected an object with \"schema\" and \"images\" (is this an envbuild manifest?)")
     if doc.get("schema") != SCHEMA:
@@ -50,10 +53,28 @@ def load(path: Path, *, must_exist: bool) -> dict[str, Any]:
         if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str) or not DIGEST.match(entry["digest"]):
             raise InvalidInput(f"manifest {path}: images.{shown(name)}: expected an entry with a \"digest\" such as "
                                "sha256:<64 hex>")
-        why = problem(entry, ENTRY, f"images.{shown(name)}")
+        why = problem(entry, ENTRY, f"images.{shown(name)}") or _reference_problem(entry, f"images.{shown(name)}")
         if why:
             raise InvalidInput(f"manifest {path}: {why} (as `envbuild publish` writes it; publish again to rewrite it)")
     return doc
+
+
+def _reference_problem(entry: dict[str, Any], where: str) -> str | None:
+    """Why an entry's repository or tags are not what an image reference holds (they reach pick's stdout, which
+    scripts run): None when they are."""
+    if entry.get("repository") is not None:
+        try:
+            check_repository(entry["repository"], "repository")
+        except InvalidInput:
+            return f"{where}.repository: {shown(entry['repository'][:120])!r} is not an image repository"
+    for ref in entry.get("tags") or []:
+        try:
+            if not ref.isascii():
+                raise InvalidInput(ref)
+            Reference.parse(ref)
+        except InvalidInput:
+            return f"{where}.tags: {shown(ref[:120])!r} is not an image reference"
+    return None
 
 
 def record(path: Path, entry: dict[str, Any], echo: Callable[[str], None] | None = None) -> None:

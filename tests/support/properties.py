@@ -5,6 +5,8 @@ set, the examples are derandomized, so a CI failure reproduces."""
 from __future__ import annotations
 
 import os
+from datetime import timedelta
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings, strategies as st
 
@@ -38,3 +40,53 @@ def own_error(call):
     except EnvbuildError as exc:
         assert clean(str(exc)), repr(str(exc))
         return None
+
+
+# --- Files a pull request brings (matrix, settings, locks, manifests, caches): any bytes, any kind of file -------
+
+SECRET = "PLANTED-S3CRET-do-not-print"  # what a private file outside the project holds: never printed
+# Bounded in time too: each example is read in milliseconds; a parse that is quadratic or unbounded (a key of
+# thousands of dots once took tomllib minutes) passes any deadline. Far above a slow shared machine's time.
+FILES = settings(PROPS, deadline=timedelta(seconds=20))
+# Pieces hostile files are made of: deep nesting, dotted-key bombs, NULs, invalid UTF-8, escapes, quotes, the secret.
+BOMBS = [b"[" * 5000, b"{" * 5000, b"a=" + b"[" * 3000, b"a=" + b"{b=" * 2000, b"k" + b".k" * 30000 + b"=1\n",
+         b'# inputs: ' + b"[" * 5000, b"# inputs: " + b'{"a":' * 3000, b"\x00", b"\xff\xfe\xfd", b"\xed\xa0\x80",
+         b"\x1b[2J", "\u202e\u2028".encode(), b"'''", b'"""', b"\\", b"\n", b"\r\n", b"#", b"&a [*a,*a]\n",
+         b"file:///etc/passwd", b"wheelhouse:../x", b"http://", b"--hash=sha256:", SECRET.encode()]
+PIECE = st.one_of(st.sampled_from(BOMBS), st.binary(max_size=64), HOSTILE.map(lambda t: t.encode("utf-8", "surrogatepass")))
+KINDS = ["file"] * 8 + ["link out", "loop", "fifo", "link to nothing"]
+
+
+def file_bytes(template: bytes) -> st.SearchStrategy[bytes]:
+    """Any bytes, or a good file (`template`) with a stretch replaced by hostile pieces."""
+    at = st.integers(0, len(template))
+    spliced = st.builds(lambda a, b, pieces: template[:min(a, b)] + b"".join(pieces) + template[max(a, b):],
+                        at, at, st.lists(PIECE, min_size=1, max_size=3))
+    return st.one_of(st.binary(max_size=512), spliced, spliced, st.lists(PIECE, max_size=4).map(b"".join))
+
+
+def plant(path: Path, kind: str, data: bytes, private: Path) -> None:
+    """Put at `path` a file of `kind`: `data`, or a link out to `private` (which holds SECRET), a link in a loop,
+    a FIFO, a link to nothing."""
+    if os.path.lexists(path):
+        path.unlink()
+    private.write_text(f"{SECRET}\n{SECRET}: {SECRET}\n")
+    if kind == "file":
+        path.write_bytes(data)
+    elif kind == "link out":
+        path.symlink_to(private)
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(path.parent / "gone")
+
+
+def exits_cleanly(result) -> None:
+    """A CLI result (click's) of any input: exit 0, 1 or 2, no traceback, no secret, messages clean."""
+    said = result.stdout + (result.stderr if result.stderr_bytes is not None else "")
+    assert result.exit_code in (0, 1, 2), (result.exit_code, said[-2000:])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in said and "internal error" not in said and SECRET not in said, said[-2000:]
+    assert clean(result.stderr), repr(result.stderr[-500:])

@@ -496,3 +496,105 @@ def test_lock_check_through_the_cli_leaves_the_folder_as_it_was(invoke, tmp_path
     before = _snapshot(tmp_path)
     result = invoke("lock", "--check", "--matrix", MATRIX_PATH, "--wheelhouse", wheels)
     assert result.exit_code in (0, 1, 2) and _snapshot(tmp_path) == before and not (tmp_path / ".envbuild").exists()
+
+
+NUMPY_URL = "https://files.example/numpy-2.4.6-py3-none-any.whl"
+NUMPY_HASH = "--hash=sha256:" + "6e756d70796e756d70796e756d70796e756d70796e756d70796e756d70796e75"
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda t: t.replace(NUMPY_URL, "file:///etc/passwd"), "numpy: file:///etc/passwd is not an https URL"),
+    (lambda t: t.replace(NUMPY_URL, "http://files.example/numpy.whl"), "a plain http:// URL from an index the lock's"),
+    (lambda t: t.replace(NUMPY_URL, "https://bob:S3cret@files.example/numpy.whl"), "is not an https URL"),
+    (lambda t: t.replace(NUMPY_URL, "wheelhouse:../../etc/passwd"), "wheelhouse:../../etc/passwd: a wheel folder's file"),
+    (lambda t: t.replace(NUMPY_URL, "wheelhouse:/etc/passwd"), "a wheel folder's file is named by its plain file name"),
+    (lambda t: t.replace(NUMPY_URL, "wheelhouse:sub/numpy.whl"), "a wheel folder's file is named by its plain file name"),
+    (lambda t: t.replace(NUMPY_HASH, "--hash=md5:" + "0" * 32), "a hash must read --hash=sha256:<64 lowercase hex digits>"),
+    (lambda t: t.replace(NUMPY_HASH, "--hash=sha256:" + "A" * 64), "a hash must read --hash=sha256"),
+    (lambda t: t.replace("# layer: top\n", "# layer: top\nnumpy==2.4.6 \\\n    --hash=sha256:" + "1" * 64 + "\n"),
+     "numpy is locked twice (first on line"),
+    (lambda t: t.replace("# layer: extras\n", "# layer: extras\n# layer: deps\n"), "layer deps after layer extras"),
+    (lambda t: t.replace("# layer: torch\n", ""), "comes before any `# layer:` line"),
+    (lambda t: t.replace("# inputs: {", "# inputs: " + "[" * 100_000 + "{"), "the inputs line is longer than"),
+    (lambda t: t.replace("# inputs: {", "# inputs: {\"x\": " + "[" * 20_000 + "]" * 20_000 + ", "), "nested too deeply"),
+    (lambda t: t.replace('"linux/amd64"', '["linux/amd64"]'), "the resolved line has a platform that is not a string"),
+    (lambda t: t.replace('"cpu", "format"', '"cpu\\u001b[2J", "format"'), "the inputs line holds a control character"),
+])
+def test_the_body_of_a_lock_is_checked_line_by_line(change, fragment):
+    """A pull request may bring any lock: a file URL outside https (or the matrix's own index), a wheel folder name
+    with a folder part, a distribution twice, a hash not sha256, layers out of order: each names its line."""
+    text = change(made().text())
+    with pytest.raises(lockfile.BrokenLock) as caught:
+        lockfile.parse(text, "locks/cpu/linux-amd64.txt")
+    message = str(caught.value)
+    assert fragment in message, message
+    assert message.startswith("locks/cpu/linux-amd64.txt:") and caught.value.exit_code == 2
+    line = int(message.split(":")[1])
+    if "inputs" not in fragment and "resolved" not in fragment and "twice" not in fragment:
+        wrong = text.splitlines()[line - 1]  # the line named is the one changed
+        assert wrong not in made().text().splitlines() or "layer" in fragment, wrong
+
+
+def test_a_plain_http_url_is_taken_from_an_index_the_lock_names():
+    """A local index over http (a test index on loopback, a site's own) is the matrix's choice, in the inputs."""
+    inputs = {**INPUTS, "indexes": ["http://127.0.0.1:8080/simple"]}
+    text = made(inputs=inputs).text().replace(NUMPY_URL, "http://127.0.0.1:8080/files/numpy-2.4.6-py3-none-any.whl")
+    assert lockfile.parse(text, "locks/cpu.txt").pins()["numpy"] == "2.4.6"
+    with pytest.raises(lockfile.BrokenLock, match="a plain http:// URL"):
+        lockfile.parse(text.replace("127.0.0.1:8080/files", "127.0.0.1:8081/files"), "locks/cpu.txt")
+
+
+def _check_args(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr("envbuild.core.platform.host_platform", lambda *a: AMD64)
+    locks_dir = tmp_path / "locks"
+    (locks_dir / "cpu").mkdir(parents=True)
+    args = ["--matrix", MATRIX_PATH, "--locks", locks_dir, "--no-ca-bundle", "--set", f"backends.cpu.base_image={PINNED}",
+            "--platform", AMD64]
+    current = made(inputs=locks.inputs(MATRIX, CPU, AMD64, "sha256:" + "a" * 64))
+    return locks_dir / "cpu" / "linux-amd64.txt", args, current.text()
+
+
+def test_lock_check_reads_the_body(invoke, tmp_path, closed_socket, monkeypatch):
+    """The check CI runs on a pull request: an otherwise current lock whose body fetches a file from file:// is
+    refused, exit 2, naming the file and line."""
+    file, args, text = _check_args(tmp_path, monkeypatch)
+    file.write_text(text)
+    assert invoke("lock", "--check", *args).exit_code == 0
+    file.write_text(text.replace(NUMPY_URL, "file:///etc/passwd"))
+    bad = invoke("lock", "--check", *args)
+    line = next(n for n, ln in enumerate(file.read_text().splitlines(), 1) if "file:///" in ln)
+    assert bad.exit_code == 2 and f"{file}:{line}: numpy: file:///etc/passwd is not an https URL" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("kind", ["link out", "loop", "fifo", "link to nothing"])
+def test_a_lock_that_is_no_regular_file_of_the_locks_folder_is_refused_unquoted(invoke, tmp_path, closed_socket,
+                                                                               monkeypatch, kind):
+    """A lock that links to a private file: refused by name, exit 2, nothing of that file quoted (CI's log is
+    public); a loop, a FIFO (never waited on) and a dangling link alike."""
+    import os
+
+    file, args, _ = _check_args(tmp_path, monkeypatch)
+    private = tmp_path / "private.txt"
+    private.write_text("SECRET-LINE-OF-A-PRIVATE-FILE\n")
+    if kind == "link out":
+        file.symlink_to(private)
+    elif kind == "loop":
+        file.symlink_to(file.name)
+    elif kind == "fifo":
+        os.mkfifo(file)
+    else:
+        file.symlink_to(tmp_path / "gone.txt")
+    bad = invoke("lock", "--check", *args)
+    said = bad.stdout + bad.stderr
+    assert bad.exit_code == 2 and str(file) in said and "give a regular file" in said, said
+    assert "SECRET" not in said and "Traceback" not in said
+
+
+def test_a_link_inside_the_locks_folder_is_followed(tmp_path):
+    """A lock may link to another in the same locks folder (one platform's lock shared): that is no way out."""
+    (tmp_path / "locks" / "cpu").mkdir(parents=True)
+    (tmp_path / "locks" / "shared.txt").write_text(made().text())
+    (tmp_path / "locks" / "cpu" / "linux-amd64.txt").symlink_to(tmp_path / "locks" / "shared.txt")
+    assert locks.read(tmp_path / "locks" / "cpu" / "linux-amd64.txt") == made()

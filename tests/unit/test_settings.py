@@ -9,7 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 from support.constants import MATRIX
+from support.properties import FILES, KINDS, SECRET, exits_cleanly, file_bytes, own_error, plant
 
 from envbuild.core import settings
 from envbuild.core.errors import InvalidInput
@@ -211,3 +213,77 @@ def test_the_most_specific_registry_mirror_is_taken_whichever_layer_said_it():
     site = site.with_flags(registry_mirrors=("docker.io=hub.corp",))
     assert mirror("debian:12", site.registry_mirrors) == "lib.corp/debian:12"
     assert mirror("nvidia/cuda:12", site.registry_mirrors) == "hub.corp/nvidia/cuda:12"
+
+
+# --- Files a pull request brings: envbuild.toml read as untrusted (issue 51) -----------------------------------
+
+SETTINGS_TEXT = (b'wheelhouse = "wheels"\nbase_images = "lib.corp"\n\n[registry_mirrors]\n"docker.io" = "hub.corp"\n'
+                 b'\n[index_mirrors]\n"https://download.pytorch.org/whl" = "https://mirror.corp/torch"\n')
+
+
+def _project(tmp_path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    shutil.copy(MATRIX, project / "matrix.yaml")
+    return project
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("a" + ".a" * 50_000 + " = 1\n", "envbuild.toml:1: a key of more than 16 dotted parts"),
+    ('wheelhouse = "w"\n[t]\n' + "k." * 20 + "k = 1\n", "envbuild.toml:3: a key of more than 16 dotted parts"),
+    ("a = " + "[" * 100_000 + "\n", "envbuild.toml:1: nested more than 16 deep"),
+    ("a = " + "{b = " * 5_000 + "1" + "}" * 5_000 + "\n", "envbuild.toml:1: nested more than 16 deep"),
+    ("[" * 3000 + "a" + "]" * 3000, "nested more than 16 deep"),
+])
+def test_a_settings_file_nested_or_dotted_past_reason_is_refused_before_parsing(tmp_path, text, fragment):
+    """A 100 KB file of one dotted key took tomllib about 100 s (quadratic), deep nesting overflowed its stack
+    (exit 70): both exit 2, said with the line, before tomllib sees them."""
+    path = tmp_path / "envbuild.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidInput, match=fragment.replace(".", r"\.")):
+        settings.read_file(path, "the project's settings", project=True)
+
+
+def test_strings_and_comments_hold_any_dots_and_brackets():
+    """What is inside a string or a comment is no key and no nesting: a URL of many dots, brackets in a value."""
+    text = ('# a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r [[[[[[[[[[[[[[[[[[[[\n[index_mirrors]\n'
+            '"https://a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r/s" = "https://m.corp/[[[[[[[[[[[[[[[[[[[[["\n'
+            "x = '''\n" + "[" * 40 + "\n'''\n" + 'y = """\\"""' + "." * 40 + '"""\n' + "z = [1.5, 2.5, 3.5]\n")
+    assert settings._toml_shape(text) is None
+
+
+@pytest.mark.parametrize("kind", ["link out", "loop", "fifo", "link to nothing"])
+def test_a_project_settings_file_that_is_no_regular_file_in_its_folder_exits_2_unquoted(tmp_path, invoke, kind):
+    project = _project(tmp_path)
+    plant(project / "envbuild.toml", kind, b"", tmp_path / "private.toml")
+    result = invoke("config", "--matrix", project / "matrix.yaml")
+    assert result.exit_code == 2 and "envbuild.toml" in result.stderr and "give a regular file" in result.stderr
+    assert SECRET not in result.output, result.output
+
+
+def test_the_users_own_settings_may_be_a_link_to_their_dotfiles(tmp_path, monkeypatch):
+    """The user's file is theirs, not a pull request's: a link to a dotfiles folder is followed."""
+    dotfiles, xdg = tmp_path / "dotfiles", tmp_path / "xdg"
+    dotfiles.mkdir()
+    (xdg / "envbuild").mkdir(parents=True)
+    (dotfiles / "envbuild.toml").write_text('registry = "ghcr.io/me/images"\n')
+    (xdg / "envbuild" / "config.toml").symlink_to(dotfiles / "envbuild.toml")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    assert settings.load(_project(tmp_path) / "matrix.yaml").values["registry"] == "ghcr.io/me/images"
+
+
+@FILES
+@given(file_bytes(SETTINGS_TEXT))
+def test_any_bytes_as_a_settings_file_are_read_or_refused(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("settings") / "envbuild.toml"
+    path.write_bytes(data)
+    own_error(lambda: settings.read_file(path, "the project's settings", project=True))
+
+
+@FILES
+@given(file_bytes(SETTINGS_TEXT), st.sampled_from(KINDS))
+def test_any_envbuild_toml_exits_0_1_or_2_and_prints_no_secret(tmp_path_factory, invoke, data, kind):
+    tmp = tmp_path_factory.mktemp("site")
+    project = _project(tmp)
+    plant(project / "envbuild.toml", kind, data, tmp / "private.toml")
+    exits_cleanly(invoke("config", "--matrix", project / "matrix.yaml"))

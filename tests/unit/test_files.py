@@ -54,14 +54,15 @@ def test_special_files_are_never_waited_on_or_read_whole(specials, tmp_path):
     for special in specials:
         for args in (["validate", "--matrix", str(special)], ["summary", str(special)]):
             proc = _timed(*args)
-            assert proc.returncode == 2 and "not a regular file" in proc.stderr, (args, proc.stderr)
+            # a link to /dev/zero beside the matrix leads out of the project: refused as that, unread
+            assert proc.returncode == 2 and "give a regular file" in proc.stderr, (args, proc.stderr)
     from envbuild.core.errors import InvalidInput
     from envbuild.ship import manifest
 
     for special in specials:
         with pytest.raises(InvalidInput, match="not a regular file"):
             manifest.load_smoke_results(special)
-        with pytest.raises(InvalidInput, match="not a regular file"):
+        with pytest.raises(InvalidInput, match="give a regular file"):
             manifest.load(special, must_exist=True)
 
 
@@ -136,3 +137,28 @@ def test_write_all_puts_back_new_files_too(k, monkeypatch, tmp_path):
     monkeypatch.undo()
     assert snapshot(tmp_path) == before
     assert write_all(files) and snapshot(tmp_path) == {n: f"new {n}".encode() for n in ("a.txt", "b.txt", "c.txt", "d.txt")}
+
+
+def test_a_project_file_is_a_regular_file_in_its_folder(tmp_path):
+    """read_project: the door for files a pull request brings. A link inside its folder (or `within`) is followed;
+    one out of it, in a loop or to nothing is refused by name, and nothing of the target is read."""
+    from envbuild.core.errors import EnvbuildError
+    from envbuild.core.files import read_project
+
+    project, outside = tmp_path / "project", tmp_path / "private.txt"
+    (project / "sub").mkdir(parents=True)
+    outside.write_text("PRIVATE")
+    (project / "real.txt").write_text("mine")
+    (project / "in.txt").symlink_to("real.txt")
+    (project / "sub" / "up.txt").symlink_to("../real.txt")
+    (project / "out.txt").symlink_to(outside)
+    (project / "loop.txt").symlink_to("loop.txt")
+    (project / "gone.txt").symlink_to("nothing.txt")
+    assert read_project(project / "in.txt", "in") == b"mine"
+    assert read_project(project / "sub" / "up.txt", "up", within=project) == b"mine"
+    for name, said in (("out.txt", "a symbolic link that leads out of"), ("loop.txt", "a symbolic link in a loop"),
+                       ("gone.txt", "a symbolic link to nothing"), ("sub/up.txt", "leads out of"),
+                       ("missing.txt", "cannot read: No such file")):
+        with pytest.raises(EnvbuildError, match=said) as caught:
+            read_project(project / name, name)
+        assert "PRIVATE" not in str(caught.value) and str(caught.value).startswith(f"{name}: ")

@@ -14,7 +14,7 @@ from envbuild.matrix import stacks
 from envbuild.matrix.stacks import cuda
 import re
 from hypothesis import given, strategies as st
-from support.properties import HEAVY, HOSTILE, PROPS
+from support.properties import FILES, HEAVY, HOSTILE, KINDS, PROPS, exits_cleanly, file_bytes, plant
 
 NVRM = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
 
@@ -129,3 +129,31 @@ def test_a_host_file_full_of_anything_gives_a_printable_version(tmp_path_factory
         (root / rel).write_text(f"Version={text}\n" if "Ascend" in rel else text, encoding="utf-8", errors="surrogatepass")
     found = stacks.read_driver(driver, root, path_env="", runner=lambda argv: None)
     assert found.version is None or (found.version.isascii() and found.version.isprintable() and len(found.version) <= 64)
+
+
+# Every host file a reader of a fake root reads (pick --root): a driver's version, a GPU's sysfs attributes.
+HOST_FILES = {
+    "proc/driver/nvidia/version": NVRM.encode(), "sys/module/nvidia/version": b"535.104.05\n",
+    "sys/module/amdgpu/version": b"6.8.5\n", "sys/module/neuron/version": b"2.19.64.0\n",
+    "sys/module/habanalabs/version": b"1.18.0-ee698fb\n", "usr/local/Ascend/driver/version.info": b"Version=24.1.rc3\n",
+    "sys/class/kfd/kfd/topology/nodes/1/properties": b"gfx_target_version 90402\n",
+    "sys/bus/pci/devices/0000:01:00.0/vendor": b"0x10de\n", "sys/bus/pci/devices/0000:01:00.0/class": b"0x030200\n",
+    "sys/bus/pci/devices/0000:01:00.0/device": b"0x2330\n", "sys/class/drm/renderD128/device/vendor": b"0x1002\n",
+}
+BACKENDS = ["cuda", "rocm", "neuron", "hpu", "npu", "cpu"]
+
+
+@FILES
+@given(st.sampled_from(BACKENDS), st.sampled_from(sorted(HOST_FILES)), st.sampled_from(KINDS), st.data())
+def test_any_host_file_gives_pick_exit_0_1_or_2_and_no_secret(tmp_path_factory, invoke, backend, rel, kind, data):
+    """Any bytes (or a FIFO, a loop, a link to a private file) where pick reads a host's driver or GPU: an answer
+    or a clean refusal, never a traceback, never a private file's content."""
+    from support.hosts import VENDORS, make_root
+
+    tmp = tmp_path_factory.mktemp("host")
+    root = make_root(tmp, *(VENDORS[backend] if backend in VENDORS else ((), (), None)))
+    for other, text in HOST_FILES.items():
+        (root / other).parent.mkdir(parents=True, exist_ok=True)
+        (root / other).write_bytes(text)
+    plant(root / rel, kind, data.draw(file_bytes(HOST_FILES[rel])), tmp / "private.txt")
+    exits_cleanly(invoke("pick", "--root", root, *data.draw(st.sampled_from([["--json"], [], ["--backend", "cuda"]]))))

@@ -8,8 +8,10 @@ import hashlib
 import json
 
 import pytest
+from hypothesis import given, strategies as st
 from support.constants import FIXED, MATRIX as MATRIX_PATH
 from support.fakes import REPORT, FakeEngine
+from support.properties import FILES, KINDS, exits_cleanly, file_bytes, own_error, plant
 
 from envbuild.engine import docker as docker_engine
 from envbuild.image import lockstate as locks
@@ -548,7 +550,7 @@ def _check_args(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.setattr("envbuild.core.platform.host_platform", lambda *a: AMD64)
     locks_dir = tmp_path / "locks"
-    (locks_dir / "cpu").mkdir(parents=True)
+    (locks_dir / "cpu").mkdir(parents=True, exist_ok=True)
     args = ["--matrix", MATRIX_PATH, "--locks", locks_dir, "--no-ca-bundle", "--set", f"backends.cpu.base_image={PINNED}",
             "--platform", AMD64]
     current = made(inputs=locks.inputs(MATRIX, CPU, AMD64, "sha256:" + "a" * 64))
@@ -598,3 +600,22 @@ def test_a_link_inside_the_locks_folder_is_followed(tmp_path):
     (tmp_path / "locks" / "shared.txt").write_text(made().text())
     (tmp_path / "locks" / "cpu" / "linux-amd64.txt").symlink_to(tmp_path / "locks" / "shared.txt")
     assert locks.read(tmp_path / "locks" / "cpu" / "linux-amd64.txt") == made()
+
+
+@FILES
+@given(file_bytes(made().text().encode()))
+def test_any_bytes_as_a_lock_are_read_or_refused(data):
+    lock = own_error(lambda: lockfile.parse(data.decode("utf-8", "replace"), "locks/cpu/linux-amd64.txt"))
+    if lock is not None:  # what is read back is what the checks promise
+        assert len({p.name for p in lock.packages}) == len(lock.packages)
+        assert all(p.url.startswith(("https://", "http://", lockfile.WHEELHOUSE)) or not p.url for p in lock.packages)
+        assert all("/" not in p.filename and ".." not in p.filename for p in lock.packages if p.url.startswith("wheel"))
+
+
+@FILES
+@given(st.data())
+def test_any_lock_file_gives_lock_check_exit_0_1_or_2_and_no_secret(invoke, tmp_path_factory, monkeypatch, data):
+    tmp = tmp_path_factory.mktemp("check")
+    file, args, text = _check_args(tmp, monkeypatch)
+    plant(file, data.draw(st.sampled_from(KINDS)), data.draw(file_bytes(text.encode())), tmp / "private.txt")
+    exits_cleanly(invoke("lock", "--check", *args))

@@ -8,7 +8,7 @@ from support.constants import MATRIX
 from envbuild.core.errors import InvalidInput
 from hypothesis import given, strategies as st
 from support.constants import FIXED
-from support.properties import HEAVY, HOSTILE, JSON, own_error
+from support.properties import FILES, HEAVY, HOSTILE, JSON, KINDS, SECRET, clean, file_bytes, own_error, plant
 
 
 # --- Signed is not well-formed: the shape of what is read back is checked before use (from test_shapes.py)
@@ -124,3 +124,58 @@ def test_index_from_manifests_of_the_wrong_shape_exit_2(tmp_path):
         doc = {"images": {"cpu": {"repository": "reg/x", "platforms": platforms}}}
         with pytest.raises(InvalidInput):
             _joined(b, "reg/x", [doc], (tmp_path / "m.json",))
+
+
+# --- Files a pull request brings: the manifest read as untrusted (issue 51) ------------------------------------
+
+GOOD = {"schema": 1, "images": {"cpu": {"digest": DIGEST, "repository": "ghcr.io/org/envbuild", "backend": "cpu",
+                                        "tags": ["ghcr.io/org/envbuild:cpu", "ghcr.io/org/envbuild:cpu-2.15.0"]}}}
+
+
+@pytest.mark.parametrize("field, value", [
+    ("repository", "ghcr.io/org/x\nrm -rf /"), ("repository", "ghcr.io/org/$(id)"), ("repository", "ghcr.io/org/x y"),
+    ("repository", "ghcr.io/org/'x'"), ("repository", "ghcr.io/org/x:cpu"), ("repository", "ghcr.io/org/\uff58"),
+    ("tags", ["ghcr.io/org/x:cpu\n$(id)"]), ("tags", ["ghcr.io/org/x:\u0663"]),
+])
+def test_a_manifest_whose_repository_or_tags_are_no_image_reference_is_refused(tmp_path, field, value):
+    """What pick prints for scripts comes from the manifest: a repository with a newline, $(), quotes or spaces
+    is refused when the file is read, exit 2, escaped."""
+    from envbuild.ship import manifest
+
+    doc = json.loads(json.dumps(GOOD))
+    doc["images"]["cpu"][field] = value
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InvalidInput, match=rf"images\.cpu\.{field}: .* is not an image re"):
+        manifest.load(path, must_exist=True)
+    path.write_text(json.dumps(GOOD))
+    assert manifest.load(path, must_exist=True) == GOOD
+
+
+@pytest.mark.parametrize("kind", ["link out", "loop", "fifo", "link to nothing"])
+def test_a_manifest_that_is_no_regular_file_in_its_folder_is_refused_unquoted(tmp_path, kind):
+    from envbuild.ship import manifest
+
+    (tmp_path / "project").mkdir()
+    path = tmp_path / "project" / "envbuild-manifest.json"
+    plant(path, kind, b"", tmp_path / "private.json")
+    with pytest.raises(InvalidInput) as caught:
+        manifest.load(path, must_exist=True)
+    assert "give a regular file" in str(caught.value) and SECRET not in str(caught.value)
+
+
+@FILES
+@given(file_bytes(json.dumps(GOOD, indent=2).encode()), st.sampled_from(KINDS))
+def test_any_manifest_file_loads_or_is_refused_and_prints_no_secret(tmp_path_factory, data, kind):
+    from envbuild.ship import manifest
+
+    tmp = tmp_path_factory.mktemp("manifest")
+    (tmp / "project").mkdir()
+    plant(tmp / "project" / "m.json", kind, data, tmp / "private.json")
+    try:
+        doc = manifest.load(tmp / "project" / "m.json", must_exist=True)
+    except InvalidInput as exc:
+        assert SECRET not in str(exc) and clean(str(exc)), str(exc)
+        return
+    for entry in doc["images"].values():  # what pick may print is an image reference
+        assert entry.get("repository") is None or entry["repository"].isascii() and entry["repository"].isprintable()

@@ -21,7 +21,7 @@ from envbuild import matrix
 from envbuild.core.errors import MatrixError, NotContainerizableError, Problem, UnknownBackendError
 import yaml
 from hypothesis import assume, given, strategies as st
-from support.properties import HEAVY, HOSTILE, JSON, PROPS, own_error
+from support.properties import FILES, HEAVY, HOSTILE, JSON, KINDS, PROPS, SECRET, exits_cleanly, file_bytes, own_error, plant
 from support.hostile import SECRET_FORMS, SHAPES
 import os
 import json
@@ -744,3 +744,33 @@ def test_a_hand_edited_metadata_cache_is_refused_with_its_field_not_a_crash(dist
     result = invoke("validate", "--matrix", tmp_path / "matrix.yaml")
     assert result.exit_code == 2, result.stderr
     assert "matrix.metadata.json: not a metadata cache envbuild wrote: distributions.transformers" in result.stderr
+
+
+# --- Files a pull request brings: matrix.yaml read as untrusted (issue 51) -------------------------------------
+
+@pytest.mark.parametrize("kind", ["link out", "loop", "fifo", "link to nothing"])
+def test_a_matrix_that_is_no_regular_file_in_its_folder_exits_2_unquoted(tmp_path, invoke, kind):
+    """`validate --matrix` of a link in a loop was exit 70 (Path.resolve); a link out of the project is not followed
+    (nothing of its target is quoted), a FIFO never waited on."""
+    project = tmp_path / "project"
+    project.mkdir()
+    plant(project / "matrix.yaml", kind, b"", tmp_path / "private.yaml")
+    result = invoke("validate", "--matrix", project / "matrix.yaml")
+    assert result.exit_code == 2, result.output
+    assert "matrix.yaml" in result.stderr and "give a regular file" in result.stderr, result.stderr
+    assert SECRET not in result.output
+
+
+def test_a_matrix_may_link_to_a_file_in_its_own_folder(tmp_path, invoke):
+    (tmp_path / "real.yaml").write_text(REPO_MATRIX.read_text())
+    (tmp_path / "matrix.yaml").symlink_to("real.yaml")
+    assert invoke("validate", "--matrix", tmp_path / "matrix.yaml").exit_code == 0
+
+
+@FILES
+@given(st.data())
+def test_any_matrix_file_gives_validate_exit_0_1_or_2_and_no_secret(tmp_path_factory, invoke, data):
+    tmp = tmp_path_factory.mktemp("matrix")
+    kind, raw = data.draw(st.sampled_from(KINDS)), data.draw(file_bytes(MATRIX_TEXT.encode()))
+    plant(tmp / "matrix.yaml", kind, raw, tmp / "private.yaml")
+    exits_cleanly(invoke("validate", "--matrix", tmp / "matrix.yaml"))

@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 from support.constants import MATRIX as MATRIX_PATH
+from support.properties import FILES, JSON, clean
 
 from envbuild.engine import select as engine_select
 from envbuild.engine import podman
@@ -350,3 +352,26 @@ def test_run_dry_run_prints_the_line_podman_is_given(tmp_path, monkeypatch):
     runs.run(m, m.backend("cuda"), runs.RunOptions(mount_workdir=False, command=["nvidia-smi"]), Engine(), dry_run=True,
              out=out)
     assert out.getvalue().startswith("docker run ") and "--gpus" in out.getvalue()
+
+
+# --- Answers from another program: any JSON (or none) from podman is data of unknown shape (issue 51) ----------
+
+ASKS = [("version", ()), ("info", ()), ("runtimes", ()), ("image", ("reg.example/x:1",)), ("container_list", ("l",)),
+        ("dangling_images", ("l",))]
+
+
+@FILES
+@given(st.sampled_from(ASKS), st.one_of(JSON.map(json.dumps), st.binary(max_size=200).map(lambda b: b.decode("utf-8", "replace")),
+                                      st.sampled_from(["[" * 5000, '{"Client":' * 3000, "null", "[]", '"x"', "1e999"])))
+def test_any_answer_from_podman_is_read_or_refused_with_an_engine_error(ask, answer):
+    """`podman version`, `info`, `image inspect`, `ps` and `images` answering JSON of any shape (a list, strings
+    for objects, very deep) or none: a value, or envbuild's own clean error, never an internal error."""
+    from envbuild.core.errors import EnvbuildError
+
+    engine = podman.Podman(exe="/bin/false")
+    engine._run = lambda what, args, **kw: answer
+    name, args = ask
+    try:
+        getattr(engine, name)(*args)
+    except EnvbuildError as exc:
+        assert clean(str(exc)), repr(str(exc))

@@ -177,7 +177,7 @@ def run(argv: list[str]) -> tuple[Node, int]:
     from envbuild.cli import main
 
     recorder = Recorder()
-    sys.argv = ["envbuild", *argv]
+    saved, sys.argv = sys.argv, ["envbuild", *argv]
     code = 0
     threading.setprofile(recorder)
     sys.setprofile(recorder)
@@ -188,6 +188,7 @@ def run(argv: list[str]) -> tuple[Node, int]:
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
+        sys.argv = saved
     folders(recorder.root)
     return recorder.root, code
 

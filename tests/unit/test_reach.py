@@ -24,6 +24,8 @@ from envbuild.host import doctor
 from envbuild.report.report import doctor_text
 
 BUDGET = 2.0
+TORCH_PAGE = b"".join(b'<a href="/f/torch-2.15.0%2Bcpu-cp311-cp311-manylinux_2_28_' + a + b'.whl#sha256=00">x</a>\n'
+                      for a in (b"x86_64", b"aarch64"))
 
 
 class _Answer(http.server.BaseHTTPRequestHandler):
@@ -31,7 +33,8 @@ class _Answer(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 - http.server's name
         type(self).seen.append(self.path)
-        body = b"<html><body></body></html>"
+        # a torch page holds the pinned CPU build (the preflight reads it); any other page is empty
+        body = TORCH_PAGE if self.path.endswith("/torch/") else b"<html><body></body></html>"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

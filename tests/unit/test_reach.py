@@ -5,6 +5,7 @@ answers, one that answers 200 (and one that serves as a proxy)."""
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import time
 from dataclasses import replace
@@ -252,3 +253,127 @@ def test_one_reachability_check_names_a_registry_that_gives_no_answer_in_seconds
     assert netprobe.unreachable(silent.removeprefix("http://"), environ={}, budget=BUDGET) in (
         "no answer (timed out)", f"no answer within {BUDGET:.0f} s")
     assert time.monotonic() - start < 5 * BUDGET
+
+
+# --- the torch pin: is its build where the backend takes it from? -----------------------------------------------
+
+X86 = "cp311-cp311-manylinux_2_28_x86_64"
+ARM = "cp311-cp311-manylinux_2_28_aarch64"
+
+
+@pytest.fixture
+def pypi(tmp_path):
+    """A PEP 503 index on loopback holding PyPI's kind of torch 2.15.0: no `+cpu` on x86_64 (the CUDA build)."""
+    from support.pyindex import SimpleIndex
+
+    with SimpleIndex(tmp_path / "index") as index:
+        index.add("torch", "2.15.0", tag=X86)
+        index.add("torch", "2.15.0", tag=ARM)
+        index.add("pip", "25.0")
+        yield index
+
+
+def wheel_folder(tmp_path, *versions: str, tag: str = X86):
+    from support.pyindex import make_wheel
+
+    folder = tmp_path / "wheels"
+    folder.mkdir(exist_ok=True)
+    for version in versions:
+        make_wheel(folder, "torch", version, tag=tag)
+    return folder
+
+
+def test_pypi_as_the_cpu_torch_source_is_refused_before_any_download_naming_the_cpu_index(m, pypi):
+    """The bug: PyPI answered, doctor said "Can build cpu", the lock fetched 3 GB of CUDA torch, then blamed PyPI."""
+    matrix, cpu = cpu_with(m, pypi.url, pypi.url)
+    with pytest.raises(UnreachableError) as caught:
+        reach.require(matrix, cpu, what="locking cpu", platform="linux/amd64", budget=BUDGET, environ={})
+    said = str(caught.value)
+    assert (f"locking cpu: torch 2.15.0+cpu (cpu's pin) for linux/amd64, Python 3.11 is not in the index {pypi.url}; "
+            "the index holds torch 2.15.0 (torch 2.15.0 there is not a CPU build") in said
+    assert "does not answer" not in said  # PyPI answers: it is not blamed
+    assert ("`envbuild config set torch.index_url https://download.pytorch.org/whl/cpu --backend cpu`" in said)
+    assert "`envbuild config set torch.any_build true --backend cpu`" in said
+    # on arm64, PyPI's torch is the CPU build: nothing stands in the way
+    reach.require(matrix, cpu, what="locking cpu", platform="linux/arm64", budget=BUDGET, environ={})
+
+
+def test_the_wheel_folders_torch_is_named_as_the_pin_to_take(m, pypi, tmp_path):
+    matrix, cpu = cpu_with(m, pypi.url_of("whl/cpu"), pypi.url)  # a CPU index with no torch page at all
+    folder = wheel_folder(tmp_path, "2.13.0+cpu", "2.12.0+cpu")
+    found = reach.blockers(matrix, cpu, what="locking cpu", platform="linux/amd64", wheelhouse=folder,
+                           budget=BUDGET, environ={})
+    assert len(found) == 1
+    assert f"nor the wheel folder {folder}; the wheel folder holds torch 2.13.0+cpu, 2.12.0+cpu" in found[0].what
+    assert found[0].ways[0] == "pin the build that is there: `envbuild config set torch.version 2.13.0 --backend cpu`"
+    pinned = replace(cpu, torch=replace(cpu.torch, version="2.13.0"))  # the advice followed
+    assert reach.blockers(matrix, pinned, what="locking cpu", platform="linux/amd64", wheelhouse=folder,
+                          budget=BUDGET, environ={}) == []
+
+
+def test_every_blocker_is_named_at_once(m, pypi, closed, tmp_path):
+    """A dead index besides a torch pin that is nowhere: both in one message, each with its ways out."""
+    matrix, cpu = cpu_with(m, pypi.url, f"{closed}/simple")
+    matrix = replace(matrix, index=replace(matrix.index, extra_urls=(f"{closed}/simple",)))
+    with pytest.raises(UnreachableError) as caught:
+        reach.require(matrix, cpu, what="locking cpu", platform="linux/amd64", budget=BUDGET, environ={},
+                      first="the base image x cannot be had")
+    said = str(caught.value)
+    assert said.startswith("the base image x cannot be had\n")
+    assert f"the package index {closed}/simple (the packages besides torch) does not answer" in said
+    assert "torch 2.15.0+cpu (cpu's pin)" in said and said.count("Ways out:") == 2
+
+
+def test_a_json_index_page_is_read_as_pep_691_says(m):
+    class Json(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            files = [{"filename": f"torch-2.15.0+cpu-{X86}.whl", "url": "x"}] if "json" in (self.headers["Accept"] or "") else []
+            body = json.dumps({"meta": {"api-version": "1.1"}, "name": "torch", "files": files}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    with serve(Json) as host:
+        assert reach.index_page(f"http://{host}/simple/torch/", environ={}) == [f"torch-2.15.0+cpu-{X86}.whl"]
+        matrix, cpu = cpu_with(m, f"http://{host}/whl/cpu", f"http://{host}/simple")
+        assert reach.blockers(matrix, cpu, what="locking cpu", platform="linux/amd64", budget=BUDGET, environ={}) == []
+
+
+def test_lock_stops_before_resolving_when_the_pinned_torch_build_is_not_there(m, pypi, tmp_path, monkeypatch,
+                                                                              buildkit_client):
+    from envbuild.image import locking
+    from envbuild.image.plan import BuildOptions
+
+    matrix, cpu = cpu_with(m, pypi.url, pypi.url)
+    cpu = replace(cpu, base_image="debian:12@sha256:" + "ab" * 32)
+    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    ran = []
+    monkeypatch.setattr(builder, "run_build", lambda *a, **k: ran.append(a))
+    opts = BuildOptions(context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks", log_dir=tmp_path / "logs",
+                        platform="linux/amd64")
+    with pytest.raises(UnreachableError, match=r"torch 2\.15\.0\+cpu \(cpu's pin\)"):
+        locking.lock(matrix, [cpu], opts, locking.LockOptions(), FakeEngine(root=tmp_path))
+    assert ran == [] and not (tmp_path / "locks").exists()
+
+
+def test_doctor_says_cannot_build_when_the_pinned_torch_build_is_not_there(m, pypi, tmp_path, monkeypatch):
+    matrix, cpu = cpu_with(m, pypi.url, pypi.url)
+    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    client = FakeEngine(root=tmp_path)
+    connector = lambda: (client, doctor.Check("docker daemon", True, "fake"))  # noqa: E731
+    checks = doctor.check_indexes(matrix, cpu, platform="linux/amd64")
+    torch = [c for c in checks if c.name == "torch build"]
+    assert [c.ok for c in checks if c.name == "package index"] == [True] and [c.ok for c in torch] == [False]
+    assert "config set torch.index_url https://download.pytorch.org/whl/cpu --backend cpu" in torch[0].fix
+    monkeypatch.setattr(doctor, "host_platform", lambda *a: "linux/amd64")
+    report = doctor.diagnose(matrix, cpu, connector=connector, root=make_root(tmp_path))
+    assert not report.verdicts["build"]
+    text = doctor_text(report)
+    assert "Cannot build" in text and "Can build" not in text
+    fine = doctor.check_indexes(matrix, cpu, platform="linux/arm64")
+    assert [c.ok for c in fine if c.name == "torch build"] == [True]

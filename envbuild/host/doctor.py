@@ -257,23 +257,15 @@ def check_indexes(matrix: Matrix, backend: Backend, site: Settings | None = None
             fix = "; ".join(reach.ways_out(need, backend))
             checks.append(Check("package index", False, f"{what} does not answer from this machine: {result.detail} "
                                 f"(asked {t.url} {result.via}, {result.seconds:.1f} s)", f"ways out: {fix}"))
-    if backend.torch.source != "pip":
-        return checks
-    torch_index = backend.torch.index_url or matrix.index.url
-    asked = next(((n, r) for n, r in zip(found, results) if n.index == torch_index), None)
-    names = reach.index_page(asked[0].target.url, ca_bundle=ca_bundle, netrc=netrc) if asked and asked[1].ok else None
-    wheelhouse = _site_path(site, "wheelhouse")
     here = platform or str(host_platform())
-    blocker = reach.torch_blocker(matrix, backend, here, index_mirrors=site.index_mirrors if site else (),
-                                  wheelhouse=wheelhouse, index_names=names)
-    pin, label = reach.wanted_torch(backend, here)
-    build = f"torch {pin}{'+' + label if label else ''} for {here}"
+    blocker, where = reach.torch_preflight(matrix, backend, here, list(zip(found, results)),
+                                           index_mirrors=site.index_mirrors if site else (),
+                                           wheelhouse=_site_path(site, "wheelhouse"), ca_bundle=ca_bundle, netrc=netrc)
     if blocker:
         checks.append(Check("torch build", False, blocker.what, "ways out: " + "; ".join(blocker.ways)))
-    elif names is not None or wheelhouse:
-        where = " and ".join(w for w, ok in ((asked[0].target.name if asked else "", names is not None),
-                                             (f"the wheel folder {wheelhouse}", bool(wheelhouse))) if ok)
-        checks.append(Check("torch build", True, f"{build}: found where the lock takes torch from ({where})"))
+    elif where:
+        pin, label = reach.wanted_torch(backend, here)
+        checks.append(Check("torch build", True, f"torch {pin}{'+' + label if label else ''} for {here} is in {where}"))
     return checks
 
 

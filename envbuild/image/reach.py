@@ -70,23 +70,29 @@ def probe(found: list[Need], *, ca_bundle: Path | None = None, netrc: Path | Non
 
 
 def ways_out(need: Need, backend: Backend) -> list[str]:
-    """Every way past one dead index or registry, each with the exact setting or option that takes it."""
+    """Every way past one dead index or registry, each with the command that makes it stick (`envbuild config
+    set`: after it, the same command works unchanged) and the setting or option that takes it for one run."""
     if need.target.kind == "registry":
         src = need.target.name
         return [base_ways_out(need.index, backend.name).removeprefix("Ways out: "),
-                f'or for every build: registry_mirrors."{src}" = "MIRROR" in {PROJECT_FILE}, or '
-                f'${KEYS["registry_mirrors"].env}="{src}=MIRROR"']
+                f"or for every build: `{config_set(f'registry_mirrors.{src}', 'MIRROR')}` (registry_mirrors.\"{src}\" = "
+                f'"MIRROR" in {PROJECT_FILE}, or ${KEYS["registry_mirrors"].env}="{src}=MIRROR")']
     index = normal_url(need.index)
     mirrored = need.target.name != index
-    ways = [("a working mirror for it" if mirrored else "a mirror of it") + f": {mirror_setting(index)}",
-            f"a wheel folder with the files the lock names from it: --wheelhouse DIR (or wheelhouse = \"DIR\" in "
-            f"{PROJECT_FILE}, or ${KEYS['wheelhouse'].env}); resolving asks every index, so make the lock where "
-            f"this one answers and commit locks/: a build from a current lock resolves nothing"]
+    ways = [("a working mirror for it" if mirrored else "a mirror of it") +
+            f": `{config_set(f'index_mirrors.{index}', 'MIRROR-URL')}`, or {mirror_setting(index)}",
+            f"a wheel folder with the files the lock names from it: `{config_set('wheelhouse', 'DIR')}` (or --wheelhouse "
+            f"DIR, wheelhouse = \"DIR\" in {PROJECT_FILE}, or ${KEYS['wheelhouse'].env}); resolving asks every index, so "
+            f"make the lock where this one answers and commit locks/: a build from a current lock resolves nothing"]
     if need.field and need.field.endswith("torch.index_url"):
-        ways.append(f"torch from another index: --set {need.field}={PYPI} (careful: PyPI's default torch for linux "
-                    "x86_64 is the CUDA build, gigabytes of CUDA libraries in the image)")
+        ways.append(f"torch from another index: `{config_set('torch.index_url', PYPI, backend.name)}` (for one run: "
+                    f"--set {need.field}={PYPI}; careful: PyPI's default torch for linux x86_64 is the CUDA build, "
+                    "gigabytes of CUDA libraries in the image, which a cpu backend refuses unless a wheel folder holds "
+                    "its +cpu wheel)")
     elif need.field:
-        ways.append(f"another index: --set {need.field}=URL")
+        field = need.field.removeprefix(f"backends.{backend.name}.")
+        ways.append(f"another index: `{config_set(field, 'URL', backend.name if field != need.field else None)}` "
+                    f"(for one run: --set {need.field}=URL)")
     return ways
 
 
@@ -203,8 +209,8 @@ def _newest(found: list[tuple[object, str]], label: str | None) -> str | None:
 def torch_blocker(matrix: Matrix, backend: Backend, platform: str, *, index_mirrors=(), wheelhouse: Path | None = None,
                   index_names: list[str] | None = None) -> Blocker | None:
     """Whether torch at the backend's pin, its build (`+cpu`), exists where the lock would take it from: its index
-    (`index_names`, what its page lists; None: not read) or the wheel folder. None where it does, or where no
-    source could be read (the probe names a dead index)."""
+    (`index_names`, what its page lists; None: the index does not answer) or the wheel folder. None where it does,
+    or where there is neither (the probe names the dead index)."""
     if backend.torch.source != "pip":
         return None
     pin, label = wanted_torch(backend, platform)
@@ -212,7 +218,7 @@ def torch_blocker(matrix: Matrix, backend: Backend, platform: str, *, index_mirr
     in_folder = _torch_files(sorted(p.name for p in wheelhouse.iterdir()) if wheelhouse and wheelhouse.is_dir() else (),
                              backend, platform)
     in_index = _torch_files(index_names or (), backend, platform)
-    if any(_fits(v, pin, label) for v, _ in in_folder + in_index) or (index_names is None and not in_folder):
+    if any(_fits(v, pin, label) for v, _ in in_folder + in_index) or (index_names is None and not wheelhouse):
         return None
     index = backend.torch.index_url or matrix.index.url
     asked = mirror_url(index, index_mirrors)
@@ -260,18 +266,35 @@ def blockers(matrix: Matrix, backend: Backend, *, what: str, platform: str | Non
     results = probe(found, ca_bundle=ca_bundle, netrc=netrc, environ=environ, budget=budget)
     out = [Blocker(message([(n, r)], backend, what).split("\n")[0], tuple(ways_out(n, backend)))
            for n, r in zip(found, results) if not r.ok]
-    if indexes and backend.torch.source == "pip":
-        torch = next(((n, r) for n, r in zip(found, results) if n.field and n.field.endswith("torch.index_url")), None)
-        if torch is None:  # torch from the matrix's own index
-            torch = next(((n, r) for n, r in zip(found, results) if n.index == matrix.index.url), None)
-        names = None
-        if torch is not None and torch[1].ok:
-            names = index_page(torch[0].target.url, ca_bundle=ca_bundle, netrc=netrc, environ=environ)
-        blocker = torch_blocker(matrix, backend, str(platform or host_platform()), index_mirrors=index_mirrors,
-                                wheelhouse=wheelhouse, index_names=names)
+    if indexes:
+        blocker, _ = torch_preflight(matrix, backend, str(platform or host_platform()), list(zip(found, results)),
+                                     index_mirrors=index_mirrors, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
+                                     netrc=netrc, environ=environ)
         if blocker:
             out.append(Blocker(f"{what}: {blocker.what}", blocker.ways))
     return out
+
+
+def torch_preflight(matrix: Matrix, backend: Backend, platform: str, probed: list[tuple[Need, netprobe.Result]], *,
+                    index_mirrors=(), wheelhouse: Path | None = None, ca_bundle: Path | None = None,
+                    netrc: Path | None = None, environ: Mapping[str, str] | None = None) -> tuple[Blocker | None, str | None]:
+    """(the blocker, where the pinned torch build was found) after the probe: the wheel folder is looked in first
+    (no page read where it holds the build), then the torch index's page; (None, None) where it cannot be told
+    (a vendor's torch, a page that cannot be read whole)."""
+    if backend.torch.source != "pip":
+        return None, None
+    if wheelhouse is not None and torch_blocker(matrix, backend, platform, wheelhouse=wheelhouse) is None:
+        return None, f"the wheel folder {wheelhouse}"
+    index = backend.torch.index_url or matrix.index.url
+    asked = next(((n, r) for n, r in probed if n.index == index), None)
+    names = None
+    if asked is not None and asked[1].ok:
+        names = index_page(asked[0].target.url, ca_bundle=ca_bundle, netrc=netrc, environ=environ)
+        if names is None:
+            return None, None
+    blocker = torch_blocker(matrix, backend, platform, index_mirrors=index_mirrors, wheelhouse=wheelhouse,
+                            index_names=names)
+    return blocker, None if blocker or names is None else f"the index {asked[0].target.name}"
 
 
 def said(found: list[Blocker], first: str | None = None) -> str:

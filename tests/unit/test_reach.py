@@ -118,7 +118,9 @@ def test_a_dead_torch_index_fails_at_once_naming_the_host_and_every_way_out(m, a
     assert f"connection refused (asked {closed}/whl/cpu/torch/ directly" in said and host in said
     assert f'index_mirrors."{closed}/whl/cpu" = "MIRROR-URL" in envbuild.toml' in said  # a mirror: the setting
     assert f"--index-mirror {closed}/whl/cpu=MIRROR-URL" in said  # and the option
-    assert "--wheelhouse DIR (or wheelhouse = \"DIR\" in envbuild.toml" in said
+    assert f"`envbuild config set index_mirrors.{closed}/whl/cpu MIRROR-URL`" in said  # the way that sticks
+    assert "`envbuild config set wheelhouse DIR` (or --wheelhouse DIR, wheelhouse = \"DIR\" in envbuild.toml" in said
+    assert "`envbuild config set torch.index_url https://pypi.org/simple --backend cpu`" in said
     assert "--set backends.cpu.torch.index_url=https://pypi.org/simple" in said
     assert "PyPI's default torch for linux x86_64 is the CUDA build" in said
     assert f"{answering}/simple" not in said  # the index that answers is not named
@@ -131,7 +133,7 @@ def test_an_index_that_never_answers_is_declared_dead_within_the_budget(m, answe
         reach.require(matrix, cpu, what="locking cpu", budget=BUDGET, environ={})
     assert time.monotonic() - start < BUDGET + 1
     assert f"the package index {silent}/simple (the packages besides torch) does not answer" in str(caught.value)
-    assert "--set index.url=URL" in str(caught.value)
+    assert "`envbuild config set index.url URL` (for one run: --set index.url=URL)" in str(caught.value)
 
 
 def test_the_mirror_is_what_is_probed(m, answering, closed):
@@ -377,3 +379,15 @@ def test_doctor_says_cannot_build_when_the_pinned_torch_build_is_not_there(m, py
     assert "Cannot build" in text and "Can build" not in text
     fine = doctor.check_indexes(matrix, cpu, platform="linux/arm64")
     assert [c.ok for c in fine if c.name == "torch build"] == [True]
+
+
+def test_a_dead_torch_index_and_a_wheel_folder_of_another_pin_are_said_together(m, pypi, closed, tmp_path):
+    """The first hour's story: download.pytorch.org does not answer, the site's wheel folder holds 2.13.0+cpu, the
+    pin is 2.15.0: both are said by the first command, the pin with the command that takes the folder's."""
+    matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", pypi.url)
+    folder = wheel_folder(tmp_path, "2.13.0+cpu")
+    found = reach.blockers(matrix, cpu, what="locking cpu", platform="linux/amd64", wheelhouse=folder,
+                           budget=BUDGET, environ={})
+    assert [b.what.split(": ", 2)[1][:22] for b in found] == ["the package index http", "torch 2.15.0+cpu (cpu'"]
+    assert f"is not in the wheel folder {folder}; the wheel folder holds torch 2.13.0+cpu" in found[1].what
+    assert "`envbuild config set torch.version 2.13.0 --backend cpu`" in found[1].ways[0]

@@ -464,13 +464,8 @@ def config_(ctx: click.Context, as_json: bool, matrix_path: str | None) -> None:
                             ["key", "value", "origin"]))
 
 
-def _config_file(ctx: click.Context, project: bool) -> Path:
-    from envbuild.core import settings
-
-    return settings.project_file(ctx.obj.get("config_matrix")) if project else settings.user_file()
-
-
-def _config_write(ctx: click.Context, key: str, value: str | None, backend: str | None, project: bool) -> None:
+def _config_write(ctx: click.Context, key: str, value: str | None, backend: str | None, project: bool,
+                  matrix_path: str | None) -> None:
     """Write KEY (None: remove it) into the chosen file, atomically, every other line kept; the result is read
     back as the settings are, and a matrix field is applied to the matrix, before the file is replaced."""
     import dataclasses
@@ -478,7 +473,8 @@ def _config_write(ctx: click.Context, key: str, value: str | None, backend: str 
     from envbuild.core import settings
     from envbuild.core.files import write_atomic
 
-    file = _config_file(ctx, project)
+    matrix_path = matrix_path or ctx.obj.get("config_matrix")
+    file = settings.project_file(matrix_path) if project else settings.user_file()
     found = settings.place(key, backend)
     text = file.read_text(encoding="utf-8") if file.is_file() else ""
     toml = None if value is None else settings.toml_value(found, value, f"envbuild config set {key}")
@@ -491,7 +487,6 @@ def _config_write(ctx: click.Context, key: str, value: str | None, backend: str 
         trial.write_text(new, encoding="utf-8")
         values, origins = settings.read_file(trial, "the settings")
         if found.setting == "matrix":
-            matrix_path = ctx.obj.get("config_matrix")
             site = dataclasses.replace(settings.Settings(), values={"matrix": values.get("matrix", {})},
                                        origins={k: v.replace(str(trial), str(file)) for k, v in origins.items()})
             from envbuild import matrix
@@ -504,7 +499,8 @@ def _config_write(ctx: click.Context, key: str, value: str | None, backend: str 
 
 
 _BACKEND_OPTION = click.option("--backend", "backend", metavar="NAME", help="The backend a matrix field is for (written under [matrix.NAME]); without it, every backend's (or the whole matrix's: image.repository).")
-_WHICH = [click.option("--project", "project", flag_value=True, help="Write the project's envbuild.toml (beside the matrix: the team's, committed)."),
+_WHICH = [click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help="The matrix whose folder's envbuild.toml --project writes, and whose fields are checked [default: as `envbuild config`'s]."),
+          click.option("--project", "project", flag_value=True, help="Write the project's envbuild.toml (beside the matrix: the team's, committed)."),
           click.option("--user", "project", flag_value=False, default=False, help="Write the user's file (this machine's, every project) [default].")]
 
 
@@ -520,7 +516,8 @@ def _which(f):
 @_BACKEND_OPTION
 @_which
 @click.pass_context
-def config_set(ctx: click.Context, key: str, value: str, backend: str | None, project: bool) -> None:
+def config_set(ctx: click.Context, key: str, value: str, backend: str | None, matrix_path: str | None,
+               project: bool) -> None:
     """Write a setting, as `git config` does: the file's other lines stay as they are.
 
     KEY is a setting (wheelhouse, ca_bundle, netrc, registry), a table's entry (index_mirrors.URL,
@@ -534,7 +531,7 @@ def config_set(ctx: click.Context, key: str, value: str, backend: str | None, pr
       envbuild config set image.repository registry.corp/ml/envbuild --project
       envbuild config set wheelhouse /srv/wheels
     """
-    _config_write(ctx, key, value, backend, project)
+    _config_write(ctx, key, value, backend, project, matrix_path)
 
 
 @config_.command("unset")
@@ -542,11 +539,11 @@ def config_set(ctx: click.Context, key: str, value: str, backend: str | None, pr
 @_BACKEND_OPTION
 @_which
 @click.pass_context
-def config_unset(ctx: click.Context, key: str, backend: str | None, project: bool) -> None:
+def config_unset(ctx: click.Context, key: str, backend: str | None, matrix_path: str | None, project: bool) -> None:
     """Remove a setting `config set` wrote (the same KEY and --backend).
 
     \b
     Examples:
       envbuild config unset torch.version --backend cpu
     """
-    _config_write(ctx, key, None, backend, project)
+    _config_write(ctx, key, None, backend, project, matrix_path)

@@ -228,7 +228,7 @@ def torch_blocker(matrix: Matrix, backend: Backend, platform: str, *, index_mirr
     python = f", Python {backend.python.version}" if backend.python.version else ""
     held = []
     for what, found in (("the wheel folder", in_folder), ("the index", in_index)):
-        versions = sorted({str(v) for v, _ in found}, reverse=True)
+        versions = [str(v) for v in sorted({v for v, _ in found}, reverse=True)]  # newest first, as versions
         if versions:
             held.append(f"{what} holds torch {', '.join(versions[:4])}{', ...' if len(versions) > 4 else ''}")
     same = [str(v) for v, _ in in_index + in_folder if v.public == pin.split("+")[0]]
@@ -249,7 +249,7 @@ def torch_blocker(matrix: Matrix, backend: Backend, platform: str, *, index_mirr
                     f"`{config_set('torch.index_url', CPU_INDEX, backend.name)}`")
     ways.append(f"a wheel folder holding torch-{build}-...whl: `{config_set('wheelhouse', 'DIR')}` (or --wheelhouse DIR)")
     if label == "cpu":
-        ways.append(f"accept PyPI's CUDA build in the cpu image (gigabytes): "
+        ways.append(f"accept any build the indexes serve (PyPI's x86_64 torch is CUDA: gigabytes in the cpu image): "
                     f"`{config_set('torch.any_build', 'true', backend.name)}`")
     return Blocker(what, tuple(ways))
 

@@ -76,7 +76,8 @@ def ways_out(need: Need, backend: Backend) -> list[str]:
         src = need.target.name
         return [base_ways_out(need.index, backend.name).removeprefix("Ways out: "),
                 f"or for every build: `{config_set(f'registry_mirrors.{src}', 'MIRROR')}` (registry_mirrors.\"{src}\" = "
-                f'"MIRROR" in {PROJECT_FILE}, or ${KEYS["registry_mirrors"].env}="{src}=MIRROR")']
+                f'"MIRROR" in {PROJECT_FILE}, or ${KEYS["registry_mirrors"].env}="{src}=MIRROR")',
+                f"or another base for every build: `{config_set('base_image', 'IMAGE', backend.name)}`"]
     index = normal_url(need.index)
     mirrored = need.target.name != index
     ways = [("a working mirror for it" if mirrored else "a mirror of it") +

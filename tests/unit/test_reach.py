@@ -191,6 +191,8 @@ def test_a_dead_base_registry_names_a_mirror_and_a_local_registry(m, closed):
     assert f"connection refused (asked {closed}/v2/ directly" in said  # regclient's failure, in the probe's words
     assert f"`--mirror {host}=MIRROR`" in said and f'registry_mirrors."{host}" = "MIRROR"' in said
     assert "a local registry" in said
+    assert f"`envbuild config set registry_mirrors.{host} MIRROR`" in said  # each way out, as the command that sticks
+    assert "`envbuild config set base_image IMAGE --backend cpu`" in said
     # the distribution's archive only where envbuild base can make the base (Docker Hub's debian and ubuntu:
     # tests/unit/test_base.py), not an image another registry names
     from envbuild.core.distbase import base_ways_out

@@ -355,7 +355,7 @@ def test_lock_stops_before_resolving_when_the_pinned_torch_build_is_not_there(m,
 
     matrix, cpu = cpu_with(m, pypi.url, pypi.url)
     cpu = replace(cpu, base_image="debian:12@sha256:" + "ab" * 32)
-    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
     ran = []
     monkeypatch.setattr(builder, "run_build", lambda *a, **k: ran.append(a))
     opts = BuildOptions(context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks", log_dir=tmp_path / "logs",
@@ -367,7 +367,7 @@ def test_lock_stops_before_resolving_when_the_pinned_torch_build_is_not_there(m,
 
 def test_doctor_says_cannot_build_when_the_pinned_torch_build_is_not_there(m, pypi, tmp_path, monkeypatch):
     matrix, cpu = cpu_with(m, pypi.url, pypi.url)
-    monkeypatch.setattr(builder, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
     client = FakeEngine(root=tmp_path)
     connector = lambda: (client, doctor.Check("docker daemon", True, "fake"))  # noqa: E731
     checks = doctor.check_indexes(matrix, cpu, platform="linux/amd64")

@@ -476,7 +476,15 @@ def _config_write(ctx: click.Context, key: str, value: str | None, backend: str 
     matrix_path = matrix_path or ctx.obj.get("config_matrix")
     file = settings.project_file(matrix_path) if project else settings.user_file()
     found = settings.place(key, backend)
-    text = file.read_text(encoding="utf-8") if file.is_file() else ""
+    text = ""
+    if file.exists() or file.is_symlink():  # read as the settings are: a regular file, bounded, UTF-8
+        from envbuild.core.files import read_project, read_user
+
+        raw = (read_project if project else read_user)(file, f"the settings {file}", InvalidInput, limit=settings.MAX_FILE)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{shown(str(file))}: not UTF-8 text") from None
     toml = None if value is None else settings.toml_value(found, value, f"envbuild config set {key}")
     new = settings.edited(text, found, toml)
     if new == text:

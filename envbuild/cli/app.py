@@ -77,7 +77,7 @@ COMMANDS: tuple[Entry, ...] = (
     Entry("verify", "use", USE, "Check an image's signature and attestations in its registry."),
     Entry("init", "build", BUILD, "Write the packaged matrix into a folder to start your own."),
     Entry("validate", "build", BUILD, "Check the matrix, one located error per line."),
-    Entry("config", "build", BUILD, "The site's settings (mirrors, wheels, CA bundle) and their origin."),
+    Entry("config", "build", BUILD, "The site's settings and their origin; `config set` writes one."),
     Entry("render", "build", BUILD, "Write one Dockerfile per backend into dockerfiles/."),
     Entry("lock", "build", BUILD, "Pin and hash every package an image adds to its base.", engine=True),
     Entry("build", "build", BUILD, "Build a backend's image on the local Docker or Podman engine.", engine=True),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -422,28 +423,36 @@ def clean(containers_only: bool, build_cache: bool, every: bool, dry_run: bool, 
         click.echo(f"nothing removed (--dry-run); the above is what `envbuild clean{' --all' if every else ''}` removes {where}")
 
 
-@cli.command("config")
+@cli.group("config", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: the files read and each setting with its origin.")
 @click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help=MATRIX_HELP + " Its folder's envbuild.toml is the project's settings.")
-def config_(as_json: bool, matrix_path: str | None) -> None:
-    """The site's settings (mirrors, wheels, CA bundle) and their origin. Every site setting in effect, and
-    where it came from.
+@click.pass_context
+def config_(ctx: click.Context, as_json: bool, matrix_path: str | None) -> None:
+    """The site's settings and their origin; `config set` writes one. Every site setting in effect, and where
+    it came from.
 
-    A site's mirrors, wheel folder, CA bundle, netrc, default registry and base images live in
+    A site's mirrors, wheel folder, CA bundle, netrc, default registry, base images and matrix fields (the torch
+    pin and index, a base image, the image repository: [matrix] for every backend, [matrix.NAME] for one) live in
     $XDG_CONFIG_HOME/envbuild/config.toml (the user's; default ~/.config/envbuild/config.toml) and envbuild.toml
     beside the matrix (the project's), and in ENVBUILD_* variables; a flag wins over a variable, a variable
-    over the project's file, the project's over the user's. An unknown key is refused with its file and line.
-    A netrc's contents are never shown. See docs/how-to/site-settings.md.
+    over the project's file, the project's over the user's (--set over them all). An unknown key or field is
+    refused with its file and line. A netrc's contents are never shown. See docs/how-to/site-settings.md.
 
     \b
     Examples:
       envbuild config
+      envbuild config set torch.version 2.13.0 --backend cpu
       ENVBUILD_WHEELHOUSE=/srv/wheels envbuild config --json
     """
     from envbuild.core import settings
     from envbuild.report import report
 
+    ctx.ensure_object(dict)["config_matrix"] = matrix_path
+    if ctx.invoked_subcommand is not None:
+        return
     site = site_settings(matrix_path)
+    if site.matrix_fields:  # a field that names nothing is said here too, at its file and line
+        load(matrix_path)
     files = {"user": str(settings.user_file()), "project": str(settings.project_file(matrix_path))}
     rows = report.settings_rows(site.rows())
     if as_json:
@@ -453,3 +462,96 @@ def config_(as_json: bool, matrix_path: str | None) -> None:
         click.echo(f"{who} settings: {path}{'' if path in site.files else ' (none there)'}")
     click.echo(report.table([{**r, "value": "-" if r["value"] is None else r["value"]} for r in rows],
                             ["key", "value", "origin"]))
+
+
+def _config_write(ctx: click.Context, key: str, value: str | None, backend: str | None, project: bool,
+                  matrix_path: str | None) -> None:
+    """Write KEY (None: remove it) into the chosen file, atomically, every other line kept; the result is read
+    back as the settings are, and a matrix field is applied to the matrix, before the file is replaced."""
+    import dataclasses
+
+    from envbuild.core import settings
+    from envbuild.core.files import write_atomic
+
+    matrix_path = matrix_path or ctx.obj.get("config_matrix")
+    file = settings.project_file(matrix_path) if project else settings.user_file()
+    found = settings.place(key, backend)
+    text = ""
+    if file.exists() or file.is_symlink():  # read as the settings are: a regular file, bounded, UTF-8
+        from envbuild.core.files import read_project, read_user
+
+        raw = (read_project if project else read_user)(file, f"the settings {file}", InvalidInput, limit=settings.MAX_FILE)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{shown(str(file))}: not UTF-8 text") from None
+    toml = None if value is None else settings.toml_value(found, value, f"envbuild config set {key}")
+    new = settings.edited(text, found, toml)
+    if new == text:
+        click.echo(f"{shown(key)}: not set in {file}; nothing to remove" if value is None else f"{file}: unchanged")
+        return
+    with tempfile.TemporaryDirectory(prefix="envbuild-config-") as tmp:  # checked where nothing is replaced
+        trial = Path(tmp) / file.name
+        trial.write_text(new, encoding="utf-8")
+        values, origins = settings.read_file(trial, "the settings")
+        if found.setting == "matrix":
+            site = dataclasses.replace(settings.Settings(), values={"matrix": values.get("matrix", {})},
+                                       origins={k: v.replace(str(trial), str(file)) for k, v in origins.items()})
+            from envbuild import matrix
+
+            matrix.load(matrix_path or matrix.default_path(), with_facts=False, site=site.matrix_fields)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(file, new)
+    where = f"[{'.'.join(found.table)}] " if found.table else ""
+    click.echo(f"{file}: {where}{found.key} {'removed' if value is None else '= ' + toml}")
+
+
+_BACKEND_OPTION = click.option("--backend", "backend", metavar="NAME", help="The backend a matrix field is for (written under [matrix.NAME]); without it, every backend's (or the whole matrix's: image.repository).")
+_WHICH = [click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help="The matrix whose folder's envbuild.toml --project writes, and whose fields are checked [default: as `envbuild config`'s]."),
+          click.option("--project", "project", flag_value=True, help="Write the project's envbuild.toml (beside the matrix: the team's, committed)."),
+          click.option("--user", "project", flag_value=False, default=False, help="Write the user's file (this machine's, every project) [default].")]
+
+
+def _which(f):
+    for option in reversed(_WHICH):
+        f = option(f)
+    return f
+
+
+@config_.command("set")
+@click.argument("key")
+@click.argument("value")
+@_BACKEND_OPTION
+@_which
+@click.pass_context
+def config_set(ctx: click.Context, key: str, value: str, backend: str | None, matrix_path: str | None,
+               project: bool) -> None:
+    """Write a setting, as `git config` does: the file's other lines stay as they are.
+
+    KEY is a setting (wheelhouse, ca_bundle, netrc, registry), a table's entry (index_mirrors.URL,
+    registry_mirrors.HOST, base_images.NAME) or a matrix field as --set names it: with --backend NAME one
+    backend's (torch.version, torch.index_url, base_image), without it every backend's, or the whole matrix's
+    (image.repository). A field that names nothing in the matrix is refused, and the file is left as it was.
+
+    \b
+    Examples:
+      envbuild config set torch.version 2.13.0 --backend cpu
+      envbuild config set image.repository registry.corp/ml/envbuild --project
+      envbuild config set wheelhouse /srv/wheels
+    """
+    _config_write(ctx, key, value, backend, project, matrix_path)
+
+
+@config_.command("unset")
+@click.argument("key")
+@_BACKEND_OPTION
+@_which
+@click.pass_context
+def config_unset(ctx: click.Context, key: str, backend: str | None, matrix_path: str | None, project: bool) -> None:
+    """Remove a setting `config set` wrote (the same KEY and --backend).
+
+    \b
+    Examples:
+      envbuild config unset torch.version --backend cpu
+    """
+    _config_write(ctx, key, None, backend, project, matrix_path)

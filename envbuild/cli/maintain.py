@@ -144,7 +144,7 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
     path = Path(matrix_path or matrix_mod.default_path())
     if not dry_run:
         bumping.working(path)  # before any source is asked
-    m = load(str(path))
+    m = load(str(path), fields=False)  # the file's own pins: a site's [matrix] fields are not bumped
     opts = inputs.options()
     sources = sources_for(inputs.mirrors, opts.ca_bundle, inputs.netrc, matrix_path, inputs.site.index_mirrors)
     done = bumping.run(path, m, choose(m, backends) if backends else m.containerizable(), sources, opts, options.engine,

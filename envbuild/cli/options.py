@@ -180,17 +180,24 @@ def packaged_matrix(matrix_path: str | None) -> bool:
     return True
 
 
-def load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
-    """The matrix, with the site's base images (settings' base_images; --set still wins) for its backends."""
+def load(matrix_path: str | None, overrides: tuple[str, ...] = (), *, fields: bool = True):
+    """The matrix as the site sees it: the settings' base images (base_images) and matrix fields ([matrix]), each
+    refused at its file and line when it names no field, then --set, which wins. Without `fields`, the file's own
+    pins (bump edits them)."""
     from envbuild import matrix
 
     packaged_matrix(matrix_path)
     path = matrix_path or matrix.default_path()
-    bases = site_settings(matrix_path).base_images
-    m = matrix.load(path, overrides)
-    names = {b.name for b in m.backends}
-    given = tuple(f"backends.{n}.base_image={image}" for n, image in bases.items() if n in names)
-    return matrix.load(path, given + tuple(overrides)) if given else m
+    site = site_settings(matrix_path)
+    bases = tuple((("backends", n, "base_image"), image, site.origin("base_images", n))
+                  for n, image in site.base_images.items())
+    fields = site.matrix_fields if fields else ()
+    if not bases and not fields:
+        return matrix.load(path, overrides)
+    if bases:  # a base for a backend this matrix lacks is another project's: only the matrix's own take it
+        names = {b.name for b in matrix.load(path, overrides, with_facts=False).backends}
+        bases = tuple(b for b in bases if b[0][1] in names)
+    return matrix.load(path, overrides, site=bases + tuple(fields))
 
 
 def emit_json(data: Any) -> None:

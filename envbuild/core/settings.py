@@ -26,7 +26,7 @@ MAX_FILE = 1 << 20
 
 @dataclass(frozen=True)
 class Key:
-    kind: str  # "path", "text" or "map" (a table of NAME = VALUE)
+    kind: str  # "path", "text", "map" (a table of NAME = VALUE) or "fields" (matrix fields, as --set names them)
     env: str
     flag: str
     help: str
@@ -52,7 +52,15 @@ KEYS: dict[str, Key] = {
     "base_images": Key("map", "ENVBUILD_BASE_IMAGES", "--set backends.NAME.base_image=IMAGE",
                        "a backend's base image: backend -> image",
                        'cpu = "registry.corp/library/python:3.12-slim-bookworm"'),
+    # No variable: $ENVBUILD_MATRIX names the matrix file. [matrix] holds fields of the whole matrix
+    # (image.repository) or of every backend (torch.index_url); [matrix.NAME] one backend's (torch.version).
+    "matrix": Key("fields", "", "--set PATH=VALUE",
+                  "matrix fields as --set names them: [matrix] for the whole matrix or every backend, "
+                  "[matrix.NAME] for one backend",
+                  '[matrix.cpu] then torch.version = "2.13.0"'),
 }
+
+MAPS = ("map", "fields")  # kinds whose value is a table, layered entry by entry
 
 DEFAULT_ORIGIN = "default"
 
@@ -88,7 +96,7 @@ class Settings:
     files: tuple[str, ...] = ()  # the files read, user's first
 
     def get(self, key: str) -> Any:
-        return self.values.get(key, {} if KEYS[key].kind == "map" else None)
+        return self.values.get(key, {} if KEYS[key].kind in MAPS else None)
 
     def origin(self, key: str, entry: str | None = None) -> str:
         return self.origins.get(f"{key}.{entry}" if entry is not None else key, DEFAULT_ORIGIN)
@@ -108,6 +116,12 @@ class Settings:
     @property
     def base_images(self) -> dict[str, str]:
         return dict(self.get("base_images"))
+
+    @property
+    def matrix_fields(self) -> tuple[tuple[tuple[str, ...], Any, str], ...]:
+        """The matrix overrides: (the field's path under [matrix], its value, where it was said), the user's file
+        first; matrix/load.py applies them before --set, each refused at its file and line when it names no field."""
+        return tuple((tuple(k.split(".")), v, self.origin("matrix", k)) for k, v in self.get("matrix").items())
 
     def path(self, key: str) -> Path | None:
         """A path setting, checked now that it is used: a missing file names where the setting came from (exit 2)."""
@@ -129,9 +143,9 @@ class Settings:
         """These settings with `values` on top: a map's entries one by one, anything else whole."""
         new_values, new_origins = dict(self.values), dict(self.origins)
         for key, value in values.items():
-            if value is None or (KEYS[key].kind == "map" and not value):
+            if value is None or (KEYS[key].kind in MAPS and not value):
                 continue
-            if KEYS[key].kind == "map":
+            if KEYS[key].kind in MAPS:
                 merged = dict(new_values.get(key) or {})
                 for entry, to in value.items():
                     merged[entry] = to
@@ -179,9 +193,10 @@ class Settings:
         rows = []
         for key, spec in KEYS.items():
             value = self.get(key)
-            if spec.kind == "map":
+            if spec.kind in MAPS:
                 for entry, to in value.items():
-                    rows.append({"key": f"{key}.{_toml_key(entry)}", "value": to, "origin": self.origin(key, entry)})
+                    shown_key = entry if spec.kind == "fields" else _toml_key(entry)
+                    rows.append({"key": f"{key}.{shown_key}", "value": _text(to), "origin": self.origin(key, entry)})
                 if not value:
                     rows.append({"key": key, "value": None, "origin": DEFAULT_ORIGIN + _default_note(key)})
             elif value is not None:
@@ -193,7 +208,16 @@ class Settings:
 
 
 def _default_note(key: str) -> str:
-    return {"base_images": " (the matrix's)"}.get(key, "")
+    return {"base_images": " (the matrix's)", "matrix": " (the matrix file's)"}.get(key, "")
+
+
+def _text(value: Any) -> Any:
+    """A matrix field's value as `envbuild config` shows it: TOML's spelling of a bool or a list."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(_text(v)) for v in value) + "]"
+    return value
 
 
 def _fallback(key: str, env: Mapping[str, str]) -> tuple[str | None, str]:
@@ -403,7 +427,16 @@ def read_file(path: Path, label: str, project: bool = False) -> tuple[dict[str, 
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise InvalidInput(f"{shown(at(key))}: unknown key {shown(key)!r}{hint}; known keys: {', '.join(KEYS)}")
         spec = KEYS[key]
-        if spec.kind == "map":
+        if spec.kind == "fields":
+            if not isinstance(value, dict):
+                raise InvalidInput(f"{shown(at(key))}: {key} must be a table, e.g. {spec.example}")
+            fields: dict[str, Any] = {}
+            for parts, leaf in _leaves(value, ()):
+                dotted = ".".join(parts)
+                fields[dotted] = _field(leaf, f"{at(key, *parts)}: {key}.{shown(dotted)}")
+                origins[f"{key}.{dotted}"] = f"{at(key, *parts)} ({key}.{dotted})"
+            values[key] = fields
+        elif spec.kind == "map":
             if not isinstance(value, dict):
                 raise InvalidInput(f"{shown(at(key))}: {key} must be a table, e.g. [{key}] then {spec.example}")
             entries = {}
@@ -422,12 +455,37 @@ def read_file(path: Path, label: str, project: bool = False) -> tuple[dict[str, 
     return values, origins
 
 
+def _leaves(table: dict[str, Any], above: tuple[str, ...]) -> Iterable[tuple[tuple[str, ...], Any]]:
+    """A [matrix] table's fields as paths: `[matrix.cpu]` then `torch.version = "X"` is (cpu, torch, version)."""
+    for name, value in table.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, above + (name,))
+        else:
+            yield above + (name,), value
+
+
+def _field(value: Any, where: str) -> Any:
+    """A matrix field's value from a settings file: a string, a bool, a number (as text: --set reads 2.13 as the
+    version "2.13") or a list of those; the matrix's own checks judge it where it is applied."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        if unsafe := re.search(r"[\x00-\x1f\x7f]", value):
+            raise InvalidInput(f"{shown(where)}: a control character ({unsafe.group()!r}) in the value")
+        return value
+    if isinstance(value, list):
+        return [_field(v, where) for v in value]
+    raise InvalidInput(f"{shown(where)}: expected a string, a number, true/false or a list, e.g. {KEYS['matrix'].example}")
+
+
 def from_environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """ENVBUILD_* variables: a path or text as is; a map as FROM=TO items separated by spaces or commas."""
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for key, spec in KEYS.items():
-        raw = environ.get(spec.env)
+        raw = environ.get(spec.env) if spec.env else None
         if raw is None or not raw.strip():
             continue
         if spec.kind == "map":
@@ -505,3 +563,116 @@ def mirror_setting(index: str) -> str:
     index = normal_url(index)
     return (f'index_mirrors."{index}" = "MIRROR-URL" in {PROJECT_FILE} (or {user_file()}), '
             f"${KEYS['index_mirrors'].env}=\"{index}=MIRROR-URL\", or --index-mirror {index}=MIRROR-URL")
+
+
+# --- `envbuild config set` / `unset` ---------------------------------------------------------------------------
+
+
+def config_set(key: str, value: str, backend: str | None = None) -> str:
+    """The command that writes a setting: a message's way out, followed once, holds on this machine."""
+    import shlex
+
+    return f"envbuild config set {key} {shlex.quote(value)}" + (f" --backend {backend}" if backend else "")
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where `envbuild config set KEY` writes: the TOML table, the key in it (TOML's spelling), the setting."""
+
+    table: tuple[str, ...]
+    key: str
+    setting: str  # the settings key: "wheelhouse", "index_mirrors", "matrix"
+    entry: str | None  # a map's entry, or a matrix field's dotted path under [matrix]
+
+
+def place(key: str, backend: str | None = None) -> Place:
+    """KEY as `config set` takes it: a setting (wheelhouse), a map's entry (index_mirrors.URL), or a matrix field as
+    --set names it (torch.version with --backend NAME, image.repository, backends.NAME.FIELD); InvalidInput (exit 2)
+    for a key that is neither."""
+    head, dot, rest = key.partition(".")
+    if backend is not None and not _BACKEND.fullmatch(backend):
+        raise InvalidInput(f"--backend {shown(backend)}: not a backend name")
+    if head in KEYS and KEYS[head].kind != "fields":
+        if backend:
+            raise InvalidInput(f"{shown(key)} is a site setting, not a backend's: leave out --backend")
+        if KEYS[head].kind == "map":
+            if not rest:
+                raise InvalidInput(f"{head} is a table: name its entry, e.g. {head}.{_example(KEYS[head]).partition('=')[0]}")
+            return Place((head,), _toml_key(rest), head, rest)
+        if dot:
+            raise InvalidInput(f"{shown(key)}: {head} takes no entry")
+        return Place((), head, head, None)
+    parts = tuple(rest.split(".")) if head == "matrix" else tuple(key.split("."))
+    if parts[:1] == ("backends",) and len(parts) > 2:
+        if backend and backend != parts[1]:
+            raise InvalidInput(f"{shown(key)} names backend {shown(parts[1])}, --backend {shown(backend)}")
+        backend, parts = parts[1], parts[2:]
+    if not parts or not all(re.fullmatch(r"[A-Za-z0-9_-]+", p) for p in parts):
+        raise InvalidInput(f"{shown(key)}: expected a setting ({', '.join(k for k in KEYS if k != 'matrix')}) or a "
+                           "matrix field as --set names it, e.g. torch.version --backend cpu")
+    if len(parts) == 1 and not backend:
+        import difflib
+
+        close = difflib.get_close_matches(parts[0], [k for k in KEYS if k != "matrix"], n=1)
+        if close:
+            raise InvalidInput(f"unknown setting {shown(key)!r} (did you mean {close[0]!r}?)")
+    table = ("matrix", backend) if backend else ("matrix",)
+    dotted = ".".join(parts)
+    return Place(table, dotted, "matrix", f"{backend}.{dotted}" if backend else dotted)
+
+
+def toml_value(found: Place, value: str, where: str) -> str:
+    """`value` checked as the setting takes it, in TOML's spelling (a matrix field's true/false as a bool)."""
+    if found.setting == "matrix":
+        if value in ("true", "false"):
+            return value
+        _field(value, where)
+    else:
+        if KEYS[found.setting].kind == "path":
+            value = str(Path(os.path.expanduser(value)).absolute())
+        _check(found.setting, found.entry, value, where)
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def edited(text: str, found: Place, value: str | None) -> str:
+    """The file's text with KEY set to `value` (TOML) or, with None, removed; every other line kept as it is."""
+    lines = text.split("\n") if text else []
+    table: tuple[str, ...] = ()
+    start = end = None  # the wanted table's lines: [start, end)
+    hit = None
+    for number, line in enumerate(lines):
+        if m := _TABLE_LINE.match(line):
+            if table == found.table and start is not None and end is None:
+                end = number
+            table = _parts(m.group(1))
+            if table == found.table:
+                start, end = number + 1, None
+            continue
+        if number == 0 and not found.table:
+            start = 0
+        if table == found.table and (m := _KEY_LINE.match(line)) and _parts(m.group(1)) == _parts(found.key):
+            hit = number
+    if not found.table and start is None:
+        start = 0
+    if start is not None and end is None:
+        end = next((n for n in range(start, len(lines)) if _TABLE_LINE.match(lines[n])), len(lines))
+    new = f"{found.key} = {value}"
+    if hit is not None:
+        if value is None:
+            del lines[hit]
+        else:
+            lines[hit] = new
+    elif value is None:
+        return text
+    elif start is not None:
+        at = end
+        while at > start and not lines[at - 1].strip():
+            at -= 1
+        lines.insert(at, new)
+    else:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        header = "[" + ".".join(_toml_key(p) for p in found.table) + "]"
+        lines += ([""] if lines else []) + [header, new]
+    out = "\n".join(lines)
+    return out if out.endswith("\n") or not out else out + "\n"

@@ -44,7 +44,7 @@ DISK_GIB = {"base": 30, "accelerator": 20, "cpu": 10}
 # What each check is for: building the image, running it here (the default), publishing it. Building needs no
 # accelerator, so a host without the GPU can build its image (and a CI runner does).
 # The engine's own checks say their purposes themselves (EngineAPI.purposes).
-PURPOSES = {"disk": ("build",), "base registry": ("build",), "package index": ("build",),
+PURPOSES = {"disk": ("build",), "base registry": ("build",), "package index": ("build",), "torch build": ("build",),
             "platforms": ("build", "run"), "publish registry": ("publish",), "registry credentials": ("publish",)}
 
 
@@ -238,13 +238,15 @@ def check_registry(name: str, ref: str, fix: str, *, publish: bool = False, time
     return Check(name, True, f"{registry.host} answers (HTTP {status} at /v2/) for {ref}")
 
 
-def check_indexes(matrix: Matrix, backend: Backend, site: Settings | None = None) -> list[Check]:
-    """Whether each package index a lock of `backend` asks answers (through the site's mirrors), as `lock` probes
-    them before resolving: one check each, with the ways out when it does not."""
+def check_indexes(matrix: Matrix, backend: Backend, site: Settings | None = None, platform: str | None = None) -> list[Check]:
+    """Whether each package index a lock of `backend` asks answers (through the site's mirrors), and whether the
+    pinned torch build is where the backend takes it from (its index, the wheel folder), as `lock`'s preflight
+    asks before resolving: one check each, with the ways out when it fails."""
     from envbuild.image import reach
 
     found = reach.needs(matrix, backend, index_mirrors=site.index_mirrors if site else ())
-    results = reach.probe(found, ca_bundle=_site_path(site, "ca_bundle"), netrc=_site_path(site, "netrc"))
+    ca_bundle, netrc = _site_path(site, "ca_bundle"), _site_path(site, "netrc")
+    results = reach.probe(found, ca_bundle=ca_bundle, netrc=netrc)
     checks = []
     for need, result in zip(found, results):
         t = need.target
@@ -255,6 +257,15 @@ def check_indexes(matrix: Matrix, backend: Backend, site: Settings | None = None
             fix = "; ".join(reach.ways_out(need, backend))
             checks.append(Check("package index", False, f"{what} does not answer from this machine: {result.detail} "
                                 f"(asked {t.url} {result.via}, {result.seconds:.1f} s)", f"ways out: {fix}"))
+    here = platform or str(host_platform())
+    blocker, where = reach.torch_preflight(matrix, backend, here, list(zip(found, results)),
+                                           index_mirrors=site.index_mirrors if site else (),
+                                           wheelhouse=_site_path(site, "wheelhouse"), ca_bundle=ca_bundle, netrc=netrc)
+    if blocker:
+        checks.append(Check("torch build", False, blocker.what, "ways out: " + "; ".join(blocker.ways)))
+    elif where:
+        pin, label = reach.wanted_torch(backend, here)
+        checks.append(Check("torch build", True, f"torch {pin}{'+' + label if label else ''} for {here} is in {where}"))
     return checks
 
 

@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from envbuild.core.distbase import MADE_LABEL
-from envbuild.core.errors import LockError, StaleLock
+from envbuild.core.errors import LockError, StaleLock, UnreachableError
 from envbuild.core.files import write_all, write_atomic
 from envbuild.core.imageref import mirror
 from envbuild.core.platform import Platform, arch, require_runnable, target
@@ -92,9 +92,10 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
     """Run the Dockerfile's `lock` target on the engine (for `platform`: the plan's --platform) and turn pip's
     report into the lock."""
     require_runnable(platform, f"locking {backend.name} for {platform}")
-    # Every index the resolver asks must answer: a dead one costs minutes of retries, then a wrong lock.
+    # Every index the resolver asks must answer (a dead one costs minutes of retries, then a wrong lock), and the
+    # pinned torch build must be there (else gigabytes of another build are fetched, then refused).
     reach.require(matrix, backend, what=f"locking {backend.name}", index_mirrors=opts.index_mirrors,
-                  ca_bundle=opts.ca_bundle, netrc=opts.netrc)
+                  platform=str(platform), wheelhouse=opts.wheelhouse, ca_bundle=opts.ca_bundle, netrc=opts.netrc)
     wanted = inputs(matrix, backend, platform, digest)
     write_context(with_lock(plan, None))
     folder = plan.context_path / "lock"
@@ -179,6 +180,7 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
         if current is None or stale(current, inputs(matrix, backend, platform, None)):
             digest = made_base_digest(engine, plan.base_image)
             if digest is None:
+                _all_blockers(exc, matrix, backend, opts, platform, "building")
                 raise
         else:
             echo(f"[{backend.name}] note: {exc}; building from {file}, current in every other input")
@@ -200,6 +202,17 @@ def ensure(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOptions
     return new
 
 
+def _all_blockers(exc: LockError, matrix: Matrix, backend: Backend, opts: BuildOptions, platform: Platform,
+                  verb: str) -> None:
+    """The base cannot be had: before saying so, the rest of the preflight (the indexes, the torch pin), so that
+    every blocker is named at once; raises UnreachableError with them all where there are more."""
+    found = reach.blockers(matrix, backend, what=f"{verb} {backend.name}", platform=str(platform),
+                           index_mirrors=opts.index_mirrors, wheelhouse=opts.wheelhouse, ca_bundle=opts.ca_bundle,
+                           netrc=opts.netrc)
+    if found:
+        raise UnreachableError(reach.said(found, str(exc))) from None
+
+
 def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts: LockOptions, engine: EngineAPI, *,
          echo: Callable[[str], None] = lambda s: None, verbose: bool = False) -> list[LockResult]:
     """Write each backend's lock for each of its platforms (or --platform's) when it is missing or stale, or when
@@ -215,9 +228,10 @@ def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts:
                 current = read(file)
                 try:
                     digest = base_digest(backend, plan.base_image, platform, opts)
-                except LockError:
+                except LockError as exc:
                     digest = made_base_digest(engine, plan.base_image)
                     if digest is None:
+                        _all_blockers(exc, matrix, backend, popts, platform, "locking")
                         raise
                 why = stale(current, inputs(matrix, backend, platform, digest))
                 asked = lock_opts.upgrade or bool(lock_opts.upgrade_packages)

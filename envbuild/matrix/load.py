@@ -180,6 +180,29 @@ def _holds_secret(value: Any) -> bool:
     return scrub(text[:100_000]) != text[:100_000]
 
 
+def _put(tree: dict, path: Path_, value: Any, where: str, loc: _Located) -> None:
+    """One override (a --set, a settings file's [matrix] field) written into the raw tree, `where` its origin."""
+    backends = tree.get("backends")
+    if path[0] == "backends" and len(path) > 2 and isinstance(backends, dict) and path[1] not in backends:
+        hint = _close_matches(path[1], list(backends), n=1)
+        did_you_mean = f"did you mean '{hint[0]}'?" if hint else f"valid backends: {', '.join(backends)}"
+        loc.problems.append(Problem(where, None, f"unknown backend '{path[1]}' ({did_you_mean})"))
+        return
+    node = tree
+    for i, part in enumerate(path[:-1]):
+        if not isinstance(node, dict):
+            loc.problems.append(Problem(where, None, f"{_dotted(path[:i])} is not a mapping"))
+            return
+        if part not in node:
+            loc.override[path[: i + 1]] = where  # a section this override created is its own
+        node = node.setdefault(part, {})
+    if not isinstance(node, dict):
+        loc.problems.append(Problem(where, None, f"{_dotted(path[:-1])} is not a mapping"))
+        return
+    node[path[-1]] = value
+    loc.override[path] = where
+
+
 def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
     for text in overrides:
         where = f"--set {text}"
@@ -193,26 +216,23 @@ def apply_overrides(tree: Any, overrides: Iterable[str], loc: _Located) -> None:
             where = f"--set {key.strip()}=*** (a secret: not shown)"
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = raw.strip()  # versions such as 2.13 stay text
-        backends = tree.get("backends") if isinstance(tree, dict) else None
-        if path[0] == "backends" and len(path) > 2 and isinstance(backends, dict) and path[1] not in backends:
-            hint = _close_matches(path[1], list(backends), n=1)
-            did_you_mean = f"did you mean '{hint[0]}'?" if hint else f"valid backends: {', '.join(backends)}"
-            loc.problems.append(Problem(where, None, f"unknown backend '{path[1]}' ({did_you_mean})"))
-            continue
-        node = tree
-        for i, part in enumerate(path[:-1]):
-            if not isinstance(node, dict):
-                loc.problems.append(Problem(where, None, f"{_dotted(path[:i])} is not a mapping"))
-                break
-            if part not in node:
-                loc.override[path[: i + 1]] = where  # a section this --set created is its own
-            node = node.setdefault(part, {})
+        _put(tree, path, value, where, loc)
+
+
+def apply_site(tree: Any, fields: Iterable[tuple[Path_, Any, str]], loc: _Located) -> None:
+    """A site's [matrix] fields (core/settings.py), before any --set: a path that starts with a top-level key
+    (image.repository) or `backends` is the matrix's; one that starts with a backend's name (cpu.torch.version) is
+    that backend's; any other (torch.index_url) is every backend's. `where` is the file and line that said it."""
+    backends = tree.get("backends") if isinstance(tree.get("backends"), dict) else {}
+    for path, value, where in fields:
+        if path[0] == "backends" or path[0] in TOP:
+            paths = [path]
+        elif len(path) > 1 and (path[0] in backends or path[0] not in BACKEND):
+            paths = [("backends",) + path]  # a backend's (a name it lacks is refused with the names it has)
         else:
-            if not isinstance(node, dict):
-                loc.problems.append(Problem(where, None, f"{_dotted(path[:-1])} is not a mapping"))
-                continue
-            node[path[-1]] = value
-            loc.override[path] = where
+            paths = [("backends", name) + path for name in backends]
+        for one in paths:
+            _put(tree, one, value, where, loc)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -542,20 +562,22 @@ def _make_backend(name: str, b: dict[str, Any]) -> Backend:
     )
 
 
-def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = (), facts: Facts | None = None) -> Matrix:
+def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = (), facts: Facts | None = None,
+          site: Iterable[tuple[Path_, Any, str]] = ()) -> Matrix:
     """The validated matrix; with `facts` (the metadata cache), every image's pins are also held to its Python and
-    torch."""
+    torch. `site`: the settings' [matrix] fields (path, value, where), applied before `overrides` (--set)."""
     tree, loc = _parse(text, source)
-    overrides = list(overrides)
-    if not overrides and (not isinstance(tree, dict) or not tree.keys() & TOP.keys()):
+    overrides, site = list(overrides), list(site)
+    if not overrides and not site and (not isinstance(tree, dict) or not tree.keys() & TOP.keys()):
         # Not a matrix at all (a netrc, a config given by mistake): say so, and quote nothing of what it holds.
         got = type_message(tree, "a mapping")[len("expected a mapping, got "):].split(" ", 2)
         what = "a mapping with none of them" if isinstance(tree, dict) else " ".join(got[:2])
         raise MatrixError(loc.problems or [Problem(source, None, "not an envbuild matrix: expected a mapping with 'image', "
                                                    f"'transformers', 'accelerate' and 'backends', got {what} (its contents are not shown)")])
-    if overrides:
+    if overrides or site:
         if not isinstance(tree, dict):
             tree = {}
+        apply_site(tree, site, loc)
         apply_overrides(tree, overrides, loc)
     if not isinstance(tree, dict):
         got = " ".join(type_message(tree, "a mapping")[len("expected a mapping, got "):].split(" ", 2)[:2])
@@ -570,7 +592,8 @@ def loads(text: str, source: str = DEFAULT_MATRIX, overrides: Iterable[str] = ()
     return matrix
 
 
-def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = (), *, with_facts: bool = True) -> Matrix:
+def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = (), *, with_facts: bool = True,
+         site: Iterable[tuple[Path_, Any, str]] = ()) -> Matrix:
     """The matrix file, validated; with the metadata cache beside it (facts.path_for) unless `with_facts` is False."""
     p = Path(path)
     if not p.exists() and not p.is_symlink():
@@ -585,4 +608,4 @@ def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = (), *, wi
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise MatrixError([Problem(str(path), line, "not UTF-8 text")]) from None
-    return loads(text, str(path), overrides, read_facts(path_for(p)) if with_facts else None)
+    return loads(text, str(path), overrides, read_facts(path_for(p)) if with_facts else None, site)

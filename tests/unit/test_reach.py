@@ -5,6 +5,7 @@ answers, one that answers 200 (and one that serves as a proxy)."""
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import time
 from dataclasses import replace
@@ -24,6 +25,8 @@ from envbuild.host import doctor
 from envbuild.report.report import doctor_text
 
 BUDGET = 2.0
+TORCH_PAGE = b"".join(b'<a href="/f/torch-2.15.0%2Bcpu-cp311-cp311-manylinux_2_28_' + a + b'.whl#sha256=00">x</a>\n'
+                      for a in (b"x86_64", b"aarch64"))
 
 
 class _Answer(http.server.BaseHTTPRequestHandler):
@@ -31,7 +34,8 @@ class _Answer(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 - http.server's name
         type(self).seen.append(self.path)
-        body = b"<html><body></body></html>"
+        # a torch page holds the pinned CPU build (the preflight reads it); any other page is empty
+        body = TORCH_PAGE if self.path.endswith("/torch/") else b"<html><body></body></html>"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -114,7 +118,9 @@ def test_a_dead_torch_index_fails_at_once_naming_the_host_and_every_way_out(m, a
     assert f"connection refused (asked {closed}/whl/cpu/torch/ directly" in said and host in said
     assert f'index_mirrors."{closed}/whl/cpu" = "MIRROR-URL" in envbuild.toml' in said  # a mirror: the setting
     assert f"--index-mirror {closed}/whl/cpu=MIRROR-URL" in said  # and the option
-    assert "--wheelhouse DIR (or wheelhouse = \"DIR\" in envbuild.toml" in said
+    assert f"`envbuild config set index_mirrors.{closed}/whl/cpu MIRROR-URL`" in said  # the way that sticks
+    assert "`envbuild config set wheelhouse DIR` (or --wheelhouse DIR, wheelhouse = \"DIR\" in envbuild.toml" in said
+    assert "`envbuild config set torch.index_url https://pypi.org/simple --backend cpu`" in said
     assert "--set backends.cpu.torch.index_url=https://pypi.org/simple" in said
     assert "PyPI's default torch for linux x86_64 is the CUDA build" in said
     assert f"{answering}/simple" not in said  # the index that answers is not named
@@ -127,7 +133,7 @@ def test_an_index_that_never_answers_is_declared_dead_within_the_budget(m, answe
         reach.require(matrix, cpu, what="locking cpu", budget=BUDGET, environ={})
     assert time.monotonic() - start < BUDGET + 1
     assert f"the package index {silent}/simple (the packages besides torch) does not answer" in str(caught.value)
-    assert "--set index.url=URL" in str(caught.value)
+    assert "`envbuild config set index.url URL` (for one run: --set index.url=URL)" in str(caught.value)
 
 
 def test_the_mirror_is_what_is_probed(m, answering, closed):
@@ -185,6 +191,8 @@ def test_a_dead_base_registry_names_a_mirror_and_a_local_registry(m, closed):
     assert f"connection refused (asked {closed}/v2/ directly" in said  # regclient's failure, in the probe's words
     assert f"`--mirror {host}=MIRROR`" in said and f'registry_mirrors."{host}" = "MIRROR"' in said
     assert "a local registry" in said
+    assert f"`envbuild config set registry_mirrors.{host} MIRROR`" in said  # each way out, as the command that sticks
+    assert "`envbuild config set base_image IMAGE --backend cpu`" in said
     # the distribution's archive only where envbuild base can make the base (Docker Hub's debian and ubuntu:
     # tests/unit/test_base.py), not an image another registry names
     from envbuild.core.distbase import base_ways_out
@@ -249,3 +257,139 @@ def test_one_reachability_check_names_a_registry_that_gives_no_answer_in_seconds
     assert netprobe.unreachable(silent.removeprefix("http://"), environ={}, budget=BUDGET) in (
         "no answer (timed out)", f"no answer within {BUDGET:.0f} s")
     assert time.monotonic() - start < 5 * BUDGET
+
+
+# --- the torch pin: is its build where the backend takes it from? -----------------------------------------------
+
+X86 = "cp311-cp311-manylinux_2_28_x86_64"
+ARM = "cp311-cp311-manylinux_2_28_aarch64"
+
+
+@pytest.fixture
+def pypi(tmp_path):
+    """A PEP 503 index on loopback holding PyPI's kind of torch 2.15.0: no `+cpu` on x86_64 (the CUDA build)."""
+    from support.pyindex import SimpleIndex
+
+    with SimpleIndex(tmp_path / "index") as index:
+        index.add("torch", "2.15.0", tag=X86)
+        index.add("torch", "2.15.0", tag=ARM)
+        index.add("pip", "25.0")
+        yield index
+
+
+def wheel_folder(tmp_path, *versions: str, tag: str = X86):
+    from support.pyindex import make_wheel
+
+    folder = tmp_path / "wheels"
+    folder.mkdir(exist_ok=True)
+    for version in versions:
+        make_wheel(folder, "torch", version, tag=tag)
+    return folder
+
+
+def test_pypi_as_the_cpu_torch_source_is_refused_before_any_download_naming_the_cpu_index(m, pypi):
+    """The bug: PyPI answered, doctor said "Can build cpu", the lock fetched 3 GB of CUDA torch, then blamed PyPI."""
+    matrix, cpu = cpu_with(m, pypi.url, pypi.url)
+    with pytest.raises(UnreachableError) as caught:
+        reach.require(matrix, cpu, what="locking cpu", platform="linux/amd64", budget=BUDGET, environ={})
+    said = str(caught.value)
+    assert (f"locking cpu: torch 2.15.0+cpu (cpu's pin) for linux/amd64, Python 3.11 is not in the index {pypi.url}; "
+            "the index holds torch 2.15.0 (torch 2.15.0 there is not a CPU build") in said
+    assert "does not answer" not in said  # PyPI answers: it is not blamed
+    assert ("`envbuild config set torch.index_url https://download.pytorch.org/whl/cpu --backend cpu`" in said)
+    assert "`envbuild config set torch.any_build true --backend cpu`" in said
+    # on arm64, PyPI's torch is the CPU build: nothing stands in the way
+    reach.require(matrix, cpu, what="locking cpu", platform="linux/arm64", budget=BUDGET, environ={})
+
+
+def test_the_wheel_folders_torch_is_named_as_the_pin_to_take(m, pypi, tmp_path):
+    matrix, cpu = cpu_with(m, pypi.url_of("whl/cpu"), pypi.url)  # a CPU index with no torch page at all
+    folder = wheel_folder(tmp_path, "2.13.0+cpu", "2.12.0+cpu")
+    found = reach.blockers(matrix, cpu, what="locking cpu", platform="linux/amd64", wheelhouse=folder,
+                           budget=BUDGET, environ={})
+    assert len(found) == 1
+    assert f"nor the wheel folder {folder}; the wheel folder holds torch 2.13.0+cpu, 2.12.0+cpu" in found[0].what
+    assert found[0].ways[0] == "pin the build that is there: `envbuild config set torch.version 2.13.0 --backend cpu`"
+    pinned = replace(cpu, torch=replace(cpu.torch, version="2.13.0"))  # the advice followed
+    assert reach.blockers(matrix, pinned, what="locking cpu", platform="linux/amd64", wheelhouse=folder,
+                          budget=BUDGET, environ={}) == []
+
+
+def test_every_blocker_is_named_at_once(m, pypi, closed, tmp_path):
+    """A dead index besides a torch pin that is nowhere: both in one message, each with its ways out."""
+    matrix, cpu = cpu_with(m, pypi.url, f"{closed}/simple")
+    matrix = replace(matrix, index=replace(matrix.index, extra_urls=(f"{closed}/simple",)))
+    with pytest.raises(UnreachableError) as caught:
+        reach.require(matrix, cpu, what="locking cpu", platform="linux/amd64", budget=BUDGET, environ={},
+                      first="the base image x cannot be had")
+    said = str(caught.value)
+    assert said.startswith("the base image x cannot be had\n")
+    assert f"the package index {closed}/simple (the packages besides torch) does not answer" in said
+    assert "torch 2.15.0+cpu (cpu's pin)" in said and said.count("Ways out:") == 2
+
+
+def test_a_json_index_page_is_read_as_pep_691_says(m):
+    class Json(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            files = [{"filename": f"torch-2.15.0+cpu-{X86}.whl", "url": "x"}] if "json" in (self.headers["Accept"] or "") else []
+            body = json.dumps({"meta": {"api-version": "1.1"}, "name": "torch", "files": files}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    with serve(Json) as host:
+        assert reach.index_page(f"http://{host}/simple/torch/", environ={}) == [f"torch-2.15.0+cpu-{X86}.whl"]
+        matrix, cpu = cpu_with(m, f"http://{host}/whl/cpu", f"http://{host}/simple")
+        assert reach.blockers(matrix, cpu, what="locking cpu", platform="linux/amd64", budget=BUDGET, environ={}) == []
+
+
+def test_lock_stops_before_resolving_when_the_pinned_torch_build_is_not_there(m, pypi, tmp_path, monkeypatch,
+                                                                              buildkit_client):
+    from envbuild.image import locking
+    from envbuild.image.plan import BuildOptions
+
+    matrix, cpu = cpu_with(m, pypi.url, pypi.url)
+    cpu = replace(cpu, base_image="debian:12@sha256:" + "ab" * 32)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    ran = []
+    monkeypatch.setattr(builder, "run_build", lambda *a, **k: ran.append(a))
+    opts = BuildOptions(context_dir=tmp_path / "ctx", locks_dir=tmp_path / "locks", log_dir=tmp_path / "logs",
+                        platform="linux/amd64")
+    with pytest.raises(UnreachableError, match=r"torch 2\.15\.0\+cpu \(cpu's pin\)"):
+        locking.lock(matrix, [cpu], opts, locking.LockOptions(), FakeEngine(root=tmp_path))
+    assert ran == [] and not (tmp_path / "locks").exists()
+
+
+def test_doctor_says_cannot_build_when_the_pinned_torch_build_is_not_there(m, pypi, tmp_path, monkeypatch):
+    matrix, cpu = cpu_with(m, pypi.url, pypi.url)
+    monkeypatch.setattr(docker_engine, "find_builder", lambda: builder.Builder(("docker", "buildx", "build", "--load"), (), True))
+    client = FakeEngine(root=tmp_path)
+    connector = lambda: (client, doctor.Check("docker daemon", True, "fake"))  # noqa: E731
+    checks = doctor.check_indexes(matrix, cpu, platform="linux/amd64")
+    torch = [c for c in checks if c.name == "torch build"]
+    assert [c.ok for c in checks if c.name == "package index"] == [True] and [c.ok for c in torch] == [False]
+    assert "config set torch.index_url https://download.pytorch.org/whl/cpu --backend cpu" in torch[0].fix
+    monkeypatch.setattr(doctor, "host_platform", lambda *a: "linux/amd64")
+    report = doctor.diagnose(matrix, cpu, connector=connector, root=make_root(tmp_path))
+    assert not report.verdicts["build"]
+    text = doctor_text(report)
+    assert "Cannot build" in text and "Can build" not in text
+    fine = doctor.check_indexes(matrix, cpu, platform="linux/arm64")
+    assert [c.ok for c in fine if c.name == "torch build"] == [True]
+
+
+def test_a_dead_torch_index_and_a_wheel_folder_of_another_pin_are_said_together(m, pypi, closed, tmp_path):
+    """The first hour's story: download.pytorch.org does not answer, the site's wheel folder holds 2.13.0+cpu, the
+    pin is 2.15.0: both are said by the first command, the pin with the command that takes the folder's."""
+    matrix, cpu = cpu_with(m, f"{closed}/whl/cpu", pypi.url)
+    folder = wheel_folder(tmp_path, "2.13.0+cpu")
+    found = reach.blockers(matrix, cpu, what="locking cpu", platform="linux/amd64", wheelhouse=folder,
+                           budget=BUDGET, environ={})
+    assert [b.what.split(": ", 2)[1][:22] for b in found] == ["the package index http", "torch 2.15.0+cpu (cpu'"]
+    assert f"is not in the wheel folder {folder}; the wheel folder holds torch 2.13.0+cpu" in found[1].what
+    assert "`envbuild config set torch.version 2.13.0 --backend cpu`" in found[1].ways[0]

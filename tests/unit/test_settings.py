@@ -287,3 +287,82 @@ def test_any_envbuild_toml_exits_0_1_or_2_and_prints_no_secret(tmp_path_factory,
     project = _project(tmp)
     plant(project / "envbuild.toml", kind, data, tmp / "private.toml")
     exits_cleanly(invoke("config", "--matrix", project / "matrix.yaml"))
+
+
+# --- a site's matrix fields, and `envbuild config set` --------------------------------------------------------
+
+
+def test_matrix_fields_in_the_settings_reach_every_command_with_their_origin(site, invoke):
+    user = write(site / "xdg" / "envbuild" / "config.toml", '[matrix.cpu]\ntorch.version = "2.13.0"\n')
+    write(site / "project" / "envbuild.toml", '# the team\n[matrix]\nimage.repository = "registry.corp/ml/envbuild"\n'
+          f'torch.index_url = "{CPU}"\n')
+    shown = json.loads(invoke("show", "cpu", "--json").stdout)
+    assert shown["torch"]["version"] == "2.13.0"
+    assert shown["tags"][0].startswith("registry.corp/ml/envbuild:")  # smoke after build looks for the same image
+    cuda = json.loads(invoke("show", "cuda", "--json").stdout)
+    assert cuda["torch"]["index_url"] == CPU  # [matrix] torch.*: every backend's
+    assert cuda["torch"]["version"] != "2.13.0"  # [matrix.cpu]: cpu's alone
+    again = json.loads(invoke("show", "cpu", "--json", "--set", "backends.cpu.torch.version=2.12.0").stdout)
+    assert again["torch"]["version"] == "2.12.0"  # --set still wins
+    out = invoke("config").stdout
+    rows = {line.split()[0]: line.split(None, 2)[1:] for line in out.splitlines()[3:]}
+    assert rows["matrix.cpu.torch.version"] == ["2.13.0", f"{user}:2 (matrix.cpu.torch.version)"]
+    assert rows["matrix.image.repository"] == ["registry.corp/ml/envbuild", "envbuild.toml:3 (matrix.image.repository)"]
+
+
+@pytest.mark.parametrize("text, said", [
+    ('[matrix.cpu]\ntorch.versoin = "2.13.0"\n', "envbuild.toml:2 (matrix.cpu.torch.versoin): unknown key 'versoin' in "
+                                                 "backends.cpu.torch (did you mean 'version'?)"),
+    ('[matrix.cpuu]\ntorch.version = "2.13.0"\n', "envbuild.toml:2 (matrix.cpuu.torch.version): unknown backend 'cpuu' "
+                                                  "(did you mean 'cpu'?)"),
+    ('[matrix]\ntorch.version = {a = [{b = 1}]}\n', "envbuild.toml:2: matrix.torch.version.a: expected a string"),
+])
+def test_a_matrix_field_that_names_nothing_is_refused_with_its_file_and_line(site, invoke, text, said):
+    write(site / "project" / "envbuild.toml", text)
+    for args in (("config",), ("show", "cpu")):
+        result = invoke(*args)
+        assert result.exit_code == 2 and said in result.stderr, result.stderr
+
+
+def test_config_set_writes_the_users_file_keeping_its_other_lines_and_unset_removes(site, invoke):
+    user = write(site / "xdg" / "envbuild" / "config.toml", '# mine\nregistry = "user.corp/ml/envbuild"\n\n'
+                 '[index_mirrors]\n"https://pypi.org/simple" = "https://devpi.corp/simple"\n')
+    assert invoke("config", "set", "torch.version", "2.13.0", "--backend", "cpu").exit_code == 0
+    assert invoke("config", "set", "wheelhouse", str(site / "user-wheels")).exit_code == 0
+    assert invoke("config", "set", "torch.version", "2.12.0", "--backend", "cpu").exit_code == 0  # replaced in place
+    assert user.read_text() == ('# mine\nregistry = "user.corp/ml/envbuild"\n'
+                                f'wheelhouse = "{site / "user-wheels"}"\n\n'
+                                '[index_mirrors]\n"https://pypi.org/simple" = "https://devpi.corp/simple"\n\n'
+                                '[matrix.cpu]\ntorch.version = "2.12.0"\n')
+    assert json.loads(invoke("show", "cpu", "--json").stdout)["torch"]["version"] == "2.12.0"
+    assert invoke("config", "unset", "torch.version", "--backend", "cpu").exit_code == 0
+    assert "torch.version =" not in user.read_text() and "# mine" in user.read_text()
+    assert not (site / "project" / "envbuild.toml").exists()
+
+
+def test_config_set_project_writes_envbuild_toml_and_refuses_a_field_that_names_nothing(site, invoke):
+    ok = invoke("config", "set", "image.repository", "registry.corp/ml/envbuild", "--project")
+    assert ok.exit_code == 0, ok.stderr
+    project = site / "project" / "envbuild.toml"
+    assert project.read_text() == '[matrix]\nimage.repository = "registry.corp/ml/envbuild"\n'
+    for args, said in ((("torch.versoin", "2.13.0", "--backend", "cpu"), "did you mean 'version'?"),
+                       (("torch.version", "2.13.0", "--backend", "cpuu"), "unknown backend 'cpuu'"),
+                       (("wheelhous", "/srv"), "unknown setting 'wheelhous' (did you mean 'wheelhouse'?)"),
+                       (("registry", "Not A Repo"), "registry"),
+                       (("wheelhouse", "/srv", "--backend", "cpu"), "leave out --backend")):
+        bad = invoke("config", "set", *args, "--project")
+        assert bad.exit_code == 2 and said in bad.stderr, (args, bad.stderr)
+    assert project.read_text() == '[matrix]\nimage.repository = "registry.corp/ml/envbuild"\n'  # left as it was
+
+
+@pytest.mark.parametrize("key, backend, table, toml_key, entry", [
+    ("wheelhouse", None, (), "wheelhouse", None),
+    ("index_mirrors.https://pypi.org/simple", None, ("index_mirrors",), '"https://pypi.org/simple"', "https://pypi.org/simple"),
+    ("torch.version", "cpu", ("matrix", "cpu"), "torch.version", "cpu.torch.version"),
+    ("backends.cpu.base_image", None, ("matrix", "cpu"), "base_image", "cpu.base_image"),
+    ("matrix.image.repository", None, ("matrix",), "image.repository", "image.repository"),
+    ("torch.index_url", None, ("matrix",), "torch.index_url", "torch.index_url"),
+])
+def test_where_config_set_writes_each_kind_of_key(key, backend, table, toml_key, entry):
+    found = settings.place(key, backend)
+    assert (found.table, found.key, found.entry) == (table, toml_key, entry)

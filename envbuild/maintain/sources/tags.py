@@ -10,7 +10,8 @@ from typing import Mapping
 
 from envbuild.core.errors import RegistryError
 from envbuild.core.imageref import Reference
-from envbuild.net.netprobe import unreachable
+from envbuild.net.netprobe import BUDGET, unreachable
+from envbuild.net.netread import DEADLINE_ENV, deadline_seconds
 from envbuild.net.regclient import Registry
 from envbuild.maintain.sources.index import SourceError
 
@@ -30,10 +31,16 @@ class RegistryClient:
     def _client(self, host: str) -> Registry:
         if host in self._clients:
             return self._clients[host]
-        if host not in self._checked:
-            self._checked[host] = unreachable(host, ca_bundle=self.ca_bundle, environ=self.environ)
-        if self._checked[host]:
-            raise SourceError(f"registry {host} cannot be reached ({self._checked[host]})")
+        deadline = deadline_seconds(self.environ)
+        if host not in self._checked:  # no longer than one answer may take
+            self._checked[host] = unreachable(host, ca_bundle=self.ca_bundle, environ=self.environ,
+                                              budget=min(BUDGET, deadline))
+        why = self._checked[host]
+        if why and ("timed out" in why or why.startswith("no answer")):  # silent past the deadline: its words
+            raise SourceError(f"registry {host} gave no answer within {deadline:g} s: a stalled server or proxy. Try "
+                              f"again, or raise {DEADLINE_ENV} (seconds) for a slow link")
+        if why:
+            raise SourceError(f"registry {host} cannot be reached ({why})")
         client = Registry(host, self.environ, self.ca_bundle, publish=host == self.publish_host)
         self._clients[host] = client
         return client

@@ -424,7 +424,8 @@ def clean(containers_only: bool, build_cache: bool, every: bool, dry_run: bool, 
 
 @cli.command("config")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: the files read and each setting with its origin.")
-@click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help=MATRIX_HELP + " Its folder's envbuild.toml is the project's settings.")
+# exists: a --matrix naming no file would show the settings of a folder that is not there, and exit 0
+@click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False, exists=True), help=MATRIX_HELP + " Its folder's envbuild.toml is the project's settings.")
 def config_(as_json: bool, matrix_path: str | None) -> None:
     """The site's settings (mirrors, wheels, CA bundle) and their origin. Every site setting in effect, and
     where it came from.

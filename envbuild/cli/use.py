@@ -257,14 +257,21 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     from envbuild.host import doctor as doc
     from envbuild.core.imageref import check_repository
 
-    m = load(matrix_path, overrides)
-    name = auto(m, native=True) if backend == "auto" else backend
-    if publish and not registry:
-        registry = site_settings(matrix_path).get("registry") or m.image.repository
-    if registry:
-        registry = check_repository(registry)
-    report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=site_settings(matrix_path),
-                          connector=functools.partial(doc.connect, engine_name=(click.get_current_context().find_root().obj or {}).get("engine")))
+    try:
+        m = load(matrix_path, overrides)
+        name = auto(m, native=True) if backend == "auto" else backend
+        if publish and not registry:
+            registry = site_settings(matrix_path).get("registry") or m.image.repository
+        if registry:
+            registry = check_repository(registry)
+        report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=site_settings(matrix_path),
+                              connector=functools.partial(doc.connect, engine_name=(click.get_current_context().find_root().obj or {}).get("engine")))
+    except EnvbuildError as exc:
+        if not as_json:
+            raise
+        # a script reading --json gets JSON whatever went wrong: the error in it, the exit code as without --json
+        emit_json({"ok": False, "error": str(exc), "exit_code": exc.exit_code})  # masked as all stdout is
+        sys.exit(exc.exit_code)
     if as_json:
         emit_json({**report.to_json(), **reports.root_facts(root)})
     else:

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Mapping
 
 from envbuild.core.credential_env import environment_forms
 from envbuild.core.errors import EnvbuildError
-from envbuild.core.text import shown
+from envbuild.core.text import capped, shown  # noqa: F401 - capped: the CLI's error lines
 
 MASK = "***"
 
@@ -62,6 +62,15 @@ SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
      rf"-----BEGIN \1PRIVATE KEY----- {MASK}"),
     # a URL's userinfo (user:password@, token@), whatever the scheme
     (re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/?#\"'<>`]{0,512}@"), rf"\1{MASK}@"),
+    # userinfo without a scheme: a registry reference or mirror (`bob:S3cret@mirror.corp:5000/x`,
+    # `docker.io=bob:S3cret@mirror.corp`); not `python:3.12@sha256:...` (the digest is no host:port) nor `git@host`
+    # (no password). The password stops at = , ; & ? # so that a long run of them stays linear.
+    (re.compile(r"(?<![A-Za-z0-9._~%+/:@-])[A-Za-z0-9._~%+-]{1,128}:[^\s/@\"'<>`=,;&?#]{1,256}@"
+                r"(?!sha(?:256|384|512):)(?=(?:\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253})(?::[0-9]{1,5})?(?:[/\s\"',;)\]}>|]|:(?:\s|$)|$))"),
+     f"{MASK}@"),
+    # an Authorization header's value, whatever its scheme (Bearer, Basic, token, a custom one)
+    (re.compile(r"(?<![A-Za-z0-9_-])((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?)"
+                r"(?!\*\*\*)[^\s\"',;]+", re.IGNORECASE), rf"\1{MASK}"),
     # an HTTP authorization: Bearer TOKEN, Basic BASE64(user:password)
     (re.compile(r"\b((?:Bearer|bearer|BEARER)\s+)[A-Za-z0-9._~+/-]{8,}=*"), rf"\1{MASK}"),
     (re.compile(r"\b((?:Token|token)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{12,}=*"), rf"\1{MASK}"),
@@ -126,13 +135,6 @@ class Scrubber:
 def scrub(text: str, environ: Mapping[str, str] | None = None) -> str:
     """`text` with every secret masked."""
     return Scrubber(environ)(text)
-
-
-def capped(text: str, limit: int = 1000) -> str:
-    """At most `limit` characters of a quoted value, saying how many were left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def safe(text: str, scrubber: Callable[[str], str] | None = None) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 
 from envbuild.core import hostfacts
 from envbuild.core.errors import InvalidInput, NoVariantFitsError
+from envbuild.core.text import quoted
 from envbuild.host import detect
 from envbuild.matrix import Backend, Matrix, compat, stacks
 
@@ -48,15 +49,16 @@ def describe(driver: str | None, gpus: tuple[str, ...], platform: str | None = N
     """--driver/--gpu read into a described host (None when neither is given), or exit 2 naming what is wrong."""
     if driver is None and not gpus:
         return None
-    if driver is not None and not re.fullmatch(r"\d{1,4}(?:\.\d{1,4}){1,3}", driver.strip()):
-        raise InvalidInput(f"--driver {driver}: not a driver version (e.g. 535.104.05, as nvidia-smi prints it)")
+    # ASCII digits only: re's \d (and int()) also take Arabic-Indic or fullwidth digits, which no driver prints
+    if driver is not None and not re.fullmatch(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}", driver.strip()):
+        raise InvalidInput(f"--driver {quoted(driver)}: not a driver version (e.g. 535.104.05, as nvidia-smi prints it)")
     archs = []
     for g in gpus:
         for one in (x for x in g.split(",") if x.strip()):
             arch = stacks.gpu_arch(one)
             if arch is None:
                 known = ", ".join(sorted(stacks.gpu_products()))
-                raise InvalidInput(f"--gpu {one}: not a GPU envbuild knows; give its architecture (8.0, sm_80, gfx942, as "
+                raise InvalidInput(f"--gpu {quoted(one)}: not a GPU envbuild knows; give its architecture (8.0, sm_80, gfx942, as "
                                    f"`nvidia-smi --query-gpu=compute_cap --format=csv` or `rocminfo` says) or one of: {known}")
             archs.append(arch)
     return Described(driver.strip() if driver else None, tuple(archs), platform)

@@ -152,6 +152,7 @@ def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     proxy = lower.get(f"{parts.scheme}_proxy")
     if not proxy:
         return None
+    check_proxy(proxy, f"${parts.scheme}_proxy")
     no = [h.strip().lstrip(".").lower() for h in lower.get("no_proxy", "").split(",") if h.strip()]
     host = (parts.hostname or "").lower()
     if "*" in no or any(host == h or host.endswith("." + h) or f"{host}:{parts.port}" == h for h in no):
@@ -159,12 +160,39 @@ def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     return proxy
 
 
+def check_proxy(proxy: str, name: str) -> str:
+    """A proxy URL as urllib can use it (http or https, a host, a port that is a number), else InvalidInput (exit 2)
+    naming the variable and the value with its password masked: not a ValueError from deep inside a request, in
+    every thread that asks."""
+    why = None
+    try:
+        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")  # urllib reads a bare host:port as http
+        if parts.scheme.lower() not in ("http", "https"):
+            why = f"its scheme is {shown(parts.scheme, limit=20)}: a proxy is http:// or https://"
+        elif not parts.hostname:
+            why = "it names no host"
+        else:
+            parts.port  # noqa: B018 - raises ValueError for a port that is no number or out of range
+    except ValueError as exc:
+        why = str(exc)
+    if why:
+        raise InvalidInput(f"{name}: {shown(without_password(proxy), limit=200)} is not a proxy URL ({why}); give "
+                           "http://HOST:PORT (with USER:PASSWORD@ before the host if the proxy asks for a login)")
+    return proxy
+
+
 def without_password(url: str) -> str:
-    """A proxy URL as it may be shown: its password, if any, as ***."""
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@", 1)
-    return url
+    """A URL as it may be shown: its userinfo's password, if any, as *** (whatever the URL's shape: one that does
+    not parse is masked by the output layer's rule, never refused here)."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        return url.replace(f":{password}@", ":***@", 1)
+    from envbuild.core.output import scrub  # userinfo with no scheme, or a URL urllib cannot split
+
+    return scrub(url, environ={})
 
 
 def _opener(clock: _Clock, per_read: float, context: ssl.SSLContext | None,

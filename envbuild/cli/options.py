@@ -193,8 +193,16 @@ def load(matrix_path: str | None, overrides: tuple[str, ...] = ()):
     return matrix.load(path, given + tuple(overrides)) if given else m
 
 
-def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+def emit_json(data: Any, *, verbatim: bool = False) -> None:
+    """A JSON document on stdout; `verbatim`: one built from data that holds no secret (the matrix, a host's facts),
+    printed as it is, without the output layer's guesses at token shapes (see core/output.print_data)."""
+    text = json.dumps(data, indent=2, sort_keys=False)
+    if verbatim:
+        from envbuild.core.output import print_data
+
+        print_data(text)
+    else:
+        click.echo(text)
 
 
 def auto(m, *, native: bool = False) -> str:

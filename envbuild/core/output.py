@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Mapping
 
 from envbuild.core.credential_env import environment_forms
 from envbuild.core.errors import EnvbuildError
-from envbuild.core.text import capped, shown  # noqa: F401 - capped: the CLI's error lines
+from envbuild.core.text import QUOTE_LIMIT, capped, shown  # noqa: F401 - capped: the CLI's error lines
 
 MASK = "***"
 
@@ -123,10 +123,16 @@ class Scrubber:
         env = os.environ if environ is None else environ
         self.values = sorted({*_env_secrets(env), *(v for v in extra if len(v) >= 4)}, key=len, reverse=True)
 
-    def __call__(self, text: str) -> str:
+    def known(self, text: str) -> str:
+        """Only the values this process knows to be secret masked (the environment's, those it came to hold), no
+        guessing by shape: for data built from what holds no secret, which a guess would only corrupt."""
         for value in (*sorted(_HELD, key=len, reverse=True), *self.values):
             if value in text:
                 text = text.replace(value, MASK)
+        return text
+
+    def __call__(self, text: str) -> str:
+        text = self.known(text)
         for pattern, replacement in SHAPES:
             text = pattern.sub(replacement, text)
         return text
@@ -135,6 +141,13 @@ class Scrubber:
 def scrub(text: str, environ: Mapping[str, str] | None = None) -> str:
     """`text` with every secret masked."""
     return Scrubber(environ)(text)
+
+
+def masked(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """One value as an error quotes it, where it may carry a credential (a mirror, a proxy, a URL): every secret
+    shape masked before it is quoted (not only when printed: a record or an exception's text holds no password
+    either), escaped and capped."""
+    return shown(scrub(text, environ={}), limit=limit)
 
 
 def safe(text: str, scrubber: Callable[[str], str] | None = None) -> str:
@@ -201,7 +214,7 @@ class SafeStream(io.TextIOBase):
             out += [style, shown(part, keep="\n\t")]
         return "".join(out)
 
-    def write(self, text: str) -> int:
+    def write(self, text: str, *, data: bool = False) -> int:
         if not isinstance(text, str):
             raise TypeError("SafeStream takes text")
         if self.fault is not None:
@@ -209,7 +222,7 @@ class SafeStream(io.TextIOBase):
         if not text:
             return 0
         try:
-            self.raw.write(self.clean(text))
+            self.raw.write(shown(self.scrubber.known(text), keep="\n\t") if data else self.clean(text))
         except OSError as exc:
             raise self._fault(exc) from None
         return len(text)
@@ -234,6 +247,20 @@ class SafeStream(io.TextIOBase):
             pass
         self.fault = OutputFault(f"cannot write to standard {self.stream_name}: {exc.strerror or exc}", closed)
         return self.fault
+
+
+def print_data(text: str) -> None:
+    """One line (or document) for scripts on standard output, as it is: an image reference, `pick --for`'s lines, a
+    JSON document. The caller builds it from data that holds no secret (the matrix and the site settings refuse
+    secrets; hosts' facts carry none), so no token-shaped guess scrubs it into a wrong value
+    (ghcr.io/org/sk-learn-torch-images stays itself); the secrets this process knows are still masked, and control
+    characters still shown escaped."""
+    stream = sys.stdout
+    if isinstance(stream, SafeStream):
+        stream.write(text + "\n", data=True)
+        stream.flush()
+    else:  # outside a command (a library caller): the guarded stream's rule, by hand
+        print(shown(Scrubber().known(text), keep="\n\t"), file=stream, flush=True)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from envbuild.core import hostfacts
 from envbuild.core.errors import InvalidInput, NoVariantFitsError
-from envbuild.core.text import quoted
+from envbuild.core.text import quoted, shown
 from envbuild.host import detect
 from envbuild.matrix import Backend, Matrix, compat, stacks
 
@@ -175,7 +175,7 @@ def single_platform_ref(m: Matrix, b: Backend, arch: str, manifest: Path | None 
         entry = manifests.load(manifest, must_exist=True)["images"].get(b.name) or {}
         record = (entry.get("platforms") or {}).get(f"linux/{arch}")
         if record:
-            return f"{entry.get('repository') or m.image.repository}@{record['digest']}"
+            return f"{_repository(manifest, b.name, entry, m)}@{record['digest']}"
         return image_ref(m, b, manifest)
     return m.tags(b, arch)[0] if len(b.platforms) > 1 else m.tags(b)[0]
 
@@ -190,7 +190,24 @@ def image_ref(m: Matrix, b: Backend, manifest: Path | None = None) -> str:
     if entry is None:
         raise InvalidInput(f"manifest {manifest} has no image for {b.name} (never published there: "
                            f"`envbuild publish --backend {b.name} --manifest {manifest}`)")
-    return f"{entry.get('repository') or m.image.repository}@{entry['digest']}"
+    return f"{_repository(manifest, b.name, entry, m)}@{entry['digest']}"
+
+
+def _repository(manifest: Path, name: str, entry: dict[str, Any], m: Matrix) -> str:
+    """The manifest's repository for this image, as written, once it is one (a manifest may come with a pull request:
+    a newline, `$(...)`, quotes or spaces would reach a script's stdout); the matrix's where it names none."""
+    from envbuild.core.imageref import Reference
+
+    repo = entry.get("repository") or m.image.repository
+    try:
+        if repo != repo.strip().rstrip("/"):
+            raise InvalidInput("spaces or a trailing slash")
+        Reference.repository(repo, "repository")
+    except InvalidInput:
+        raise InvalidInput(f"manifest {shown(str(manifest), limit=200)}: images.{quoted(name)}.repository {quoted(repr(repo))} is "
+                           "not an image repository such as 'ghcr.io/org/envbuild' (as `envbuild publish` writes "
+                           "it; publish again to rewrite it)") from None
+    return repo
 
 
 # --- `envbuild pick`: the choice for a host, and what it says ------------------------------------------------------

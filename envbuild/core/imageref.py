@@ -23,7 +23,7 @@ _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 # No bracketed IPv6 hosts: engines before 24 refuse them, so a reference written with one is not portable.
 _HOST = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*"
 _DOMAIN = rf"{_HOST}(?::[0-9]+)?"
-_TAG = r"[\w][\w.-]{0,127}"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"  # Go's \w is ASCII; Python's would take '１２' and 'é'
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 _PATH = rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 

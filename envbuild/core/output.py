@@ -66,7 +66,7 @@ SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
     # `docker.io=bob:S3cret@mirror.corp`); not `python:3.12@sha256:...` (the digest is no host:port) nor `git@host`
     # (no password). The password stops at = , ; & ? # so that a long run of them stays linear.
     (re.compile(r"(?<![A-Za-z0-9._~%+/:@-])[A-Za-z0-9._~%+-]{1,128}:[^\s/@\"'<>`=,;&?#]{1,256}@"
-                r"(?!sha(?:256|384|512):)(?=(?:\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253})(?::[0-9]{1,5})?(?:[/\s\"',;)\]}>|]|:(?:\s|$)|$))"),
+                r"(?!sha(?:256|384|512):)(?=(?:\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253})(?::[0-9]{1,5})?(?:(?![A-Za-z0-9_.:@\[-])|:(?=\s|$)))"),
      f"{MASK}@"),
     # an Authorization header's value, whatever its scheme (Bearer, Basic, token, a custom one)
     (re.compile(r"(?<![A-Za-z0-9_-])((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?)"

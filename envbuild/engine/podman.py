@@ -614,7 +614,7 @@ def seconds_env(name: str, default: float) -> float:
     if not raw:
         return float(default)
     try:
-        value = float(raw)
+        value = float(raw) if raw.isascii() else float("nan")  # float() reads '１０' as 10
     except ValueError:
         value = float("nan")
     if not 0 < value <= 86400:

@@ -41,7 +41,7 @@ def deadline_seconds(environ: Mapping[str, str] | None = None) -> float:
     if not raw:
         return DEADLINE
     try:
-        value = float(raw)
+        value = float(raw) if raw.isascii() else math.nan  # float() reads '１０' as 10
     except ValueError:
         value = math.nan
     if not 0 < value <= 86400:

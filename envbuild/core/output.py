@@ -18,7 +18,7 @@ import re
 import sys
 from typing import Callable, Iterator, Mapping
 
-from envbuild.core.credential_env import environment_forms
+from envbuild.core.credential_env import CREDENTIAL_ENV, USER_ENV, environment_forms
 from envbuild.core.errors import EnvbuildError
 from envbuild.core.text import QUOTE_LIMIT, capped, shown  # noqa: F401 - capped: the CLI's error lines
 
@@ -101,6 +101,8 @@ def _env_secrets(environ: Mapping[str, str]) -> list[str]:
     values = environment_forms(environ)
     for name, value in environ.items():
         if secret_name(name) and len(value) >= 8 and not value.startswith("/"):
+            values.append(value)
+        elif name in CREDENTIAL_ENV and len(value) >= 4 and name != USER_ENV:  # envbuild's own: short ones too
             values.append(value)
     return sorted(set(values), key=len, reverse=True)
 

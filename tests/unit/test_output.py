@@ -258,3 +258,10 @@ def test_show_and_matrix_print_a_token_shaped_repository_as_it_is(invoke, args):
     repository = "ghcr.io/org/sk-learn-torch-images"
     result = invoke(*args, "--matrix", MATRIX, "--set", f"image.repository={repository}")
     assert result.exit_code == 0 and repository in result.stdout and "***" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("name", ["ENVBUILD_REGISTRY_PASSWORD", "ENVBUILD_KEY_PASSWORD", "COSIGN_PASSWORD", "GITHUB_TOKEN"])
+def test_envbuilds_own_credential_variables_are_masked_even_when_short(name):
+    from envbuild.core.output import Scrubber
+
+    assert Scrubber(environ={name: "pw1x"})("the server said pw1x back") == "the server said *** back"

@@ -364,7 +364,9 @@ class Engine(EngineAPI):
 
     def __init__(self, timeout: float | None = None, client: Any = None):
         self.host = host()
-        self.timeout = timeout if timeout is not None else float(os.environ.get("ENVBUILD_DOCKER_TIMEOUT", TIMEOUT))
+        from envbuild.net.netread import seconds_env  # ssl and urllib: paid by a command that asks an engine
+
+        self.timeout = timeout if timeout is not None else seconds_env("ENVBUILD_DOCKER_TIMEOUT", TIMEOUT)
         self._client = client
 
     @classmethod

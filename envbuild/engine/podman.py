@@ -36,7 +36,7 @@ from envbuild.engine import docker as engines
 from envbuild.core.checks import Check
 from envbuild.engine.api import Builder
 from envbuild.engine.docker import EngineAPI, EngineError, Exited, Image
-from envbuild.core.errors import DockerError, InvalidInput
+from envbuild.core.errors import DockerError
 from envbuild.core.imageref import Reference, is_loopback
 from envbuild.engine.owner import Container
 from envbuild.core.platform import Platform
@@ -182,6 +182,8 @@ class Podman(EngineAPI):
 
     def __init__(self, timeout: float | None = None, exe: str | None = None):
         self.host = HOST
+        from envbuild.net.netread import seconds_env  # ssl and urllib: paid by a command that asks an engine
+
         self.timeout = timeout if timeout is not None else seconds_env("ENVBUILD_DOCKER_TIMEOUT", engines.TIMEOUT)
         self.connect_timeout = min(self.timeout, seconds_env(CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT))
         self.exe = exe or executable()
@@ -605,22 +607,6 @@ def _refused(err: bytes) -> bool:
     """Whether podman run's exit 125-127 is Podman refusing (no such image, a bad flag), not the command's own."""
     low = err.decode("utf-8", "replace").lower()
     return low.lstrip().startswith("error:") or "oci runtime" in low
-
-
-def seconds_env(name: str, default: float) -> float:
-    """A number of seconds from the environment, else `default`; anything but a positive number (at most a day)
-    is bad input (exit 2), named, not a ValueError."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return float(default)
-    try:
-        value = float(raw) if raw.isascii() else float("nan")  # float() reads '１０' as 10
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 86400:
-        raise InvalidInput(f"{name}={shown(raw, limit=40)} is not a number of seconds (more than 0, at most 86400); "
-                           f"unset it for the default of {default:g}")
-    return value
 
 
 def _bounded_run(argv: list[str], stdin: bytes | None, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -34,6 +34,22 @@ MAX_REDIRECTS = 10
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
+def seconds_env(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
+    """A number of seconds from the environment (an engine's call timeout, its first contact's), else `default`;
+    anything but a positive number of ASCII digits, at most a day, is bad input (exit 2), named, not a ValueError."""
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
+    if not raw:
+        return float(default)
+    try:
+        value = float(raw) if raw.isascii() else math.nan  # float() reads '１０' as 10
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 86400:
+        raise InvalidInput(f"{name}={shown(raw, limit=40)} is not a number of seconds (more than 0, at most 86400); "
+                           f"unset it for the default of {default:g}")
+    return value
+
+
 def deadline_seconds(environ: Mapping[str, str] | None = None) -> float:
     """The deadline of one answer: $ENVBUILD_NET_DEADLINE, else DEADLINE. A value that is no positive number of
     seconds is bad input (exit 2), named."""

@@ -451,6 +451,11 @@ def test_a_timeout_that_is_no_number_of_seconds_is_bad_input(monkeypatch, name, 
     monkeypatch.setenv(name, value)
     with pytest.raises(InvalidInput, match=name):
         podman.Podman(exe="podman")
+    if name == "ENVBUILD_DOCKER_TIMEOUT":  # Docker's engine reads it by the same rule
+        from envbuild.engine.docker import Engine
+
+        with pytest.raises(InvalidInput, match=name):
+            Engine()
 
 
 def test_doctor_json_prints_json_when_podmans_answer_has_another_shape(tmp_path):

@@ -47,10 +47,9 @@ if TYPE_CHECKING:
     from envbuild.engine.runspec import RunSpec
 
 HOST = "podman://local"  # Podman runs in this process's place: no daemon, this machine's network
-# The first contact (`podman version`): a podman that does not answer it in seconds is hung (a stale lock, a
-# wedged storage), and every command would otherwise wait the full call timeout for it.
-CONNECT_TIMEOUT = 15.0
-CONNECT_TIMEOUT_ENV = "ENVBUILD_ENGINE_CONNECT_TIMEOUT"
+# The first contact's deadline, as Docker's engine has it: `podman version` of a hung podman (a stale lock, a
+# wedged storage) is given up in seconds.
+CONNECT_TIMEOUT, CONNECT_TIMEOUT_ENV = engines.CONNECT_TIMEOUT, engines.CONNECT_TIMEOUT_ENV
 INSTALL_HINT = "install Podman (Debian/Ubuntu: `sudo apt-get install podman`; RHEL/Fedora: `sudo dnf install podman`)"
 ULIMITS_FIX = ("if every container fails with \"error setting rlimits ... operation not permitted\", Podman's default "
                "ulimits exceed this machine's limits: put `default_ulimits = []` under `[containers]` in "

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from envbuild.core.output import safe, scrub
-from envbuild.core.text import shown
+from envbuild.core.text import quoted
 
 
 MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
@@ -31,7 +31,7 @@ class PathArg(click.Path):
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
         if isinstance(value, str) and value.startswith("-") and len(value) > 1:
-            self.fail(f"{shown(value)} is an option, not a path: give the path (./{shown(value)} for a file named so)",
+            self.fail(f"{quoted(value)} is an option, not a path: give the path (./{quoted(value)} for a file named so)",
                       param, ctx)
         return super().convert(value, param, ctx)
 
@@ -232,7 +232,7 @@ def tag_arg(value: str | None) -> str | None:
     from envbuild.core.imageref import TAG
 
     if value is not None and not TAG.match(value):
-        raise click.BadParameter(f"{shown(value)} is not a tag (letters, digits, '_', '.', '-'; at most 128)",
+        raise click.BadParameter(f"{quoted(value)} is not a tag (letters, digits, '_', '.', '-'; at most 128)",
                                  param_hint="'--tag'")
     return value
 

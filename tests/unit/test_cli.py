@@ -659,3 +659,10 @@ def test_config_with_a_matrix_that_names_no_file_says_so_and_exits_2(invoke, tmp
     monkeypatch.chdir(tmp_path)
     result = invoke("config", "--matrix", value)
     assert result.exit_code == 2 and "does not exist" in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["attest", "--backend", "cpu", "--tag", "t" * 10_000],
+                                  ["pick", "--root", "--" + "o" * 10_000]])
+def test_the_option_types_quote_a_long_value_capped(invoke, args):
+    result = invoke(*args, "--matrix", MATRIX)
+    assert result.exit_code == 2 and "more characters" in result.stderr and len(result.stderr) < 1500, result.stderr[:300]

@@ -743,14 +743,12 @@ def _conf_sets_ulimits(root: Path) -> bool:
 
 def _subids(path: Path, user: str, uid: int) -> int:
     """How many subordinate ids /etc/subuid (or subgid) gives the user (by name or uid)."""
+    from envbuild.core.files import read_host  # bounded, a FIFO or bytes not UTF-8 no crash
+
     total = 0
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return 0
-    for line in lines:
+    for line in (read_host(path) or "").splitlines():
         parts = line.strip().split(":")
-        if len(parts) == 3 and parts[0] in (user, str(uid)) and parts[2].isdigit():
+        if len(parts) == 3 and parts[0] in (user, str(uid)) and parts[2].isascii() and parts[2].isdigit():
             total += int(parts[2])
     return total
 

@@ -466,3 +466,11 @@ def test_doctor_json_prints_json_when_podmans_answer_has_another_shape(tmp_path)
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert not checks["podman"]["ok"] and "`podman version` answered JSON of another shape" in checks["podman"]["detail"]
+
+
+def test_subordinate_ids_are_read_in_ascii_digits_from_a_file_of_any_bytes(tmp_path):
+    subuid = tmp_path / "subuid"
+    subuid.write_bytes("me:100000:٦٥٥٣٦\nme:200000:65536\n".encode() + b"\xff\xfe not utf-8\n")
+    assert podman._subids(subuid, "me", 1000) == 65536
+    os.mkfifo(tmp_path / "fifo")
+    assert podman._subids(tmp_path / "fifo", "me", 1000) == 0

@@ -61,6 +61,9 @@ def describe(driver: str | None, gpus: tuple[str, ...], platform: str | None = N
                 raise InvalidInput(f"--gpu {quoted(one)}: not a GPU envbuild knows; give its architecture (8.0, sm_80, gfx942, as "
                                    f"`nvidia-smi --query-gpu=compute_cap --format=csv` or `rocminfo` says) or one of: {known}")
             archs.append(arch)
+    if gpus and not archs:  # `--gpu ''` or `--gpu ,`: no GPU named, not a host without GPUs
+        raise InvalidInput(f"--gpu {quoted(','.join(gpus))}: names no GPU; give its architecture (8.0, sm_80, gfx942) "
+                           "or its product name (A100, MI300X)")
     return Described(driver.strip() if driver else None, tuple(archs), platform)
 
 

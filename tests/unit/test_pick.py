@@ -427,3 +427,9 @@ def test_pick_still_masks_a_secret_this_process_knows(invoke, monkeypatch):
     monkeypatch.setenv("MY_REGISTRY_TOKEN", "sk-learn-torch-images")
     result = invoke("pick", "--backend", "cpu", "--matrix", MATRIX, "--set", "image.repository=ghcr.io/org/sk-learn-torch-images")
     assert result.stdout == "ghcr.io/org/***:cpu\n"
+
+
+@pytest.mark.parametrize("gpu", ["", ",", " , ,"])
+def test_a_gpu_option_that_names_no_gpu_is_refused(invoke, gpu):
+    result = invoke("pick", "--gpu", gpu, "--matrix", MATRIX)
+    assert result.exit_code == 2 and "names no GPU" in result.stderr and "None" not in result.stderr

@@ -213,7 +213,7 @@ class Group(click.Group):
         except OutputFault as exc:  # outside a command (help, usage)
             sys.exit(_output_fault(exc))
         except click.ClickException as exc:  # usage errors (exit 2), with the input they quote made safe
-            exc.message = shown(scrub_text(exc.message))
+            exc.message = shown("\n".join(error_lines(scrub_text(exc.message))), keep="\n")  # each line capped
             exc.show()
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:

@@ -425,7 +425,8 @@ def clean(containers_only: bool, build_cache: bool, every: bool, dry_run: bool, 
 
 @cli.group("config", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: the files read and each setting with its origin.")
-@click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False), help=MATRIX_HELP + " Its folder's envbuild.toml is the project's settings.")
+# exists: a --matrix naming no file would show the settings of a folder that is not there, and exit 0
+@click.option("--matrix", "matrix_path", default=None, type=click.Path(dir_okay=False, exists=True), help=MATRIX_HELP + " Its folder's envbuild.toml is the project's settings.")
 @click.pass_context
 def config_(ctx: click.Context, as_json: bool, matrix_path: str | None) -> None:
     """The site's settings and their origin; `config set` writes one. Every site setting in effect, and where

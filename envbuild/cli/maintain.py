@@ -236,12 +236,14 @@ def matrix_(fmt, backends, per_platform, changed, registry, build_args, labels, 
         repo = check_repository(registry, "--registry")
         doc = ci.changed(m, doc, inputs.options(build_args=build_args), repo,
                          echo=lambda line: click.echo(line, err=True))
+    from envbuild.core.output import print_data  # the jobs' images as they are: the matrix holds no secret
+
     if fmt == "github":
-        click.echo(json.dumps(doc, separators=(",", ":")))
+        print_data(json.dumps(doc, separators=(",", ":")))
     elif fmt == "json":
-        emit_json(doc)
+        emit_json(doc, verbatim=True)
     else:
-        click.echo(report.table(report.ci_rows(doc), report.CI_COLUMNS))
+        print_data(report.table(report.ci_rows(doc), report.CI_COLUMNS))
 
 
 @cli.command()

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from envbuild.core.output import safe, scrub
-from envbuild.core.text import shown
+from envbuild.core.text import quoted
 
 
 MATRIX_HELP = "The matrix file [default: $ENVBUILD_MATRIX, else ./matrix.yaml, else the one installed with envbuild]."
@@ -31,7 +31,7 @@ class PathArg(click.Path):
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
         if isinstance(value, str) and value.startswith("-") and len(value) > 1:
-            self.fail(f"{shown(value)} is an option, not a path: give the path (./{shown(value)} for a file named so)",
+            self.fail(f"{quoted(value)} is an option, not a path: give the path (./{quoted(value)} for a file named so)",
                       param, ctx)
         return super().convert(value, param, ctx)
 
@@ -200,8 +200,16 @@ def load(matrix_path: str | None, overrides: tuple[str, ...] = (), *, fields: bo
     return matrix.load(path, overrides, site=bases + tuple(fields))
 
 
-def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+def emit_json(data: Any, *, verbatim: bool = False) -> None:
+    """A JSON document on stdout; `verbatim`: one built from data that holds no secret (the matrix, a host's facts),
+    printed as it is, without the output layer's guesses at token shapes (see core/output.print_data)."""
+    text = json.dumps(data, indent=2, sort_keys=False)
+    if verbatim:
+        from envbuild.core.output import print_data
+
+        print_data(text)
+    else:
+        click.echo(text)
 
 
 def auto(m, *, native: bool = False) -> str:
@@ -231,7 +239,7 @@ def tag_arg(value: str | None) -> str | None:
     from envbuild.core.imageref import TAG
 
     if value is not None and not TAG.match(value):
-        raise click.BadParameter(f"{shown(value)} is not a tag (letters, digits, '_', '.', '-'; at most 128)",
+        raise click.BadParameter(f"{quoted(value)} is not a tag (letters, digits, '_', '.', '-'; at most 128)",
                                  param_hint="'--tag'")
     return value
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from envbuild.core.errors import EnvbuildError, InvalidInput, NoVariantFitsError
+from envbuild.core.output import print_data
 from envbuild.cli import options
 from envbuild.cli.app import cli
 from envbuild.engine.runspec import RUNTIMES
@@ -92,9 +93,9 @@ def show(backend_arg: str | None, backend: str | None, as_json: bool, verbose: b
     b = m.backend(backend_arg or backend)
     detail = report.backend_detail(m, b)
     if as_json:
-        emit_json(detail)
+        emit_json(detail, verbatim=True)
         return
-    click.echo(report.describe(detail, verbose=verbose))
+    print_data(report.describe(detail, verbose=verbose))
 
 
 @cli.command("run", context_settings={"allow_interspersed_args": False})
@@ -183,15 +184,15 @@ def pick(backend, variant, driver, gpus, host_arch, tool, root, manifest, as_jso
                               manifest=Path(manifest) if manifest else None)
     except NoVariantFitsError as exc:
         if as_json and exc.data is not None:
-            emit_json(exc.data)
+            emit_json(exc.data, verbatim=True)
             sys.exit(1)
         raise
     if as_json:
-        emit_json(answer.to_json())
+        emit_json(answer.to_json(), verbatim=True)
         return
     for line in answer.lines():
         click.echo(line, err=True)
-    click.echo(answer.how_to_run(tool) if tool else answer.ref)
+    print_data(answer.how_to_run(tool) if tool else answer.ref)  # for scripts: as it is, never scrubbed by a guess
 
 
 @cli.command("detect")
@@ -257,14 +258,21 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     from envbuild.host import doctor as doc
     from envbuild.core.imageref import check_repository
 
-    m = load(matrix_path, overrides)
-    name = auto(m, native=True) if backend == "auto" else backend
-    if publish and not registry:
-        registry = site_settings(matrix_path).get("registry") or m.image.repository
-    if registry:
-        registry = check_repository(registry)
-    report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=site_settings(matrix_path),
-                          connector=functools.partial(doc.connect, engine_name=(click.get_current_context().find_root().obj or {}).get("engine")))
+    try:
+        m = load(matrix_path, overrides)
+        name = auto(m, native=True) if backend == "auto" else backend
+        if publish and not registry:
+            registry = site_settings(matrix_path).get("registry") or m.image.repository
+        if registry:
+            registry = check_repository(registry)
+        report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=site_settings(matrix_path),
+                              connector=functools.partial(doc.connect, engine_name=(click.get_current_context().find_root().obj or {}).get("engine")))
+    except EnvbuildError as exc:
+        if not as_json:
+            raise
+        # a script reading --json gets JSON whatever went wrong: the error in it, the exit code as without --json
+        emit_json({"ok": False, "error": str(exc), "exit_code": exc.exit_code})  # masked as all stdout is
+        sys.exit(exc.exit_code)
     if as_json:
         emit_json({**report.to_json(), **reports.root_facts(root)})
     else:

@@ -23,7 +23,7 @@ _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 # No bracketed IPv6 hosts: engines before 24 refuse them, so a reference written with one is not portable.
 _HOST = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*"
 _DOMAIN = rf"{_HOST}(?::[0-9]+)?"
-_TAG = r"[\w][\w.-]{0,127}"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"  # Go's \w is ASCII; Python's would take '１２' and 'é'
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 _PATH = rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 
@@ -75,6 +75,14 @@ class InvalidReference(InvalidInput):
     pass
 
 
+def _q(text: str) -> str:
+    """A value an error quotes: as repr writes it, every secret shape in it masked (a mirror's bob:S3cret@), capped."""
+    from envbuild.core.output import scrub
+    from envbuild.core.text import capped
+
+    return repr(capped(scrub(text, environ={}), 200))
+
+
 @dataclass(frozen=True)
 class Reference:
     """A normalised image reference: docker.io/library/debian:12 for 'debian:12'."""
@@ -92,15 +100,15 @@ class Reference:
         m = _ANCHORED.match(text)
         if not m:
             if text.lower() != text and _ANCHORED.match(text.lower()):
-                raise InvalidReference(f"{what} {text!r}: the repository name must be lowercase")
-            raise InvalidReference(f"{what} {text!r} is not an image reference such as 'debian:12', "
+                raise InvalidReference(f"{what} {_q(text)}: the repository name must be lowercase")
+            raise InvalidReference(f"{what} {_q(text)} is not an image reference such as 'debian:12', "
                                    "'ghcr.io/org/name:tag' or 'localhost:5000/name@sha256:...'")
         name = m.group("name")
         if len(name) > NAME_TOTAL_LENGTH_MAX:
             raise InvalidReference(f"{what} {text[:60]!r}...: the repository name is longer than "
                                    f"{NAME_TOTAL_LENGTH_MAX} characters")
         if _IMAGE_ID.match(name):
-            raise InvalidReference(f"{what} {text!r}: a 64-hex repository name would read as an image id")
+            raise InvalidReference(f"{what} {_q(text)}: a 64-hex repository name would read as an image id")
         first, sep, rest = name.partition("/")
         if sep and is_host(first):
             domain, path = first, rest
@@ -111,9 +119,9 @@ class Reference:
         if domain == DOCKER_HUB and "/" not in path:
             path = "library/" + path
         if path.lower() != path:
-            raise InvalidReference(f"{what} {text!r}: the repository name must be lowercase")
+            raise InvalidReference(f"{what} {_q(text)}: the repository name must be lowercase")
         if m.group("digest") and not _digest_ok(m.group("digest")):
-            raise InvalidReference(f"{what} {text!r}: the digest is not sha256:, sha384: or sha512: with its length "
+            raise InvalidReference(f"{what} {_q(text)}: the digest is not sha256:, sha384: or sha512: with its length "
                                    "of lower-case hex")
         return cls(domain, path, m.group("tag"), m.group("digest"))
 
@@ -123,7 +131,7 @@ class Reference:
         Docker as docker.io/library/ghcr.io, and a push there would go to Docker Hub."""
         value = text.strip().rstrip("/")
         if "/" not in value and (is_host(value) or re.fullmatch(r"[^:/]+:[0-9]+", value)):
-            raise InvalidInput(f"{what} {text!r} names a registry but no repository in it: add a path, e.g. "
+            raise InvalidInput(f"{what} {_q(text)} names a registry but no repository in it: add a path, e.g. "
                                f"'{value}/envbuild' (Docker would read '{value}' alone as an image on Docker Hub)")
         try:
             ref = cls.parse(value, what)
@@ -131,7 +139,7 @@ class Reference:
             raise InvalidInput(f"{exc} (expected a repository such as 'ghcr.io/org/envbuild' or "
                                "'localhost:5000/envbuild')") from None
         if ref.tag or ref.digest:
-            raise InvalidInput(f"{what} {text!r} is not an image repository such as 'ghcr.io/org/envbuild' or "
+            raise InvalidInput(f"{what} {_q(text)} is not an image repository such as 'ghcr.io/org/envbuild' or "
                                "'localhost:5000/envbuild' (give the repository without a tag or digest: the tags "
                                "come from the matrix)")
         return ref
@@ -172,12 +180,12 @@ class Reference:
 
     def with_tag(self, tag: str) -> "Reference":
         if not TAG.match(tag):
-            raise InvalidReference(f"tag {tag!r} is not a tag (letters, digits, '_', '.', '-'; at most 128)")
+            raise InvalidReference(f"tag {_q(tag)} is not a tag (letters, digits, '_', '.', '-'; at most 128)")
         return replace(self, tag=tag, digest=None)
 
     def with_digest(self, digest: str) -> "Reference":
         if not _ANY_DIGEST.match(digest) or not _digest_ok(digest):
-            raise InvalidReference(f"digest {digest!r} is not a digest such as 'sha256:<64 hex>'")
+            raise InvalidReference(f"digest {_q(digest)} is not a digest such as 'sha256:<64 hex>'")
         return replace(self, digest=digest)
 
     def tagged(self) -> "Reference":
@@ -198,7 +206,7 @@ def parse_mirror(rule: str) -> tuple[str, str]:
         side = side.rstrip("/")
         host, _, path = side.partition("/")
         if not sep or not DOMAIN.match(host) or not is_host(host) or (path and not PATH.match(path)):
-            raise InvalidInput(f"--mirror {rule!r}: expected FROM=TO, each a registry host (with a '.' or a port, or "
+            raise InvalidInput(f"--mirror {_q(rule)}: expected FROM=TO, each a registry host (with a '.' or a port, or "
                                "localhost) and an optional path, e.g. docker.io=mirror.example.com:5000")
         parts.append(side.replace(_LEGACY_HUB, DOCKER_HUB, 1) if host == _LEGACY_HUB else side)
     return parts[0], parts[1]
@@ -217,7 +225,7 @@ def mirror(ref: str, rules: "tuple[str, ...] | list[str]") -> str:
             try:
                 Reference.parse(mirrored)
             except InvalidReference as exc:
-                raise InvalidInput(f"--mirror {rule!r}: the base image would become {exc}") from None
+                raise InvalidInput(f"--mirror {_q(rule)}: the base image would become {exc}") from None
             return mirrored
     return ref
 

@@ -18,9 +18,9 @@ import re
 import sys
 from typing import Callable, Iterator, Mapping
 
-from envbuild.core.credential_env import environment_forms
+from envbuild.core.credential_env import CREDENTIAL_ENV, USER_ENV, environment_forms
 from envbuild.core.errors import EnvbuildError
-from envbuild.core.text import shown
+from envbuild.core.text import QUOTE_LIMIT, capped, shown  # noqa: F401 - capped: the CLI's error lines
 
 MASK = "***"
 
@@ -62,6 +62,15 @@ SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
      rf"-----BEGIN \1PRIVATE KEY----- {MASK}"),
     # a URL's userinfo (user:password@, token@), whatever the scheme
     (re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/?#\"'<>`]{0,512}@"), rf"\1{MASK}@"),
+    # userinfo without a scheme: a registry reference or mirror (`bob:S3cret@mirror.corp:5000/x`,
+    # `docker.io=bob:S3cret@mirror.corp`); not `python:3.12@sha256:...` (the digest is no host:port) nor `git@host`
+    # (no password). The password stops at = , ; & ? # so that a long run of them stays linear.
+    (re.compile(r"(?<![A-Za-z0-9._~%+/:@-])[A-Za-z0-9._~%+-]{1,128}:[^\s/@\"'<>`=,;&?#]{1,256}@"
+                r"(?!sha(?:256|384|512):)(?=(?:\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253})(?::[0-9]{1,5})?(?:(?![A-Za-z0-9_.:@\[-])|:(?=\s|$)))"),
+     f"{MASK}@"),
+    # an Authorization header's value, whatever its scheme (Bearer, Basic, token, a custom one)
+    (re.compile(r"(?<![A-Za-z0-9_-])((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?)"
+                r"(?!\*\*\*)[^\s\"',;]+", re.IGNORECASE), rf"\1{MASK}"),
     # an HTTP authorization: Bearer TOKEN, Basic BASE64(user:password)
     (re.compile(r"\b((?:Bearer|bearer|BEARER)\s+)[A-Za-z0-9._~+/-]{8,}=*"), rf"\1{MASK}"),
     (re.compile(r"\b((?:Token|token)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{12,}=*"), rf"\1{MASK}"),
@@ -93,6 +102,8 @@ def _env_secrets(environ: Mapping[str, str]) -> list[str]:
     for name, value in environ.items():
         if secret_name(name) and len(value) >= 8 and not value.startswith("/"):
             values.append(value)
+        elif name in CREDENTIAL_ENV and len(value) >= 4 and name != USER_ENV:  # envbuild's own: short ones too
+            values.append(value)
     return sorted(set(values), key=len, reverse=True)
 
 
@@ -114,10 +125,16 @@ class Scrubber:
         env = os.environ if environ is None else environ
         self.values = sorted({*_env_secrets(env), *(v for v in extra if len(v) >= 4)}, key=len, reverse=True)
 
-    def __call__(self, text: str) -> str:
+    def known(self, text: str) -> str:
+        """Only the values this process knows to be secret masked (the environment's, those it came to hold), no
+        guessing by shape: for data built from what holds no secret, which a guess would only corrupt."""
         for value in (*sorted(_HELD, key=len, reverse=True), *self.values):
             if value in text:
                 text = text.replace(value, MASK)
+        return text
+
+    def __call__(self, text: str) -> str:
+        text = self.known(text)
         for pattern, replacement in SHAPES:
             text = pattern.sub(replacement, text)
         return text
@@ -128,11 +145,11 @@ def scrub(text: str, environ: Mapping[str, str] | None = None) -> str:
     return Scrubber(environ)(text)
 
 
-def capped(text: str, limit: int = 1000) -> str:
-    """At most `limit` characters of a quoted value, saying how many were left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+def masked(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """One value as an error quotes it, where it may carry a credential (a mirror, a proxy, a URL): every secret
+    shape masked before it is quoted (not only when printed: a record or an exception's text holds no password
+    either), escaped and capped."""
+    return shown(scrub(text, environ={}), limit=limit)
 
 
 def safe(text: str, scrubber: Callable[[str], str] | None = None) -> str:
@@ -199,7 +216,7 @@ class SafeStream(io.TextIOBase):
             out += [style, shown(part, keep="\n\t")]
         return "".join(out)
 
-    def write(self, text: str) -> int:
+    def write(self, text: str, *, data: bool = False) -> int:
         if not isinstance(text, str):
             raise TypeError("SafeStream takes text")
         if self.fault is not None:
@@ -207,7 +224,7 @@ class SafeStream(io.TextIOBase):
         if not text:
             return 0
         try:
-            self.raw.write(self.clean(text))
+            self.raw.write(shown(self.scrubber.known(text), keep="\n\t") if data else self.clean(text))
         except OSError as exc:
             raise self._fault(exc) from None
         return len(text)
@@ -232,6 +249,20 @@ class SafeStream(io.TextIOBase):
             pass
         self.fault = OutputFault(f"cannot write to standard {self.stream_name}: {exc.strerror or exc}", closed)
         return self.fault
+
+
+def print_data(text: str) -> None:
+    """One line (or document) for scripts on standard output, as it is: an image reference, `pick --for`'s lines, a
+    JSON document. The caller builds it from data that holds no secret (the matrix and the site settings refuse
+    secrets; hosts' facts carry none), so no token-shaped guess scrubs it into a wrong value
+    (ghcr.io/org/sk-learn-torch-images stays itself); the secrets this process knows are still masked, and control
+    characters still shown escaped."""
+    stream = sys.stdout
+    if isinstance(stream, SafeStream):
+        stream.write(text + "\n", data=True)
+        stream.flush()
+    else:  # outside a command (a library caller): the guarded stream's rule, by hand
+        print(shown(Scrubber().known(text), keep="\n\t"), file=stream, flush=True)
 
 
 @contextlib.contextmanager

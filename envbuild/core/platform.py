@@ -98,7 +98,7 @@ class Platform(str):
         """Docker's normalisation of any platform (case, aarch64 and x86_64, the variant Docker drops, a bare
         architecture as Linux's), supported or not; None for what is no platform at all. For what registries
         and images say (an index may list linux/arm/v7); what a user gives goes through parse."""
-        parts = text.lower().split("/") if isinstance(text, str) else []
+        parts = text.lower().split("/") if isinstance(text, str) and text.isascii() else []
         if (len(parts) == 1 and parts[0] and parts[0] not in SUPPORTED) or (len(parts) == 2 and parts[0] in _ARCHES):
             parts = ["linux", *parts]  # `--platform arm64` (or arm64/v8): Docker reads it as the daemon's OS, Linux
         if not 2 <= len(parts) <= 3 or not all(re.fullmatch(r"[a-z0-9_-]+", x) for x in parts):
@@ -125,10 +125,10 @@ class Platform(str):
 
 
 def _refusal(text: object, oses: tuple[str, ...]) -> str:
-    from envbuild.core.text import shown
+    from envbuild.core.text import quoted
 
     accepted = ", ".join(f"{o}/{a}" for o in oses for a in SUPPORTED[o])
-    value = shown(text) if isinstance(text, str) else repr(text)
+    value = quoted(text) if isinstance(text, str) else quoted(repr(text))
     what = ("several platforms; one is taken here (`envbuild publish --platform` joins several in one image index)"
             if isinstance(text, str) and "," in text else "not a platform envbuild builds for")
     return f"'{value}' is {what}: give one of {accepted} (or Docker's other names: x86_64, aarch64, arm64/v8)"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from envbuild.core.errors import InvalidInput
+from envbuild.core.output import masked
 from envbuild.core.text import shown
 
 PROJECT_FILE = "envbuild.toml"
@@ -239,7 +240,7 @@ def _toml_key(entry: str) -> str:
 def _pair(given: str, flag: str, spec: Key) -> tuple[str, str]:
     k, sep, v = given.partition("=")
     if not sep or not k or not v:
-        raise InvalidInput(f"{flag} {shown(given)}: expected {spec.flag.split()[-1]}, e.g. {flag} {_example(spec)}")
+        raise InvalidInput(f"{flag} {masked(given)}: expected {spec.flag.split()[-1]}, e.g. {flag} {_example(spec)}")
     return k, v
 
 
@@ -258,7 +259,7 @@ def _check(key: str, entry: str | None, value: Any, where: str) -> tuple[str | N
     """The value of `key` (an entry of a map: `entry`), normalised, or InvalidInput naming `where`."""
     spec = KEYS[key]
     if not isinstance(value, str):
-        raise InvalidInput(f"{where}: {key}{'.' + shown(entry) if entry else ''} must be a string, e.g. {spec.example}")
+        raise InvalidInput(f"{where}: {key}{'.' + masked(entry) if entry else ''} must be a string, e.g. {spec.example}")
     if unsafe := re.search(r"[\x00-\x1f\x7f]", value):
         raise InvalidInput(f"{where}: {key}: a control character ({unsafe.group()!r}) in the value")
     if key == "registry_mirrors":
@@ -267,20 +268,20 @@ def _check(key: str, entry: str | None, value: Any, where: str) -> tuple[str | N
         try:
             src, dst = parse_mirror(f"{entry}={value}")
         except InvalidInput:
-            raise InvalidInput(f"{where}: registry_mirrors: {shown(entry or '')} = {shown(value)}: expected a registry "
+            raise InvalidInput(f"{where}: registry_mirrors: {masked(entry or '')} = {masked(value)}: expected a registry "
                                "host (with a '.' or a port, or localhost) and an optional path on each side, e.g. "
                                f"{spec.example}") from None
         return src, dst
     if key == "index_mirrors":
         for side in (entry or "", value):
             if not _URL.fullmatch(side):
-                raise InvalidInput(f"{where}: index_mirrors: {shown(side)} is not an http(s) URL, e.g. {spec.example}")
+                raise InvalidInput(f"{where}: index_mirrors: {masked(side)} is not an http(s) URL, e.g. {spec.example}")
         return normal_url(entry or ""), normal_url(value)
     if key == "base_images":
         from envbuild.core.imageref import InvalidReference, Reference
 
         if not _BACKEND.fullmatch(entry or ""):
-            raise InvalidInput(f"{where}: base_images: {shown(entry or '')} is not a backend name, e.g. {spec.example}")
+            raise InvalidInput(f"{where}: base_images: {masked(entry or '')} is not a backend name, e.g. {spec.example}")
         try:
             Reference.parse(value, f"base_images.{entry}")
         except InvalidReference as exc:
@@ -425,7 +426,7 @@ def read_file(path: Path, label: str, project: bool = False) -> tuple[dict[str, 
 
             close = difflib.get_close_matches(key, KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InvalidInput(f"{shown(at(key))}: unknown key {shown(key)!r}{hint}; known keys: {', '.join(KEYS)}")
+            raise InvalidInput(f"{masked(at(key))}: unknown key {masked(key)!r}{hint}; known keys: {', '.join(KEYS)}")
         spec = KEYS[key]
         if spec.kind == "fields":
             if not isinstance(value, dict):
@@ -442,7 +443,7 @@ def read_file(path: Path, label: str, project: bool = False) -> tuple[dict[str, 
             entries = {}
             for entry, to in value.items():
                 if isinstance(to, dict):
-                    raise InvalidInput(f"{shown(at(key, entry))}: {key}.{shown(entry)}: expected a string, e.g. "
+                    raise InvalidInput(f"{masked(at(key, entry))}: {key}.{masked(entry)}: expected a string, e.g. "
                                        f"{spec.example} (a key with dots or '/' goes in quotes)")
                 k, v = _check(key, entry, to, at(key, entry))
                 entries[k] = v
@@ -493,7 +494,7 @@ def from_environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[s
             for item in re.split(r"[\s,]+", raw.strip()):
                 k, sep, v = item.partition("=")
                 if not sep or not k or not v:
-                    raise InvalidInput(f"${spec.env}: {shown(item)}: expected FROM=TO items separated by spaces or "
+                    raise InvalidInput(f"${spec.env}: {masked(item)}: expected FROM=TO items separated by spaces or "
                                        f"commas, e.g. {spec.env}={_example(spec)}")
                 k, v = _check(key, k, v, f"${spec.env}")
                 entries[k] = v

@@ -45,9 +45,28 @@ def unsafe_message(value: str, ch: str) -> str:
             "into a Dockerfile, a script or a terminal")
 
 
-def shown(text: str, keep: str = "") -> str:
+def capped(text: str, limit: int = 1000) -> str:
+    """At most `limit` characters of a quoted value, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+# What an error quotes of one value a user gave (an option, a field): enough to recognise it.
+QUOTE_LIMIT = 200
+
+
+def shown(text: str, keep: str = "", limit: int | None = None) -> str:
     """The text with every unsafe character escaped (as Python would, e.g. \\x1b, \\u2028), so that what a user
-    gave can neither repaint a terminal nor forge another line of output."""
+    gave can neither repaint a terminal nor forge another line of output; with `limit`, capped to that many
+    characters first (a 10,000-character value is not quoted whole)."""
+    if limit is not None:
+        text = capped(text, limit)
     if unsafe_char(text, keep) is None:
         return text
     return "".join(ch if ch in keep or unsafe_char(ch) is None else repr(ch)[1:-1] for ch in text)
+
+
+def quoted(text: str) -> str:
+    """One value a user gave, as an error quotes it: escaped and capped."""
+    return shown(text, limit=QUOTE_LIMIT)

@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 TIMEOUT = 600  # seconds for one API call ($ENVBUILD_DOCKER_TIMEOUT): a push of a large layer takes a while
+# The first contact (a ping, `podman version`): an engine that does not answer it in seconds is hung (a wedged
+# daemon, a stale lock), and every command would otherwise wait the full call timeout for it.
+CONNECT_TIMEOUT = 15.0
+CONNECT_TIMEOUT_ENV = "ENVBUILD_ENGINE_CONNECT_TIMEOUT"
 NO_DAEMON_HINT = (
     "Start the Docker daemon (e.g. `sudo systemctl start docker`, or `sudo dockerd &`), install it if missing "
     "(Debian/Ubuntu: `sudo apt-get install docker.io`), or point DOCKER_HOST at a running engine."
@@ -364,7 +368,10 @@ class Engine(EngineAPI):
 
     def __init__(self, timeout: float | None = None, client: Any = None):
         self.host = host()
-        self.timeout = timeout if timeout is not None else float(os.environ.get("ENVBUILD_DOCKER_TIMEOUT", TIMEOUT))
+        from envbuild.net.netread import seconds_env  # ssl and urllib: paid by a command that asks an engine
+
+        self.timeout = timeout if timeout is not None else seconds_env("ENVBUILD_DOCKER_TIMEOUT", TIMEOUT)
+        self.connect_timeout = min(self.timeout, seconds_env(CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT))
         self._client = client
 
     @classmethod
@@ -439,7 +446,7 @@ class Engine(EngineAPI):
                 raise unreachable_error(str(exc), self.host) from None
             raise EngineError(what, str(exc)) from None
 
-    def _local_get(self, what: str, path: str, *, missing_ok: bool = False) -> Any:
+    def _local_get(self, what: str, path: str, *, missing_ok: bool = False, timeout: float | None = None) -> Any:
         """GET `path` from an engine on a local socket without the SDK (importing it, with requests, costs about
         0.1 s: a tenth of a second of every no-op build, which asks only this); the JSON answer, None for a 404
         with missing_ok. NotImplemented where the SDK must answer: it is loaded already, or the engine is not
@@ -447,7 +454,7 @@ class Engine(EngineAPI):
         if self._client is not None or not self.host.startswith("unix://"):
             return NotImplemented
 
-        where, timeout = self.host[len("unix://"):], self.timeout
+        where, timeout = self.host[len("unix://"):], timeout or self.timeout
 
         class Connection(http.client.HTTPConnection):
             def connect(self) -> None:
@@ -468,8 +475,8 @@ class Engine(EngineAPI):
             return None
         try:
             doc = json.loads(body) if body.strip() else None
-        except ValueError:
-            doc = body.decode("utf-8", "replace")
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to read: its words, as text
+            doc = body.decode("utf-8", "replace")[:2000]
         if answer.status >= 400:
             said = doc.get("message") if isinstance(doc, dict) else doc
             raise EngineError(what, str(said or answer.reason), not_found=answer.status == 404)
@@ -477,7 +484,7 @@ class Engine(EngineAPI):
 
     # -- the daemon ------------------------------------------------------------------------------------
     def ping(self) -> None:
-        if self._local_get("ping", "/_ping") is NotImplemented:
+        if self._local_get("ping", "/_ping", timeout=self.connect_timeout) is NotImplemented:
             self._call("ping", lambda: self.client.ping())
 
     def version(self) -> dict[str, Any]:

@@ -39,7 +39,7 @@ class Owner:
     @classmethod
     def read(cls, value: str | None) -> "Owner | None":
         parts = (value or "").split(" ")
-        if len(parts) != 4 or not parts[2].isdigit():
+        if len(parts) != 4 or not (parts[2].isascii() and parts[2].isdigit()):
             return None
         return cls(parts[0], parts[1], int(parts[2]), parts[3])
 

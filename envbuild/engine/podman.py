@@ -40,11 +40,16 @@ from envbuild.core.errors import DockerError
 from envbuild.core.imageref import Reference, is_loopback
 from envbuild.engine.owner import Container
 from envbuild.core.platform import Platform
+from envbuild.core.shape import Each, problem
+from envbuild.core.text import shown
 
 if TYPE_CHECKING:
     from envbuild.engine.runspec import RunSpec
 
 HOST = "podman://local"  # Podman runs in this process's place: no daemon, this machine's network
+# The first contact's deadline, as Docker's engine has it: `podman version` of a hung podman (a stale lock, a
+# wedged storage) is given up in seconds.
+CONNECT_TIMEOUT, CONNECT_TIMEOUT_ENV = engines.CONNECT_TIMEOUT, engines.CONNECT_TIMEOUT_ENV
 INSTALL_HINT = "install Podman (Debian/Ubuntu: `sudo apt-get install podman`; RHEL/Fedora: `sudo dnf install podman`)"
 ULIMITS_FIX = ("if every container fails with \"error setting rlimits ... operation not permitted\", Podman's default "
                "ulimits exceed this machine's limits: put `default_ulimits = []` under `[containers]` in "
@@ -176,7 +181,10 @@ class Podman(EngineAPI):
 
     def __init__(self, timeout: float | None = None, exe: str | None = None):
         self.host = HOST
-        self.timeout = timeout if timeout is not None else float(os.environ.get("ENVBUILD_DOCKER_TIMEOUT", engines.TIMEOUT))
+        from envbuild.net.netread import seconds_env  # ssl and urllib: paid by a command that asks an engine
+
+        self.timeout = timeout if timeout is not None else seconds_env("ENVBUILD_DOCKER_TIMEOUT", engines.TIMEOUT)
+        self.connect_timeout = min(self.timeout, seconds_env(CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT))
         self.exe = exe or executable()
 
     @classmethod
@@ -195,11 +203,13 @@ class Podman(EngineAPI):
     def _run(self, what: str, args: list[str], *, missing_ok: bool = False, stdin: bytes | None = None,
              env: dict[str, str] | None = None, timeout: float | None = None, text: bool = True) -> Any:
         """podman ARGS; its stdout (str, or bytes with text=False); None for a missing thing with missing_ok."""
+        seconds = timeout or self.timeout
         try:
-            proc = subprocess.run(self._argv(args), input=stdin, capture_output=True, timeout=timeout or self.timeout,
-                                  env={**os.environ, **(env or {})})
+            proc = _bounded_run(self._argv(args), stdin, seconds, {**os.environ, **(env or {})})
         except subprocess.TimeoutExpired:
-            raise EngineError(what, f"podman did not answer within {timeout or self.timeout:g}s") from None
+            raise EngineError(what, f"{shown(self.exe or 'podman', limit=200)} did not answer within {seconds:g} s (a hung "
+                                    "Podman: `podman system migrate`, or stop the process holding its lock; "
+                                    f"{CONNECT_TIMEOUT_ENV} or ENVBUILD_DOCKER_TIMEOUT sets the wait)") from None
         except OSError as exc:
             raise PodmanMissing(f"cannot run {self.exe}: {exc.strerror}. {INSTALL_HINT}") from None
         if proc.returncode != 0:
@@ -211,24 +221,27 @@ class Podman(EngineAPI):
             raise EngineError(what, said[-2000:], not_found=missing)
         return proc.stdout.decode("utf-8", "replace") if text else proc.stdout
 
-    def _json(self, what: str, args: list[str], *, missing_ok: bool = False) -> Any:
-        out = self._run(what, args, missing_ok=missing_ok)
+    def _json(self, what: str, args: list[str], shape: Any, *, missing_ok: bool = False,
+              timeout: float | None = None) -> Any:
+        """podman ARGS' JSON answer, checked against `shape` before anything reads it: Podman's answer is data of
+        unknown shape (another version, a wrapper script); a wrong one is an EngineError (exit 1) naming the
+        command and what it said, escaped and capped."""
+        out = self._run(what, args, missing_ok=missing_ok, timeout=timeout)
         if out is None:
             return None
-        try:
-            return json.loads(out) if out.strip() else None
-        except ValueError:
-            raise EngineError(what, f"podman answered no JSON: {out[:200]}") from None
+        words = list(itertools.takewhile(lambda a: not a.startswith("-"), args[:2]))  # `podman image inspect`
+        return read_answer(what, " ".join(["podman", *words]), out, shape)
 
     # -- the engine ---------------------------------------------------------------------------------------------
     def ping(self) -> None:
         self.version()
 
     def version(self) -> dict[str, Any]:
-        return version_answer(self._json("asking Podman's version", ["version", "--format", "json"]) or {})
+        return version_answer(self._json("asking Podman's version", ["version", "--format", "json"], VERSION_SHAPE,
+                                         timeout=self.connect_timeout) or {})
 
     def info(self) -> dict[str, Any]:
-        return info_answer(self._json("asking Podman", ["info", "--format", "json"]) or {})
+        return info_answer(self._json("asking Podman", ["info", "--format", "json"], INFO_SHAPE) or {})
 
     def runtimes(self) -> set[str]:
         """The OCI runtime Podman uses (runc, crun), and `nvidia` when NVIDIA's CDI spec stands in for Docker's
@@ -239,7 +252,8 @@ class Podman(EngineAPI):
         return found
 
     def image(self, ref: str) -> Image | None:
-        found = self._json(f"cannot inspect image {ref}", ["image", "inspect", "--format", "json", ref], missing_ok=True)
+        found = self._json(f"cannot inspect image {ref}", ["image", "inspect", "--format", "json", ref], INSPECT_SHAPE,
+                           missing_ok=True)
         return image_answer(found[0]) if found else None
 
     def image_id(self, ref: str) -> str | None:
@@ -339,7 +353,8 @@ class Podman(EngineAPI):
         return engines.terminal_run(self._argv(self.client_args(args)), env)
 
     def container_list(self, label: str) -> list[Container]:
-        found = self._json("cannot list containers", ["ps", "--all", "--filter", f"label={label}", "--format", "json"]) or []
+        found = self._json("cannot list containers", ["ps", "--all", "--filter", f"label={label}", "--format", "json"],
+                           PS_SHAPE) or []
         return containers_answer(found)
 
     def containers(self, label: str, stopped: bool = False) -> list[str]:
@@ -347,7 +362,7 @@ class Podman(EngineAPI):
 
     def dangling_images(self, label: str) -> list[str]:
         found = self._json("cannot list images", ["images", "--filter", "dangling=true", "--filter", f"label={label}",
-                                                  "--format", "json"]) or []
+                                                  "--format", "json"], IMAGES_SHAPE) or []
         return [_sha(str(i["Id"])) for i in found]
 
     def remove_image(self, ref: str) -> str | None:
@@ -593,6 +608,56 @@ def _refused(err: bytes) -> bool:
     return low.lstrip().startswith("error:") or "oci runtime" in low
 
 
+def _bounded_run(argv: list[str], stdin: bytes | None, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """subprocess.run with a deadline that holds: podman in a session of its own, and on timeout (or Ctrl-C) the
+    whole session killed. subprocess.run kills only podman, then waits for its pipes, which a child it started
+    (a wrapper's `sleep`, a hung helper) holds open: the wait would have no end."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+# What envbuild reads of each answer (other keys are Podman's business). A JSON number may be an int or a float.
+_STR, _NUM = (str, None), (int, float, None)
+_SIDE = ({"Version?": _STR, "APIVersion?": (str, int, None), "OsArch?": _STR, "Os?": _STR}, None)
+VERSION_SHAPE = ({"Client?": _SIDE, "Server?": _SIDE}, None)
+INFO_SHAPE = ({"host?": ({"ociRuntime?": ({"name?": _STR}, None), "cpus?": _NUM, "memTotal?": _NUM,
+                         "security?": ({"rootless?": (bool, None)}, None)}, None),
+               "store?": ({"graphRoot?": _STR, "graphDriverName?": _STR}, None),
+               "version?": ({"Version?": _STR}, None)}, None)
+_LABELS = (Each(str), None)
+PS_SHAPE = ([{"Names?": ([str], str, None), "Id?": _STR, "State?": _STR, "Labels?": _LABELS}], None)
+IMAGES_SHAPE = ([{"Id": str}], None)
+INSPECT_SHAPE = ([{"Id": str, "Config?": ({"Labels?": _LABELS}, None), "Labels?": _LABELS, "RepoDigests?": ([str], None),
+                   "Os?": _STR, "Architecture?": _STR, "Size?": _NUM, "Created?": _STR,
+                   "RootFS?": ({"Layers?": ([str], None)}, None)}], None)
+
+
+def read_answer(what: str, program: str, out: str, shape: Any) -> Any:
+    """A program's JSON answer checked against `shape`; EngineError naming the program and what it said (escaped,
+    capped) when it is not JSON, nests too deep to read, or has another shape."""
+    said = shown(" ".join(out.split()), limit=200)
+    if not out.strip():
+        return None
+    try:
+        doc = json.loads(out)
+    except RecursionError:
+        raise EngineError(what, f"`{program}` answered JSON nested too deep to read: {said}") from None
+    except ValueError:
+        raise EngineError(what, f"`{program}` answered no JSON: {said}") from None
+    if (why := problem(doc, shape, "the answer")) is not None:
+        raise EngineError(what, f"`{program}` answered JSON of another shape than Podman's ({why}): {said}")
+    return doc
+
+
 def version_answer(doc: dict[str, Any]) -> dict[str, Any]:
     """`podman version --format json` ({"Client": {...}, "Server": {...} when remote}) as Docker's version
     answer: Version, ApiVersion, Os, Arch, and Platform.Name saying it is Podman."""
@@ -625,8 +690,12 @@ def image_answer(attrs: dict[str, Any]) -> Image:
 
 def containers_answer(found: list[dict[str, Any]]) -> list[Container]:
     """`podman ps --all --format json` as the contract's Containers (name, state, labels)."""
-    return [Container(str((c.get("Names") or [c.get("Id", "")])[0]).lstrip("/"), str(c.get("State") or "").lower(),
-                      dict(c.get("Labels") or {})) for c in found if isinstance(c, dict)]
+    def name(c: dict[str, Any]) -> str:
+        names = c.get("Names") or [c.get("Id") or ""]
+        return str(names if isinstance(names, str) else names[0]).lstrip("/")  # a string is one name, not letters
+
+    return [Container(name(c), str(c.get("State") or "").lower(), dict(c.get("Labels") or {}))
+            for c in found if isinstance(c, dict)]
 
 
 def _tls(host: str) -> list[str]:
@@ -674,14 +743,12 @@ def _conf_sets_ulimits(root: Path) -> bool:
 
 def _subids(path: Path, user: str, uid: int) -> int:
     """How many subordinate ids /etc/subuid (or subgid) gives the user (by name or uid)."""
+    from envbuild.core.files import read_host  # bounded, a FIFO or bytes not UTF-8 no crash
+
     total = 0
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return 0
-    for line in lines:
+    for line in (read_host(path) or "").splitlines():
         parts = line.strip().split(":")
-        if len(parts) == 3 and parts[0] in (user, str(uid)) and parts[2].isdigit():
+        if len(parts) == 3 and parts[0] in (user, str(uid)) and parts[2].isascii() and parts[2].isdigit():
             total += int(parts[2])
     return total
 

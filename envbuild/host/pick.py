@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 
 from envbuild.core import hostfacts
 from envbuild.core.errors import InvalidInput, NoVariantFitsError
+from envbuild.core.text import quoted, shown
 from envbuild.host import detect
 from envbuild.matrix import Backend, Matrix, compat, stacks
 
@@ -48,17 +49,21 @@ def describe(driver: str | None, gpus: tuple[str, ...], platform: str | None = N
     """--driver/--gpu read into a described host (None when neither is given), or exit 2 naming what is wrong."""
     if driver is None and not gpus:
         return None
-    if driver is not None and not re.fullmatch(r"\d{1,4}(?:\.\d{1,4}){1,3}", driver.strip()):
-        raise InvalidInput(f"--driver {driver}: not a driver version (e.g. 535.104.05, as nvidia-smi prints it)")
+    # ASCII digits only: re's \d (and int()) also take Arabic-Indic or fullwidth digits, which no driver prints
+    if driver is not None and not re.fullmatch(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}", driver.strip()):
+        raise InvalidInput(f"--driver {quoted(driver)}: not a driver version (e.g. 535.104.05, as nvidia-smi prints it)")
     archs = []
     for g in gpus:
         for one in (x for x in g.split(",") if x.strip()):
             arch = stacks.gpu_arch(one)
             if arch is None:
                 known = ", ".join(sorted(stacks.gpu_products()))
-                raise InvalidInput(f"--gpu {one}: not a GPU envbuild knows; give its architecture (8.0, sm_80, gfx942, as "
+                raise InvalidInput(f"--gpu {quoted(one)}: not a GPU envbuild knows; give its architecture (8.0, sm_80, gfx942, as "
                                    f"`nvidia-smi --query-gpu=compute_cap --format=csv` or `rocminfo` says) or one of: {known}")
             archs.append(arch)
+    if gpus and not archs:  # `--gpu ''` or `--gpu ,`: no GPU named, not a host without GPUs
+        raise InvalidInput(f"--gpu {quoted(','.join(gpus))}: names no GPU; give its architecture (8.0, sm_80, gfx942) "
+                           "or its product name (A100, MI300X)")
     return Described(driver.strip() if driver else None, tuple(archs), platform)
 
 
@@ -173,7 +178,7 @@ def single_platform_ref(m: Matrix, b: Backend, arch: str, manifest: Path | None 
         entry = manifests.load(manifest, must_exist=True)["images"].get(b.name) or {}
         record = (entry.get("platforms") or {}).get(f"linux/{arch}")
         if record:
-            return f"{entry.get('repository') or m.image.repository}@{record['digest']}"
+            return f"{_repository(manifest, b.name, entry, m)}@{record['digest']}"
         return image_ref(m, b, manifest)
     return m.tags(b, arch)[0] if len(b.platforms) > 1 else m.tags(b)[0]
 
@@ -188,7 +193,24 @@ def image_ref(m: Matrix, b: Backend, manifest: Path | None = None) -> str:
     if entry is None:
         raise InvalidInput(f"manifest {manifest} has no image for {b.name} (never published there: "
                            f"`envbuild publish --backend {b.name} --manifest {manifest}`)")
-    return f"{entry.get('repository') or m.image.repository}@{entry['digest']}"
+    return f"{_repository(manifest, b.name, entry, m)}@{entry['digest']}"
+
+
+def _repository(manifest: Path, name: str, entry: dict[str, Any], m: Matrix) -> str:
+    """The manifest's repository for this image, as written, once it is one (a manifest may come with a pull request:
+    a newline, `$(...)`, quotes or spaces would reach a script's stdout); the matrix's where it names none."""
+    from envbuild.core.imageref import Reference
+
+    repo = entry.get("repository") or m.image.repository
+    try:
+        if repo != repo.strip().rstrip("/"):
+            raise InvalidInput("spaces or a trailing slash")
+        Reference.repository(repo, "repository")
+    except InvalidInput:
+        raise InvalidInput(f"manifest {shown(str(manifest), limit=200)}: images.{quoted(name)}.repository {quoted(repr(repo))} is "
+                           "not an image repository such as 'ghcr.io/org/envbuild' (as `envbuild publish` writes "
+                           "it; publish again to rewrite it)") from None
+    return repo
 
 
 # --- `envbuild pick`: the choice for a host, and what it says ------------------------------------------------------

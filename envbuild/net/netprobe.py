@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from envbuild.core.errors import EnvbuildError
 from envbuild.net.netread import basic_auth, netrc_login
 from envbuild.net.netread import proxy_for as _proxy
 from envbuild.net.netread import without_password as _no_password
@@ -168,9 +169,15 @@ def probe(targets: list[Target], *, ca_bundle: Path | None = None, netrc: Path |
     found: dict[Target, Result] = {}
     start = time.monotonic()
 
+    for target in unique:  # a proxy that is no URL: one exit-2 error here, not a traceback in every thread
+        _proxy(target.url, env)
+
     def one(target: Target) -> None:
         began = time.monotonic()
-        ok, detail, via = _ask(target, env, ca_bundle, netrc, min(CONNECT, budget))
+        try:
+            ok, detail, via = _ask(target, env, ca_bundle, netrc, min(CONNECT, budget))
+        except (EnvbuildError, OSError, ValueError) as exc:  # said as this target's answer, never a thread traceback
+            ok, detail, via = False, str(exc), "directly"
         found[target] = Result(target, ok, detail, via, time.monotonic() - began)
 
     threads = [threading.Thread(target=one, args=(t,), daemon=True, name=f"probe {t.url}") for t in unique]

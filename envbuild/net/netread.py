@@ -34,6 +34,22 @@ MAX_REDIRECTS = 10
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
+def seconds_env(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
+    """A number of seconds from the environment (an engine's call timeout, its first contact's), else `default`;
+    anything but a positive number of ASCII digits, at most a day, is bad input (exit 2), named, not a ValueError."""
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
+    if not raw:
+        return float(default)
+    try:
+        value = float(raw) if raw.isascii() else math.nan  # float() reads '１０' as 10
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 86400:
+        raise InvalidInput(f"{name}={shown(raw, limit=40)} is not a number of seconds (more than 0, at most 86400); "
+                           f"unset it for the default of {default:g}")
+    return value
+
+
 def deadline_seconds(environ: Mapping[str, str] | None = None) -> float:
     """The deadline of one answer: $ENVBUILD_NET_DEADLINE, else DEADLINE. A value that is no positive number of
     seconds is bad input (exit 2), named."""
@@ -41,7 +57,7 @@ def deadline_seconds(environ: Mapping[str, str] | None = None) -> float:
     if not raw:
         return DEADLINE
     try:
-        value = float(raw)
+        value = float(raw) if raw.isascii() else math.nan  # float() reads '１０' as 10
     except ValueError:
         value = math.nan
     if not 0 < value <= 86400:
@@ -152,6 +168,7 @@ def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     proxy = lower.get(f"{parts.scheme}_proxy")
     if not proxy:
         return None
+    check_proxy(proxy, f"${parts.scheme}_proxy")
     no = [h.strip().lstrip(".").lower() for h in lower.get("no_proxy", "").split(",") if h.strip()]
     host = (parts.hostname or "").lower()
     if "*" in no or any(host == h or host.endswith("." + h) or f"{host}:{parts.port}" == h for h in no):
@@ -159,12 +176,39 @@ def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     return proxy
 
 
+def check_proxy(proxy: str, name: str) -> str:
+    """A proxy URL as urllib can use it (http or https, a host, a port that is a number), else InvalidInput (exit 2)
+    naming the variable and the value with its password masked: not a ValueError from deep inside a request, in
+    every thread that asks."""
+    why = None
+    try:
+        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")  # urllib reads a bare host:port as http
+        if parts.scheme.lower() not in ("http", "https"):
+            why = f"its scheme is {shown(parts.scheme, limit=20)}: a proxy is http:// or https://"
+        elif not parts.hostname:
+            why = "it names no host"
+        else:
+            parts.port  # noqa: B018 - raises ValueError for a port that is no number or out of range
+    except ValueError as exc:
+        why = str(exc)
+    if why:
+        raise InvalidInput(f"{name}: {shown(without_password(proxy), limit=200)} is not a proxy URL ({why}); give "
+                           "http://HOST:PORT (with USER:PASSWORD@ before the host if the proxy asks for a login)")
+    return proxy
+
+
 def without_password(url: str) -> str:
-    """A proxy URL as it may be shown: its password, if any, as ***."""
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@", 1)
-    return url
+    """A URL as it may be shown: its userinfo's password, if any, as *** (whatever the URL's shape: one that does
+    not parse is masked by the output layer's rule, never refused here)."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        return url.replace(f":{password}@", ":***@", 1)
+    from envbuild.core.output import scrub  # userinfo with no scheme, or a URL urllib cannot split
+
+    return scrub(url, environ={})
 
 
 def _opener(clock: _Clock, per_read: float, context: ssl.SSLContext | None,

@@ -83,7 +83,7 @@ def _group_gid(name: str, root: Path) -> int | None:
     lines = (read_host(root / "etc/group") or "").split("\n")
     for line in lines:
         fields = line.split(":")
-        if len(fields) >= 3 and fields[0] == name and fields[2].isdigit():
+        if len(fields) >= 3 and fields[0] == name and fields[2].isascii() and fields[2].isdigit():
             return int(fields[2])
     return None
 

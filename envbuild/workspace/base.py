@@ -103,8 +103,8 @@ def plan(backend: Backend, *, suite: str | None = None, mirror: str | None = Non
     found = suite_for(backend.base_image, backend.name)
     machine = arch or host_arch()
     epoch = environ.get("SOURCE_DATE_EPOCH") or None
-    if epoch is not None and not epoch.isdigit():
-        raise InvalidInput(f"SOURCE_DATE_EPOCH={epoch!r} is not a number of seconds since 1970")
+    if epoch is not None and not (epoch.isascii() and epoch.isdigit()):  # isdigit alone takes '١٧٠٠'
+        raise InvalidInput(f"SOURCE_DATE_EPOCH={epoch[:40]!r} is not a number of seconds since 1970")
     if mirror is not None and not mirror.startswith(("http://", "https://", "file://")):
         raise InvalidInput(f"--archive {mirror!r}: give the archive's URL, e.g. {found.mirror(machine)} (http, https or file)")
     return BasePlan(backend.name, backend.base_image, found, suite or found.suite, (mirror or found.mirror(machine)).rstrip("/"),

@@ -41,6 +41,16 @@ SECRET_FORMS = {**{k: (v, v) for k, v in SECRET_VALUES.items()},
                 "url-redis": ("redis://:r3dis-pass-xyz@cache:6379/0", "r3dis-pass-xyz"),
                 "bearer": ("Bearer abc123.def456-ghi789_jkl", "abc123.def456-ghi789_jkl"),
                 "basic": ("Basic " + base64.b64encode(b"bob:b0b-secret").decode(), base64.b64encode(b"bob:b0b-secret").decode()),
+                # userinfo without a scheme: a registry reference, a --mirror rule, a [registry_mirrors] value
+                "registry-userinfo": ("bob:S3cret-reg1@mirror.corp:5000/x", "S3cret-reg1"),
+                "mirror-userinfo": ("docker.io=bob:S3cret-mir2@mirror.corp:5000", "S3cret-mir2"),
+                "registry-userinfo-ipv6": ("bob:S3cret-v6x@[::1]:5000", "S3cret-v6x"),
+                "query-token": ("https://files.example/w.whl?token=qu3ry-t0ken-1", "qu3ry-t0ken-1"),
+                "query-access-token": ("https://h.example/a?x=1&access_token=acc3ss-t0k", "acc3ss-t0k"),
+                "query-password": ("https://h.example/a?password=pw-in-qu3ry", "pw-in-qu3ry"),
+                "authorization-bearer": ("Authorization: Bearer sh0rt", "sh0rt"),
+                "authorization-token": ("authorization: token gh-0ld-style", "gh-0ld-style"),
+                "authorization-custom": ("Proxy-Authorization: Negotiate YIIkerb3r0s", "YIIkerb3r0s"),
                 "pem": ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq9\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA7bq9")}
 
 

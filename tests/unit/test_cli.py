@@ -641,3 +641,28 @@ def test_reports_envbuild_writes_hold_no_secret(shape, tmp_path):
     for name in ("r.json", "summary.md"):
         assert hidden.splitlines()[0] not in (tmp_path / name).read_text(), name
     __import__("json").loads((tmp_path / "r.json").read_text())  # still the JSON it was
+
+
+# --- issue 51: every quoted input capped; a --matrix that names no file --------------------------------------------
+
+@pytest.mark.parametrize("args", [["build", "--backend", "cpu", "--platform", "x" * 10_000],
+                                  ["lock", "--backend", "cpu", "--platform", "linux/" + "a" * 10_000],
+                                  ["pick", "--for", "y" * 10_000], ["smoke", "--backend", "cpu", "--image", "Z" * 10_000]])
+def test_a_long_value_is_not_quoted_whole_in_its_error(invoke, args):
+    result = invoke(*args, "--matrix", MATRIX)
+    long = args[-1][-1] * 1001
+    assert result.exit_code == 2 and long not in result.stderr and len(result.stderr) < 2500, result.stderr[:300]
+
+
+@pytest.mark.parametrize("value", ["/no/such/folder/matrix.yaml", "", "missing.yaml"])
+def test_config_with_a_matrix_that_names_no_file_says_so_and_exits_2(invoke, tmp_path, monkeypatch, value):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("config", "--matrix", value)
+    assert result.exit_code == 2 and "does not exist" in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["attest", "--backend", "cpu", "--tag", "t" * 10_000],
+                                  ["pick", "--root", "--" + "o" * 10_000]])
+def test_the_option_types_quote_a_long_value_capped(invoke, args):
+    result = invoke(*args, "--matrix", MATRIX)
+    assert result.exit_code == 2 and "more characters" in result.stderr and len(result.stderr) < 1500, result.stderr[:300]

@@ -448,3 +448,63 @@ def test_engine_names_are_one_list_and_auto(monkeypatch):
     assert select.wanted("AUTO") == (None, "auto")
     with pytest.raises(InvalidInput, match="give docker, podman or auto"):
         select.wanted("containerd")
+
+
+# --- issue 51: the first contact has a deadline; an answer of any shape is no crash ----------------------------------
+
+def _hung_socket(tmp_path, answer: bytes | None = None):
+    """A unix socket that accepts and then says nothing (a wedged daemon), or answers `answer` to every request."""
+    import socket
+    import threading
+
+    path = tmp_path / "engine.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(8)
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if answer is not None:
+                conn.recv(65536)
+                conn.sendall(answer)
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return path, server
+
+
+def test_a_daemon_that_never_answers_its_ping_is_given_up_at_the_first_contacts_deadline(tmp_path, monkeypatch):
+    from envbuild.core.errors import DockerError
+    from envbuild.engine.docker import CONNECT_TIMEOUT_ENV, Engine
+
+    path, server = _hung_socket(tmp_path)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    monkeypatch.setenv(CONNECT_TIMEOUT_ENV, "1")
+    try:
+        engine = Engine()
+        assert engine.timeout == 600 and engine.connect_timeout == 1
+        with pytest.raises(DockerError, match="timed out"):
+            engine.ping()
+    finally:
+        server.close()
+
+
+def test_an_answer_nested_too_deep_is_said_as_text_not_a_recursion_error(tmp_path, monkeypatch):
+    from envbuild.engine.docker import Engine, EngineError
+
+    body = b"[" * 200_000
+    answer = b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    path, server = _hung_socket(tmp_path, answer)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    try:
+        with pytest.raises(EngineError) as caught:
+            Engine().ping()
+        assert len(str(caught.value)) < 2100
+    finally:
+        server.close()

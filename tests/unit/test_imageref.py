@@ -3,7 +3,7 @@
 import pytest
 
 from envbuild.core.errors import InvalidInput
-from envbuild.core.imageref import Reference, mirror, parse_mirror
+from envbuild.core.imageref import InvalidReference, Reference, mirror, parse_mirror
 from support.refforms import FORMS
 from hypothesis import example, given, strategies as st
 from support.properties import HOSTILE, PROPS, clean, own_error
@@ -106,3 +106,19 @@ def test_a_digest_with_a_trailing_newline_is_no_digest():
 
     assert DIGEST.match("sha256:" + "a" * 64) and not DIGEST.match("sha256:" + "a" * 64 + "\n")
     assert not TAG.match("cpu\n")
+
+
+@pytest.mark.parametrize("text", ["debian:１２", "debian:é", "debian:1٢", "ghcr.io:５０００/x"])
+def test_tags_and_ports_are_ascii_as_go_reads_them(text):
+    """distribution/reference's \\w is Go's, ASCII; Python's would take other scripts' digits and letters."""
+    with pytest.raises(InvalidReference):
+        Reference.parse(text)
+
+
+def test_a_refused_reference_is_quoted_capped_and_its_password_masked():
+    with pytest.raises(InvalidReference) as caught:
+        Reference.parse("X" * 10_000)
+    assert len(str(caught.value)) < 500 and "more characters" in str(caught.value)
+    with pytest.raises(InvalidInput) as caught:
+        parse_mirror("docker.io=bob:S3cret@mirror.corp:5000")
+    assert "S3cret" not in str(caught.value) and "docker.io=***@mirror.corp:5000" in str(caught.value)

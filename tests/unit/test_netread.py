@@ -189,7 +189,7 @@ def test_verify_against_a_stalling_registry_exits_1_naming_host_and_deadline(mod
         server.close()
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf", "1e9"])
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf", "1e9", "６０", "٦٠"])
 def test_a_deadline_that_is_no_number_of_seconds_exits_2(value, monkeypatch):
     from envbuild.net import netread
     from envbuild.core.errors import InvalidInput
@@ -242,3 +242,58 @@ def test_a_tls_handshake_that_never_completes_is_cut_off_at_the_deadline(monkeyp
         assert server.host in message
     finally:
         server.close()
+
+
+# --- issue 51: a proxy that is no URL is one clear error ------------------------------------------------------------
+
+@pytest.mark.parametrize("proxy, why", [("http://[::1", "Invalid IPv6 URL"), ("http://bob:S3cret@[::1", "Invalid IPv6 URL"),
+                                        ("http://proxy.corp:99999", "out of range"), ("http://proxy.corp:３１２８", "Port"),
+                                        ("socks5://proxy.corp:1080", "its scheme is socks5"), ("http://:8080", "names no host")])
+def test_a_proxy_that_is_no_url_is_bad_input_naming_the_variable_with_its_password_masked(proxy, why):
+    from envbuild.core.errors import InvalidInput
+    from envbuild.net import netread
+
+    with pytest.raises(InvalidInput) as caught:
+        netread.proxy_for("https://pypi.org/simple/", {"https_proxy": proxy})
+    said = str(caught.value)
+    assert said.startswith("$https_proxy: ") and why in said and "S3cret" not in said and "is not a proxy URL" in said
+
+
+def test_a_usable_proxy_and_no_proxy_are_read_as_before():
+    from envbuild.net import netread
+
+    assert netread.proxy_for("https://pypi.org/simple/", {"HTTPS_PROXY": "http://bob:pw@proxy.corp:3128"}) == "http://bob:pw@proxy.corp:3128"
+    assert netread.proxy_for("https://pypi.org/simple/", {"https_proxy": "proxy.corp:3128"}) == "proxy.corp:3128"
+
+
+@pytest.mark.parametrize("url, shown_as", [("http://bob:S3cret@proxy:3128", "http://bob:***@proxy:3128"),
+                                           ("http://bob:S3cret@[::1", "http://***@[::1"),
+                                           ("bob:S3cret@proxy.corp:3128", "***@proxy.corp:3128")])
+def test_without_password_never_raises_and_masks_every_shape(url, shown_as):
+    from envbuild.net.netread import without_password
+
+    assert without_password(url) == shown_as
+
+
+def test_doctors_probe_says_a_bad_proxy_once_not_in_a_traceback_per_thread(capfd):
+    from envbuild.core.errors import InvalidInput
+    from envbuild.net import netprobe
+
+    targets = [netprobe.Target("index", "pypi", "https://pypi.org/simple/pip/", "packages")]
+    with pytest.raises(InvalidInput, match="https_proxy"):
+        netprobe.probe(targets, environ={"https_proxy": "http://[::1"}, budget=5)
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_doctor_json_with_a_bad_proxy_prints_json_with_the_error(invoke, monkeypatch):
+    import json
+
+    from support.constants import MATRIX
+
+    monkeypatch.setenv("https_proxy", "http://bob:S3cret@[::1")
+    result = invoke("doctor", "--backend", "cpu", "--json", "--matrix", MATRIX)
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 2 and doc["ok"] is False and doc["exit_code"] == 2
+    assert "$https_proxy" in doc["error"] and "S3cret" not in result.output
+    result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX)
+    assert result.exit_code == 2 and result.stderr.count("Error:") == 1 and "Traceback" not in result.output

@@ -203,3 +203,65 @@ def test_no_escape_off_a_terminal() -> None:
     done = subprocess.run([sys.executable, "-m", "envbuild", "show", "nope", "--matrix", str(FIXED)],
                           capture_output=True, env=env, timeout=60)
     assert done.returncode == 2 and b"unknown backend" in done.stderr and b"\x1b" not in done.stderr + done.stdout
+
+
+# --- issue 51: credentials in every shape; data for scripts as it is ------------------------------------------------
+
+@pytest.mark.parametrize("text", ["docker.io/library/python:3.12@sha256:" + "a" * 64, "ubuntu:22.04@sha256:" + "0" * 64,
+                                  "git@github.com:org/repo.git", "alice@example.org wrote", "localhost:5000/x:1.0",
+                                  "ghcr.io/org/sk-learn-torch-images:cpu"])
+def test_references_digests_and_addresses_without_a_password_are_left_alone(text):
+    from envbuild.core.output import Scrubber
+
+    assert Scrubber(environ={})(text) == text
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("docker.io=bob:S3cret@mirror.corp:5000", "docker.io=***@mirror.corp:5000"),
+    ("bob:S3cret@mirror.corp:5000/x", "***@mirror.corp:5000/x"),
+    ("registry_mirrors: docker.io = bob:S3cret@mirror.corp:5000: expected", "docker.io = ***@mirror.corp:5000: expected"),
+    ("Authorization: Bearer abc", "Authorization: Bearer ***"),
+    ('{"Authorization": "Basic Ym9iOnMzY3JldA=="}', '"Authorization": "***'),
+])
+def test_the_masker_keeps_where_the_secret_was(text, kept):
+    from envbuild.core.output import Scrubber
+
+    out = Scrubber(environ={})(text)
+    assert kept in out and "S3cret" not in out and "abc" not in out.split("Bearer")[-1] and "Ym9i" not in out
+
+
+def test_masked_quotes_a_value_masked_escaped_and_capped():
+    from envbuild.core.output import masked
+
+    assert masked("bob:S3cret@mirror.corp:5000") == "***@mirror.corp:5000"
+    assert masked("a\nb") == "a\\nb"
+    long = masked("x" * 10_000)
+    assert len(long) < 300 and long.endswith("(9800 more characters)")
+
+
+def test_print_data_prints_a_token_shaped_value_as_it_is_but_masks_what_this_process_knows(capsys):
+    from envbuild.core.output import guarded, print_data
+
+    with guarded(environ={"DEPLOY_TOKEN": "kn0wn-secret-value"}):
+        print_data("ghcr.io/org/sk-learn-torch-images:cpu hf_" + "a" * 20)
+        print_data("kn0wn-secret-value\x1b[2J")
+        print("npm_" + "b" * 24)  # the rest of stdout: scrubbed by shape as before
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "ghcr.io/org/sk-learn-torch-images:cpu hf_" + "a" * 20
+    assert out[1] == "***\\x1b[2J"
+    assert out[2] == "***"
+
+
+@pytest.mark.parametrize("args", [["show", "cpu", "--json"], ["show", "cpu"], ["matrix", "--format", "json"],
+                                  ["matrix", "--format", "github"], ["matrix"]])
+def test_show_and_matrix_print_a_token_shaped_repository_as_it_is(invoke, args):
+    repository = "ghcr.io/org/sk-learn-torch-images"
+    result = invoke(*args, "--matrix", MATRIX, "--set", f"image.repository={repository}")
+    assert result.exit_code == 0 and repository in result.stdout and "***" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("name", ["ENVBUILD_REGISTRY_PASSWORD", "ENVBUILD_KEY_PASSWORD", "COSIGN_PASSWORD", "GITHUB_TOKEN"])
+def test_envbuilds_own_credential_variables_are_masked_even_when_short(name):
+    from envbuild.core.output import Scrubber
+
+    assert Scrubber(environ={name: "pw1x"})("the server said pw1x back") == "the server said *** back"

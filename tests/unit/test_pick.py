@@ -345,3 +345,88 @@ def test_pick_says_the_evidence_for_a_backend_without_variants_and_the_note_unde
     assert cpu.lines() == ["cpu: no accelerator detected"] and cpu.to_json()["detected"] == "no accelerator detected"
     minor = picking.pick(M, "cuda", root=nvidia_host(tmp_path / "r535", "535.104.05"))
     assert minor.lines()[-1] == f"note: {minor.picked.note}" and minor.picked.backend.name == "cuda-cu126"
+
+
+# --- hostile input (issue 51): digits of other scripts, a manifest brought by a pull request ----------------------
+
+@pytest.mark.parametrize("driver", ["٥٧٠.١٢٤.٠٦", "５７０.１２４.０６", "580.６５.06", "580.65.0\u0666"])
+def test_a_driver_in_other_scripts_digits_is_refused_not_read_as_another_number(invoke, driver):
+    """Python's \\d and int() take Arabic-Indic and fullwidth digits; no driver prints them."""
+    result = invoke("pick", "--driver", driver, "--gpu", "A100", "--matrix", MATRIX)
+    assert result.exit_code == 2 and "not a driver version" in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("gpu", ["٨.٠", "８.０", "sm_８０", "compute_٩٠", "gfx９４２"])
+def test_a_compute_capability_in_other_scripts_digits_is_refused(invoke, gpu):
+    result = invoke("pick", "--driver", "580.65.06", "--gpu", gpu, "--matrix", MATRIX)
+    assert result.exit_code == 2 and "not a GPU envbuild knows" in result.stderr and result.stdout == ""
+
+
+def test_a_long_driver_or_gpu_is_quoted_capped(invoke):
+    result = invoke("pick", "--driver", "5" * 10_000, "--gpu", "A100", "--matrix", MATRIX)
+    assert result.exit_code == 2 and "more characters" in result.stderr and len(result.stderr) < 2000
+    result = invoke("pick", "--driver", "580.65.06", "--gpu", "x" * 10_000, "--matrix", MATRIX)
+    assert result.exit_code == 2 and "more characters" in result.stderr and len(result.stderr) < 3000
+
+
+@pytest.mark.parametrize("repository", ["reg.example/eb\n", "reg.example/eb\nrm -rf ~", "reg.example/$(id)", "reg.example/`id`",
+                                        "reg.example/e'b", 'reg.example/e"b', "reg.example/e b", " reg.example/eb",
+                                        "reg.example/eb/", "reg.example/EB", "reg.example", "reg.example/eb:tag", ""])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_manifest_repository_that_is_no_image_repository_is_refused_naming_file_and_field(invoke, tmp_path, repository,
+                                                                                          as_json):
+    """A manifest may come with a pull request: what pick prints for scripts is an image reference or nothing."""
+    digest = "sha256:" + "ab" * 32
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"schema": 1, "images": {"cuda-cu130": {"digest": digest, "repository": repository}}}))
+    result = pick(invoke, nvidia_host(tmp_path, "580.65.06"), "--backend", "cuda", "--manifest", manifest,
+                  *(["--json"] if as_json else []))
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert f"manifest {manifest}: images.cuda-cu130.repository" in result.stderr
+    assert "is not an image repository" in result.stderr and "\n" not in result.stderr.strip()
+
+
+def test_a_manifest_repository_is_checked_for_enroots_single_platform_reference_too(invoke, tmp_path):
+    digest = "sha256:" + "ab" * 32
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"schema": 1, "images": {"cpu": {
+        "digest": digest, "repository": "reg.example/$(id)", "platforms": {"linux/amd64": {"digest": digest}}}}}))
+    result = invoke("pick", "--backend", "cpu", "--manifest", manifest, "--for", "enroot", "--matrix", MATRIX)
+    assert result.exit_code == 2 and "images.cpu.repository" in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("repository", ["ghcr.io/org/sk-learn-torch-images", "ghcr.io/org/hf_abcdefghijklmnopqrstuv",
+                                        "ghcr.io/npm_abcdefghijklmnopqrstuvwxyz0123/torch"])
+def test_a_repository_shaped_like_a_token_is_printed_as_it_is(invoke, tmp_path, repository):
+    """What pick prints is built from the matrix and the manifest (no secret there), so the output layer's guess at
+    token shapes never scrubs it: ghcr.io/org/*** would be a wrong image, in a pod spec too."""
+    over = ("--set", f"image.repository={repository}")
+    result = invoke("pick", "--backend", "cpu", "--matrix", MATRIX, *over)
+    assert result.exit_code == 0 and result.stdout == f"{repository}:cpu\n"
+    result = invoke("pick", "--backend", "cpu", "--matrix", MATRIX, "--json", *over)
+    assert json.loads(result.stdout)["image"] == f"{repository}:cpu"
+    result = invoke("pick", "--backend", "cpu", "--matrix", MATRIX, "--for", "kubernetes", *over)
+    assert f"image: {repository}:cpu" in result.stdout and "***" not in result.stdout
+    for tool in ("docker", "podman", "apptainer", "enroot"):
+        result = invoke("pick", "--backend", "cpu", "--matrix", MATRIX, "--for", tool, *over)
+        assert result.exit_code == 0 and "***" not in result.stdout, result.stdout
+    digest = "sha256:" + "ab" * 32
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"schema": 1, "images": {"cpu": {"digest": digest, "repository": repository}}}))
+    result = invoke("pick", "--backend", "cpu", "--matrix", MATRIX, "--manifest", manifest)
+    assert result.exit_code == 0 and result.stdout == f"{repository}@{digest}\n"
+
+
+def test_pick_still_masks_a_secret_this_process_knows(invoke, monkeypatch):
+    """Only the guess by shape is off for stdout's data: a value the environment holds under a secret's name is
+    still masked wherever it would appear."""
+    monkeypatch.setenv("MY_REGISTRY_TOKEN", "sk-learn-torch-images")
+    result = invoke("pick", "--backend", "cpu", "--matrix", MATRIX, "--set", "image.repository=ghcr.io/org/sk-learn-torch-images")
+    assert result.stdout == "ghcr.io/org/***:cpu\n"
+
+
+@pytest.mark.parametrize("gpu", ["", ",", " , ,"])
+def test_a_gpu_option_that_names_no_gpu_is_refused(invoke, gpu):
+    result = invoke("pick", "--gpu", gpu, "--matrix", MATRIX)
+    assert result.exit_code == 2 and "names no GPU" in result.stderr and "None" not in result.stderr

@@ -305,3 +305,16 @@ def test_every_spelling_parses_to_one_value_that_prints_one_way(case):
     assert found.stem == want.replace("/", "-") and f"{found.os}/{found.arch}" == want and not found.variant
     assert parse_list(f"{text},{want}") == (want,)
     assert canonical(text) == want
+
+
+@pytest.mark.parametrize("text", ["linux/ａｍｄ64", "linux/amd６４", "linux/arm٦٤", "ｌｉｎｕｘ/amd64", "linux/amd64\u200b"])
+def test_a_platform_in_other_scripts_is_refused(text):
+    assert Platform.normal(text) is None
+    with pytest.raises(InvalidPlatform):
+        Platform.parse(text)
+
+
+def test_a_long_platform_is_quoted_capped():
+    with pytest.raises(InvalidPlatform) as caught:
+        Platform.parse("x" * 10_000)
+    assert len(str(caught.value)) < 500 and "(9800 more characters)" in str(caught.value)

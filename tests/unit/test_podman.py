@@ -375,3 +375,102 @@ def test_any_answer_from_podman_is_read_or_refused_with_an_engine_error(ask, ans
         getattr(engine, name)(*args)
     except EnvbuildError as exc:
         assert clean(str(exc)), repr(str(exc))
+
+
+# --- issue 51: Podman's answers are data of unknown shape; its first contact has a deadline -------------------------
+
+def test_podman_4_3s_real_answers_have_the_shapes_read():
+    for doc, shape in ((VERSION, podman.VERSION_SHAPE), (INFO, podman.INFO_SHAPE), (INSPECT, podman.INSPECT_SHAPE),
+                       (PS, podman.PS_SHAPE), ([{"Id": "sha256:" + "a" * 64}], podman.IMAGES_SHAPE)):
+        assert podman.read_answer("asking", "podman x", json.dumps(doc), shape) == doc
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+WRONG = {
+    "version": ["[1, 2]", '"4.3.1"', '{"Client": "4.3.1"}', '{"Client": {"Version": {"x": 1}}}', '{"Server": [1]}', DEEP],
+    "info": ["[]", '{"host": "x"}', '{"host": {"ociRuntime": "runc"}}', '{"store": [1]}', '{"host": {"cpus": "2"}}',
+             '{"version": "4"}', DEEP],
+    "ps": ['{"Names": ["x"]}', '["x"]', '[{"Labels": ["a"]}]', '[{"Names": [1]}]', '[{"State": {"x": 1}}]', DEEP],
+    "image": ['{"Id": "x"}', '[{"Config": {}}]', '[{"Id": "x", "Config": "y"}]', '[{"Id": "x", "RepoDigests": "y"}]',
+              '[{"Id": "x", "Size": "big"}]', DEEP],
+    "images": ['{"Id": "x"}', '[{"Id": 5}]', "[[]]", DEEP],
+}
+
+
+@pytest.mark.parametrize("command, answer", [(c, a) for c, answers in WRONG.items() for a in answers],
+                         ids=lambda v: v[:30] if isinstance(v, str) else v)
+def test_an_answer_of_another_shape_is_one_error_naming_podman_and_what_it_said(tmp_path, command, answer):
+    """A list where an object is expected, strings for objects, nesting too deep to read: an EngineError (exit 1)
+    naming the command and quoting its answer escaped and capped, never a TypeError or RecursionError (exit 70)."""
+    (tmp_path / "answer.json").write_text(answer)
+    exe = _script(tmp_path, f'case $1 in {command}) cat {tmp_path / "answer.json"};; *) echo "{{}}";; esac\n')
+    engine = podman.Podman(exe=exe)
+    call = {"version": engine.version, "info": engine.info, "ps": lambda: engine.container_list("x"),
+            "image": lambda: engine.image("x"), "images": lambda: engine.dangling_images("x")}[command]
+    with pytest.raises(podman.EngineError) as caught:
+        call()
+    said = str(caught.value)
+    assert f"`podman {command}" in said and ("another shape" in said or "nested too deep" in said), said
+    assert len(said) < 700 and "\n" not in said
+
+
+def test_an_answer_that_is_no_json_is_quoted_escaped_and_capped(tmp_path):
+    exe = _script(tmp_path, "printf 'not json \\033[2J'; yes x | head -c 50000\n")
+    with pytest.raises(podman.EngineError) as caught:
+        podman.Podman(exe=exe).version()
+    said = str(caught.value)
+    assert "`podman version` answered no JSON: not json \\x1b[2J" in said and "more characters" in said and len(said) < 600
+
+
+def test_ps_names_given_as_a_string_are_one_name_not_its_letters():
+    assert [c.name for c in podman.containers_answer([{"Names": "envbuild-run-1", "State": "running"}])] == ["envbuild-run-1"]
+
+
+def test_a_podman_that_never_answers_its_first_version_gives_up_naming_it(tmp_path, monkeypatch):
+    """A hung podman (a stale lock) and the `sleep` it started, which holds its output open: given up at the first
+    contact's deadline (not ENVBUILD_DOCKER_TIMEOUT's 600 s), the whole process group ended."""
+    monkeypatch.setenv(podman.CONNECT_TIMEOUT_ENV, "1")
+    exe = _script(tmp_path, "sleep 300 &\nwait\n")
+    engine = podman.Podman(exe=exe)
+    assert engine.timeout == 600 and engine.connect_timeout == 1
+    with pytest.raises(podman.EngineError) as caught:
+        engine.ping()
+    assert f"{exe} did not answer within 1 s" in str(caught.value) and podman.CONNECT_TIMEOUT_ENV in str(caught.value)
+
+
+def test_the_first_contact_deadline_is_short_by_default_and_never_longer_than_the_call_timeout(monkeypatch):
+    monkeypatch.delenv(podman.CONNECT_TIMEOUT_ENV, raising=False)
+    monkeypatch.delenv("ENVBUILD_DOCKER_TIMEOUT", raising=False)
+    assert podman.Podman(exe="podman").connect_timeout == podman.CONNECT_TIMEOUT <= 15
+    assert podman.Podman(timeout=3, exe="podman").connect_timeout == 3
+
+
+@pytest.mark.parametrize("name", ["ENVBUILD_DOCKER_TIMEOUT", podman.CONNECT_TIMEOUT_ENV])
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "nan", "inf", "1e9", "１０"])
+def test_a_timeout_that_is_no_number_of_seconds_is_bad_input(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidInput, match=name):
+        podman.Podman(exe="podman")
+    if name == "ENVBUILD_DOCKER_TIMEOUT":  # Docker's engine reads it by the same rule
+        from envbuild.engine.docker import Engine
+
+        with pytest.raises(InvalidInput, match=name):
+            Engine()
+
+
+def test_doctor_json_prints_json_when_podmans_answer_has_another_shape(tmp_path):
+    exe = _script(tmp_path, "case $1 in version) echo '{\"Client\": \"4.3.1\"}';; *) echo '[]';; esac\n")
+    env = {**os.environ, "ENVBUILD_PODMAN": exe, "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    proc = subprocess.run([sys.executable, "-m", "envbuild", "doctor", "--backend", "cpu", "--matrix", str(MATRIX_PATH),
+                           "--engine", "podman", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert not checks["podman"]["ok"] and "`podman version` answered JSON of another shape" in checks["podman"]["detail"]
+
+
+def test_subordinate_ids_are_read_in_ascii_digits_from_a_file_of_any_bytes(tmp_path):
+    subuid = tmp_path / "subuid"
+    subuid.write_bytes("me:100000:٦٥٥٣٦\nme:200000:65536\n".encode() + b"\xff\xfe not utf-8\n")
+    assert podman._subids(subuid, "me", 1000) == 65536
+    os.mkfifo(tmp_path / "fifo")
+    assert podman._subids(tmp_path / "fifo", "me", 1000) == 0

@@ -366,3 +366,37 @@ def test_config_set_project_writes_envbuild_toml_and_refuses_a_field_that_names_
 def test_where_config_set_writes_each_kind_of_key(key, backend, table, toml_key, entry):
     found = settings.place(key, backend)
     assert (found.table, found.key, found.entry) == (table, toml_key, entry)
+
+
+# --- issue 51: a password in a mirror is never quoted, whichever layer said it ---------------------------------------
+
+@pytest.mark.parametrize("value", ["bob:S3cret@mirror.corp:5000", "bob:S3cret@mirror.corp:5000/hub x",
+                                   "https://bob:S3cret@mirror.corp:5000"])
+def test_a_registry_mirror_with_a_password_is_refused_without_quoting_it(site, monkeypatch, invoke, value):
+    """A registry mirror has no userinfo (the engine's credentials log in); the refusal quotes it masked: in the
+    error's own text (a record, a log), not only where the output layer prints it."""
+    write(site / "project" / "envbuild.toml", f'[registry_mirrors]\n"docker.io" = "{value}"\n')
+    with pytest.raises(InvalidInput) as caught:
+        settings.load("matrix.yaml")
+    assert "S3cret" not in str(caught.value) and "***@mirror.corp" in str(caught.value)
+    assert str(caught.value).startswith("envbuild.toml:2: registry_mirrors: docker.io = ")
+    result = invoke("config")
+    assert result.exit_code == 2 and "S3cret" not in result.output
+    (site / "project" / "envbuild.toml").unlink()
+    monkeypatch.setenv("ENVBUILD_REGISTRY_MIRRORS", f"docker.io={value.split()[0]}")
+    result = invoke("config", "--json")
+    assert result.exit_code == 2 and "S3cret" not in result.output and "***@mirror.corp" in result.output
+    monkeypatch.delenv("ENVBUILD_REGISTRY_MIRRORS")
+    result = invoke("lock", "--backend", "cpu", "--check", "--mirror", f"docker.io={value}")
+    assert result.exit_code == 2 and "S3cret" not in result.output and "***@mirror.corp" in result.output
+
+
+def test_an_index_mirror_value_that_is_no_url_is_quoted_masked_and_capped(site):
+    write(site / "project" / "envbuild.toml", '[index_mirrors]\n"https://pypi.org/simple" = "bob:S3cret@mirror.corp/simple"\n')
+    with pytest.raises(InvalidInput) as caught:
+        settings.load("matrix.yaml")
+    assert "S3cret" not in str(caught.value) and "is not an http(s) URL" in str(caught.value)
+    write(site / "project" / "envbuild.toml", f'[index_mirrors]\n"https://pypi.org/simple" = "{"x" * 10_000}"\n')
+    with pytest.raises(InvalidInput) as caught:
+        settings.load("matrix.yaml")
+    assert len(str(caught.value)) < 500 and "more characters" in str(caught.value)

@@ -19,3 +19,13 @@ def test_the_fast_path_of_unsafe_char_agrees_with_its_definition_for_every_code_
     wrong = [(hex(cp), allow) for cp in range(0x110000) for allow in ("", "\n\t")
              if unsafe_char(f"a{chr(cp)}b\n", allow) != by_definition(f"a{chr(cp)}b\n", allow)]
     assert not wrong, wrong[:10]
+
+
+def test_shown_with_a_limit_caps_what_it_quotes_and_says_how_much_was_left_out():
+    from envbuild.core.text import QUOTE_LIMIT, quoted, shown
+
+    assert shown("abc", limit=10) == "abc"
+    assert shown("x" * 10_000, limit=10) == "x" * 10 + "... (9990 more characters)"
+    assert shown("\x1b" * 50, limit=5) == "\\x1b" * 5 + "... (45 more characters)"  # capped, then escaped
+    assert quoted("y" * 10_000).startswith("y" * QUOTE_LIMIT + "... (")
+    assert len(quoted("y" * 10_000)) < QUOTE_LIMIT + 40

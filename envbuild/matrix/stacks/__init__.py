@@ -153,6 +153,8 @@ def gpu_arch(text: str) -> str | None:
     """`--gpu`: an architecture in a stack's spelling ('8.0', 'sm_80', 'compute_80', 'gfx942') or a product name
     ('A100', 'h100', 'MI300X') -> 'sm_80' or 'gfx942'; None when it is none of those."""
     said = text.strip()
+    if not said.isascii():  # '٨.٠' or 'sm_８０': re's \d and int() read other scripts' digits as these
+        return None
     for s in STACKS.values():
         if s.gpu_name and (arch := s.gpu_name(said)):
             return arch

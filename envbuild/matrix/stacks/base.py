@@ -163,7 +163,7 @@ def parse_version(text: str | None) -> Version | None:
     """A driver version as the kernel prints it ('535.104.05', '1.24.1-fb3a2b4', '24.1.rc2'); None if unreadable."""
     if not text:
         return None
-    m = re.match(r"\s*v?(\d+(?:\.\d+)*)(?:[.-]?(rc|a|b)\.?(\d+))?", text.lower())
+    m = re.match(r"\s*v?(\d+(?:\.\d+)*)(?:[.-]?(rc|a|b)\.?(\d+))?", text.lower(), re.ASCII)
     if not m:
         return None
     try:

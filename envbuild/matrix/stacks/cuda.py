@@ -46,7 +46,7 @@ def read_nvidia(root: Path, path_env: str | None, runner: Runner) -> HostDriver:
 
 def capability(arch: str) -> tuple[int, int] | None:
     """'sm_86', 'compute_90', 'sm_90a' -> (8, 6), (9, 0), (9, 0); None for anything else."""
-    m = re.fullmatch(r"(?:sm|compute)_(\d+?)(\d)[af]?", arch)
+    m = re.fullmatch(r"(?:sm|compute)_([0-9]+?)([0-9])[af]?", arch)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -86,9 +86,9 @@ def floor_arch(arch: str) -> str:
 
 def gpu_name(said: str) -> str | None:
     """`--gpu 8.0`, `sm_80`, `compute_80` -> 'sm_80'."""
-    if m := re.fullmatch(r"(\d{1,2})\.(\d)", said):
+    if m := re.fullmatch(r"([0-9]{1,2})\.([0-9])", said):
         return f"sm_{int(m.group(1))}{m.group(2)}"
-    if m := re.fullmatch(r"(?:sm|compute)_(\d{2,3})", said.lower()):
+    if m := re.fullmatch(r"(?:sm|compute)_([0-9]{2,3})", said.lower()):
         return f"sm_{m.group(1)}"
     return None
 

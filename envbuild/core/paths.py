@@ -12,6 +12,14 @@ PACKAGED_MATRIX = PACKAGE / "matrix" / "matrix.yaml"  # the checkout's, shipped 
 PROBE = PACKAGE / "smoke" / "probe.py"  # copied into every image and every native environment
 
 
+def packaged_within(path: str | os.PathLike[str]) -> Path | None:
+    """Where the matrix installed with envbuild (and its metadata cache) may lead: in a checkout they are links to
+    the checkout's own files, one folder above the package; None for any other file (its own folder bounds it)."""
+    if Path(path).absolute() in (PACKAGED_MATRIX, metadata_path(PACKAGED_MATRIX)):
+        return PACKAGE.parent
+    return None
+
+
 def default_matrix() -> str:
     """$ENVBUILD_MATRIX, else ./matrix.yaml (a checkout), else the matrix installed with envbuild."""
     env = os.environ.get("ENVBUILD_MATRIX")

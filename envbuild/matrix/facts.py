@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from envbuild.core.errors import InvalidInput, MatrixError, Problem
 from envbuild.core.files import read_project
-from envbuild.core.paths import metadata_path
+from envbuild.core.paths import metadata_path, packaged_within
 
 path_for = metadata_path  # where callers of this module look for it
 
@@ -164,7 +164,7 @@ def read(path: str | Path) -> Facts | None:
     if not p.exists() and not p.is_symlink():
         return None
     try:
-        raw = read_project(p, str(p), InvalidInput, limit=MAX_FACTS)
+        raw = read_project(p, str(p), InvalidInput, limit=MAX_FACTS, within=packaged_within(p))
     except InvalidInput as exc:
         raise MatrixError([Problem(str(p), None, str(exc).split(": ", 1)[-1])]) from None
     try:

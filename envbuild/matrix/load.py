@@ -17,7 +17,7 @@ from packaging.version import Version
 from envbuild.core.errors import EnvbuildError, MatrixError, Problem
 from envbuild.core.files import read_project
 from envbuild.core.output import scrub
-from envbuild.core.paths import DEFAULT_MATRIX
+from envbuild.core.paths import DEFAULT_MATRIX, packaged_within
 from envbuild.core.platform import Platform
 from envbuild.core.text import shown, unsafe_char
 from envbuild.matrix import rules, stacks
@@ -600,7 +600,7 @@ def load(path: str | Path = DEFAULT_MATRIX, overrides: Iterable[str] = (), *, wi
         hint = " (pass --matrix FILE, or run from the envbuild checkout)" if str(path) == DEFAULT_MATRIX else ""
         raise MatrixError([Problem(str(path), None, f"no such file{hint}")])
     try:  # a regular file of bounded size, in its folder: never a FIFO, /dev/zero or a link out
-        raw = read_project(p, str(path), limit=MAX_MATRIX)
+        raw = read_project(p, str(path), limit=MAX_MATRIX, within=packaged_within(p))
     except EnvbuildError as exc:
         raise MatrixError([Problem(str(path), None, str(exc).split(": ", 1)[-1])]) from None
     try:

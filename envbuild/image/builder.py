@@ -9,6 +9,7 @@ not answer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from envbuild.engine import docker as engine
 from envbuild.engine import select
 from envbuild.engine.api import Builder
+from envbuild.core import heartbeat
 from envbuild.core.credential_env import CREDENTIAL_ENV
 from envbuild.core.errors import BuildError
 from envbuild.core.distbase import base_ways_out
@@ -52,6 +54,11 @@ def summarize(instruction: str) -> str:
 
 
 QUIET = 5.0  # seconds a running step may go without a line on the screen before its latest output is shown
+# A RUN step's cache mounts that one build at a time may hold (`sharing=locked`: a step of another build that holds
+# one makes this step wait, with no output, until that step ends).
+_LOCKED_CACHE = re.compile(r"--mount=type=cache,\S*?\bid=([\w.-]+)\S*?\bsharing=locked|"
+                           r"--mount=type=cache,\S*?\bsharing=locked\S*?\bid=([\w.-]+)")
+ALONE = 30.0  # seconds without output after which a step with a locked cache asks whether another build holds it
 
 
 class Progress:
@@ -61,11 +68,14 @@ class Progress:
 
     `status` (optional) hears the step running now, for a live status line. `reader` (optional) reads a builder's
     own output into BuildKit's steps (the engine's Builder.reader, made with this Progress: run_build sets it).
+    `others` (optional) names the other envbuild builds running now (records.building): a silent step with a
+    locked cache mount says it may be waiting for one of them.
     """
 
     def __init__(self, backend: str, echo: Callable[[str], None], verbose: bool = False,
                  status: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 quiet: float = QUIET, reader: Callable[[Progress], Any] | None = None):
+                 quiet: float = QUIET, reader: Callable[[Progress], Any] | None = None,
+                 others: Callable[[], list[str]] | None = None):
         self.backend = backend
         self.echo = echo
         self.verbose = verbose
@@ -76,6 +86,8 @@ class Progress:
         self.started: dict[str, float] = {}
         self.output: dict[str, list[str]] = {}  # each step's last lines
         self.warning: dict[str, str] = {}  # each step's latest warning or retry not yet shown
+        self.caches: dict[str, list[str]] = {}  # each running step's locked cache mounts
+        self.others = others
         self.failed: str | None = None  # the number of the step that failed
         self.failed_name = "a step"
         self.reader = reader(self) if reader else None
@@ -113,6 +125,7 @@ class Progress:
             stage = "" if re.fullmatch(r"stage-\d+", stage) else stage  # the unnamed final stage
             self.names[m.group(1)] = f"{stage + ' ' if stage else ''}{m.group(3)} {summarize(m.group(4))[:90]}"
             self.started[m.group(1)] = self.clock()
+            self.caches[m.group(1)] = [a or b for a, b in _LOCKED_CACHE.findall(m.group(4))]
             if self.status:
                 self.status(self.names[m.group(1)])
             return
@@ -122,6 +135,7 @@ class Progress:
                 self.failed = m.group(1)
             text = f"{self.names.pop(m.group(1))} ... {m.group(2).split(':')[0]}"
             self.warning.pop(m.group(1), None)
+            self.caches.pop(m.group(1), None)
             if not self.verbose:
                 self._say(f"[{self.backend}] {text}")
             if self.status and self.names:
@@ -140,8 +154,21 @@ class Progress:
             latest = (self.output.get(step) or [""])[-1].strip()
             warning = self.warning.pop(step, "").strip()
             said = " | ".join(dict.fromkeys(x[:160] for x in (warning, latest) if x))
-            self._say(f"[{self.backend}] {self.names[step]} ... {now - self.started.get(step, now):.0f}s"
-                      f"{': ' + said if said else ' (no output yet)'}")
+            took = now - self.started.get(step, now)
+            self._say(f"[{self.backend}] {self.names[step]} ... {took:.0f}s"
+                      f"{': ' + said if said else ' ' + self._silent(step, took)}")
+
+    def _silent(self, step: str, took: float) -> str:
+        """Why a step may show nothing: its locked cache, held by another build (named when envbuild knows one)."""
+        caches = self.caches.get(step)
+        if not caches:
+            return "(no output yet)"
+        others = self.others() if self.others else []
+        if not others and took < ALONE:
+            return "(no output yet)"
+        cache = f"the build cache{'s' if len(caches) > 1 else ''} {', '.join(caches)}"
+        running = f" envbuild is building {', '.join(others)} here too" if others else ""
+        return f"(no output yet: waiting for {cache}, held by another build?{running})"
 
     def why(self) -> str | None:
         """What the failed step itself said went wrong (an installer's error and its cause), if it said."""
@@ -231,11 +258,6 @@ def masked(argv: list[str]) -> list[str]:
     return out
 
 
-def _heartbeat(done: threading.Event, tick: Callable[[], None]) -> None:
-    while not done.wait(1.0):
-        tick()
-
-
 def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, secrets: tuple[str, ...] = (),
         alive: Callable[[], bool] | None = None, start: Callable[[list[str], dict[str, str]], Any] | None = None
         ) -> str | None:
@@ -251,28 +273,21 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
         except OSError as exc:
             raise BuildError(f"cannot run {argv[0]}: {exc.strerror}") from None
         tail: list[str] = []
-        done = threading.Event()
         tick = getattr(progress, "tick", None)
-        beat = threading.Thread(target=_heartbeat, args=(done, tick), daemon=True) if tick else None
-        if beat:
-            beat.start()
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                line = scrub(line)
-                fh.write(line)
-                line = line.rstrip("\n")
-                progress.feed(line)
-                tail = (tail + [line])[-15:]
-            rc = proc.wait()
+            with heartbeat.beating(tick) if tick else contextlib.nullcontext():
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    line = scrub(line)
+                    fh.write(line)
+                    line = line.rstrip("\n")
+                    progress.feed(line)
+                    tail = (tail + [line])[-15:]
+                rc = proc.wait()
         except BaseException:
             proc.kill()
             proc.wait()
             raise
-        finally:
-            done.set()
-            if beat:
-                beat.join()
     if rc == 0:
         return None
     said = next((ln for ln in tail if engine.unreachable(ln)), None)

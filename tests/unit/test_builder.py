@@ -99,6 +99,59 @@ def test_a_quiet_step_shows_its_latest_line_every_few_seconds():
     assert lines[-1] == "[cpu] lock-resolve 1/1 RUN python3 /run/lock/resolve.py --out /out ... DONE 18.0s"
 
 
+_APT = ("RUN --mount=type=cache,target=/var/cache/apt,id=envbuild-apt-cache,sharing=locked     --mount=type=cache,"
+        "target=/var/lib/apt/lists,id=envbuild-apt-lists,sharing=locked     apt-get update")
+
+
+def test_a_silent_step_with_a_locked_cache_names_the_other_build_that_may_hold_it():
+    """Two builds on one engine: the second's apt step waits, printing nothing, while the first holds the apt cache
+    (`sharing=locked`). Its heartbeat says what it may be waiting for, and which other build envbuild is running."""
+    lines: list[str] = []
+    clock = _Clock()
+    p = builder.Progress("cpu", lines.append, clock=clock, quiet=5, others=lambda: ["rocm"])
+    p.feed("#7 [system 2/6] " + _APT)
+    clock.now += 6
+    p.tick()
+    assert lines == ["[cpu] system 2/6 RUN apt-get update ... 6s (no output yet: waiting for the build caches "
+                     "envbuild-apt-cache, envbuild-apt-lists, held by another build? envbuild is building rocm here too)"]
+    p.feed("#7 0.2 Get:1 http://deb.debian.org bookworm InRelease")
+    clock.now += 5
+    p.tick()
+    assert lines[-1] == "[cpu] system 2/6 RUN apt-get update ... 11s: Get:1 http://deb.debian.org bookworm InRelease"
+
+
+def test_a_silent_step_with_a_locked_cache_asks_about_another_build_only_after_a_while_when_none_is_known():
+    """No other envbuild build known (another project's build on the same engine may still hold the cache): a step
+    that shows nothing for ALONE seconds asks; before that, and for a step with no locked cache, no guess."""
+    lines: list[str] = []
+    clock = _Clock()
+    p = builder.Progress("cpu", lines.append, clock=clock, quiet=5, others=lambda: [])
+    p.feed("#7 [system 2/6] " + _APT)
+    p.feed("#8 [uv 1/1] COPY --from=ghcr.io/astral-sh/uv /uv /opt/uv/bin/uv")
+    clock.now += 6
+    p.tick()
+    assert lines[-1] == "[cpu] uv 1/1 COPY --from=ghcr.io/astral-sh/uv /uv /opt/uv/bin/uv ... 6s (no output yet)"
+    p.feed("#8 DONE 6.1s")
+    clock.now += 24
+    p.tick()
+    assert lines[-1] == "[cpu] system 2/6 RUN apt-get update ... 30s (no output yet: waiting for the build caches " \
+                        "envbuild-apt-cache, envbuild-apt-lists, held by another build?)"
+
+
+def test_podman_s_silent_step_says_it_too():
+    """buildah's steps (Podman) read into the same steps: the same words for its RUN with a locked cache."""
+    from envbuild.engine.podman import BuildahReader
+
+    lines: list[str] = []
+    clock = _Clock()
+    p = builder.Progress("cpu", lines.append, clock=clock, quiet=5, reader=BuildahReader, others=lambda: ["rocm"])
+    p.feed("[2/4] STEP 3/6: " + _APT.replace("apt-get update", "apt-get install -y python3"))
+    clock.now += 15
+    p.tick()
+    assert lines == ["[cpu] 3/6 RUN apt-get install -y python3 ... 15s (no output yet: waiting for the build caches "
+                     "envbuild-apt-cache, envbuild-apt-lists, held by another build? envbuild is building rocm here too)"]
+
+
 def test_run_shows_a_quiet_builder_s_latest_line(tmp_path, monkeypatch, buildkit_client):
     """The heartbeat runs beside the builder's output: a client quiet for longer than `quiet` gets its line shown."""
     fake = tmp_path / "docker"

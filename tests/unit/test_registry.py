@@ -540,6 +540,38 @@ def test_a_stream_that_goes_silent_is_abandoned_after_the_stall_time_and_its_con
     assert time.monotonic() - start < 5 and closed
 
 
+def test_a_long_transfer_says_how_it_goes_while_the_daemon_is_quiet(monkeypatch):
+    """A push of gigabytes: the daemon's layer lines are not shown, so every QUIET seconds a line says what is moving
+    and for how long, also while the daemon says nothing at all (waiting on the registry)."""
+    import re
+    import threading
+
+    from envbuild.core import heartbeat
+    from envbuild.ship.session import Session
+
+    monkeypatch.setattr(heartbeat, "QUIET", 0.05)
+    said: list[str] = []
+    heard = threading.Event()
+
+    def echo(text: str) -> None:
+        said.append(text)
+        if text.startswith("still "):
+            heard.set()
+
+    def stream():
+        yield {"status": "The push refers to repository [127.0.0.1:5000/envbuild]"}
+        yield {"status": "Pushing", "id": "a1b2c3", "progressDetail": {"current": 1, "total": 9},
+               "progress": "[=>        ]  1.2GB/3.1GB"}
+        assert heard.wait(30)  # quiet until the heartbeat speaks
+        yield {"aux": {"Tag": "cpu", "Digest": "sha256:" + "2" * 64, "Size": 1}}
+
+    digest = Session(FakeEngine(), "127.0.0.1:5000/envbuild", {}).\
+        _transfer(stream, "ref", "pushing 127.0.0.1:5000/envbuild:cpu", echo)
+    assert digest == "sha256:" + "2" * 64
+    assert said[0] == "The push refers to repository [127.0.0.1:5000/envbuild]"
+    assert re.fullmatch(r"still pushing 127\.0\.0\.1:5000/envbuild:cpu: \d+s \(a1b2c3: Pushing 1\.2GB/3\.1GB\)", said[1])
+
+
 # --- image indexes: joining per-platform publishes ------------------------------------------------------------
 
 

@@ -269,7 +269,7 @@ def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None,
             if echo:
                 echo(f"waiting for another envbuild that holds {what} (lock {path})")
             if wait is None:
-                with heartbeat.waiting(echo, f"another envbuild that holds {what}"):  # said again while it lasts
+                with heartbeat.waiting(echo, f"waiting for another envbuild that holds {what}"):  # said again while it lasts
                     fcntl.flock(fd, fcntl.LOCK_EX)
             else:
                 deadline = time.monotonic() + wait

@@ -33,23 +33,29 @@ def beating(tick: Callable[[], None], period: float | None = None, name: str = "
 
 
 class Waiting:
-    """A wait that says itself: every `quiet` seconds, 'still waiting for WHAT: Ns'."""
+    """A wait that says itself: every `quiet` seconds without a line, 'still DOING: Ns', with the latest thing the
+    waited-for process said (`detail`), e.g. 'still installing torch: 40s; last: Downloading torch-2.13.0...'."""
 
-    def __init__(self, echo: Callable[[str], None], what: str, quiet: float | None = None,
+    def __init__(self, echo: Callable[[str], None], doing: str, quiet: float | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        self.echo, self.what, self.clock = echo, what, clock
+        self.echo, self.doing, self.clock = echo, doing, clock
         self.quiet = QUIET if quiet is None else quiet
         self.since = self.said = clock()
+        self.detail = ""
+
+    def spoke(self) -> None:
+        """A line was just shown (the work's own): the next heartbeat is `quiet` seconds from now."""
+        self.said = self.clock()
 
     def tick(self) -> None:
         now = self.clock()
         if now - self.said >= self.quiet:
             self.said = now
-            self.echo(f"still waiting for {self.what}: {now - self.since:.0f}s")
+            self.echo(f"still {self.doing}: {now - self.since:.0f}s{'; last: ' + self.detail[:160] if self.detail else ''}")
 
 
-def waiting(echo: Callable[[str], None] | None, what: str, quiet: float | None = None) -> contextlib.AbstractContextManager:
-    """While the block runs, say every `quiet` seconds that it still waits for `what` (nothing without `echo`)."""
+def waiting(echo: Callable[[str], None] | None, doing: str, quiet: float | None = None) -> contextlib.AbstractContextManager:
+    """While the block runs, say every `quiet` seconds that it is still `doing` (nothing without `echo`)."""
     if echo is None:
         return contextlib.nullcontext()
-    return beating(Waiting(echo, what, quiet).tick)
+    return beating(Waiting(echo, doing, quiet).tick)

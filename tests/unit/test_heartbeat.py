@@ -18,7 +18,7 @@ class _Clock:
 def test_a_wait_says_what_it_waits_for_and_how_long_every_quiet_seconds():
     lines: list[str] = []
     clock = _Clock()
-    w = heartbeat.Waiting(lines.append, "another envbuild that holds the cpu build", quiet=10, clock=clock)
+    w = heartbeat.Waiting(lines.append, "waiting for another envbuild that holds the cpu build", quiet=10, clock=clock)
     clock.now += 9
     w.tick()
     assert lines == []
@@ -52,3 +52,19 @@ def test_no_echo_no_heartbeat():
     with heartbeat.waiting(None, "anything"):
         pass
     assert not [t for t in threading.enumerate() if t.name == "envbuild-heartbeat"]
+
+
+def test_a_wait_that_hears_its_work_says_the_latest_and_waits_from_the_last_line():
+    lines: list[str] = []
+    clock = _Clock()
+    w = heartbeat.Waiting(lines.append, "installing torch==2.13.0", quiet=10, clock=clock)
+    clock.now += 8
+    w.detail = "Downloading torch-2.13.0-cp312-cp312-manylinux_2_28_x86_64.whl (915.3 MB)"
+    w.spoke()  # the work's own line was shown
+    clock.now += 8
+    w.tick()
+    assert lines == []
+    clock.now += 2
+    w.tick()
+    assert lines == ["still installing torch==2.13.0: 18s; last: Downloading torch-2.13.0-cp312-cp312-manylinux_2_28_x86_64.whl "
+                     "(915.3 MB)"]

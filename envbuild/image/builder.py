@@ -32,6 +32,7 @@ from envbuild.core.output import Scrubber
 _STEP = re.compile(r"^#(\d+) \[(?:([\w.-]+) )?(\d+/\d+)\] (.*)$")
 _DONE = re.compile(r"^#(\d+) (DONE [\d.]+s|CACHED|ERROR.*)$")
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # a step's own output: "#11 0.157 error: ..."
+_OTHER = re.compile(r"^#(\d+) (\S.*)$")  # BuildKit's own work: "#3 [internal] load metadata for ...", "#14 exporting to image"
 _WARNS = re.compile(r"\b(?:WARNING|Retrying|retry|timed out|unreachable)\b", re.IGNORECASE)
 _SAYS_WHY = re.compile(r"^\s*(?:error|ERROR|cause|Caused by|×|╰─▶)\b|\berror:", re.IGNORECASE)
 _MOUNT = re.compile(r"--mount=\S+\s*")
@@ -87,6 +88,7 @@ class Progress:
         self.output: dict[str, list[str]] = {}  # each step's last lines
         self.warning: dict[str, str] = {}  # each step's latest warning or retry not yet shown
         self.caches: dict[str, list[str]] = {}  # each running step's locked cache mounts
+        self.internal: dict[str, tuple[str, float, str]] = {}  # BuildKit's own work now: its name, start, latest line
         self.others = others
         self.failed: str | None = None  # the number of the step that failed
         self.failed_name = "a step"
@@ -130,6 +132,15 @@ class Progress:
                 self.status(self.names[m.group(1)])
             return
         m = _DONE.match(line)
+        if m and m.group(1) in self.internal:
+            del self.internal[m.group(1)]  # BuildKit's own work is not a step: said only while it is slow
+            return
+        other = _OTHER.match(line)
+        if other and not out and not m and other.group(1) not in self.names and other.group(1) != "0":  # 0: the builder's name
+            number, text = other.groups()
+            name, since, _ = self.internal.get(number, (text[:120], self.clock(), ""))
+            self.internal[number] = (name, since, "" if name == text[:120] else text[:160])
+            return
         if m and m.group(1) in self.names:
             if m.group(2).startswith("ERROR"):
                 self.failed = m.group(1)
@@ -147,7 +158,12 @@ class Progress:
         """Show the running step that printed last, when nothing was shown for `quiet` seconds."""
         with self.lock:
             now = self.clock()
-            if not self.names or now - self.said < self.quiet:
+            if now - self.said < self.quiet:
+                return
+            if not self.names:  # no step runs: BuildKit's own work (fetching the base's metadata, exporting layers)
+                if self.internal:
+                    name, since, latest = next(reversed(self.internal.values()))
+                    self._say(f"[{self.backend}] {name} ... {now - since:.0f}s{': ' + latest if latest else ''}")
                 return
             talking = [n for n in self.names if self.output.get(n)]
             step = talking[-1] if talking else next(reversed(self.names))

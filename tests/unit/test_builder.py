@@ -152,6 +152,37 @@ def test_podman_s_silent_step_says_it_too():
                      "envbuild-apt-cache, envbuild-apt-lists, held by another build? envbuild is building rocm here too)"]
 
 
+def test_buildkit_s_own_slow_work_is_said_too_and_only_while_it_is_slow():
+    """Between steps BuildKit works on its own: asking the base's registry for its metadata, exporting the layers of
+    a large image (a minute for CUDA's). No step runs then, yet the heartbeat says what is going on; a quick one
+    prints nothing, as before."""
+    lines: list[str] = []
+    clock = _Clock()
+    p = builder.Progress("cuda", lines.append, clock=clock, quiet=5)
+    for raw in ['#0 building with "default" instance using docker driver',
+                "#1 [internal] load build definition from Dockerfile", "#1 transferring dockerfile: 2.1kB done",
+                "#1 DONE 0.0s", "#3 [internal] load metadata for docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04"]:
+        p.feed(raw)
+    clock.now += 6
+    p.tick()
+    assert lines == ["[cuda] [internal] load metadata for docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04 ... 6s"]
+    for raw in ["#3 DONE 6.5s", "#9 [torch 1/1] RUN uv pip install torch", "#9 DONE 80.2s",
+                "#14 exporting to image", "#14 exporting layers"]:
+        p.feed(raw)
+    clock.now += 6
+    p.tick()
+    assert lines[-2:] == ["[cuda] torch 1/1 RUN uv pip install torch ... DONE 80.2s",
+                          "[cuda] exporting to image ... 6s: exporting layers"]
+    clock.now += 40
+    p.tick()
+    assert lines[-1] == "[cuda] exporting to image ... 46s: exporting layers"
+    p.feed("#14 exporting layers 45.2s done")
+    p.feed("#14 DONE 46.0s")
+    clock.now += 10
+    p.tick()
+    assert len(lines) == 4  # nothing runs, nothing said; no line for BuildKit's own work when it is done
+
+
 def test_run_shows_a_quiet_builder_s_latest_line(tmp_path, monkeypatch, buildkit_client):
     """The heartbeat runs beside the builder's output: a client quiet for longer than `quiet` gets its line shown."""
     fake = tmp_path / "docker"

@@ -175,9 +175,10 @@ class Session:
                 raise PublishError(missing) from None
             raise
 
-    def remote_digest(self, ref: str, missing: str) -> str:
+    def remote_digest(self, ref: str, missing: str, echo: Callable[[str], None] | None = None) -> str:
         """What the registry serves for `ref` now, without pulling it: asked through the one registry client
-        (core/regclient.py), with this session's credentials; the digest of the bytes it serves."""
+        (core/regclient.py), with this session's credentials; the digest of the bytes it serves. `echo` hears
+        the retries, and every QUIET seconds that it still asks (a slow registry: up to 30 s a read, 3 times)."""
         self._own(ref)
         self.check_reachable()
 
@@ -187,7 +188,8 @@ class Session:
                 raise PublishError(missing)
             return found.digest
 
-        return self._retrying(f"asking the registry about {ref}", ask, lambda s: None)
+        with heartbeat.waiting(echo, f"asking the registry about {ref}"):
+            return self._retrying(f"asking the registry about {ref}", ask, echo or (lambda s: None))
 
     def _transfer(self, start: Callable, ref: str, action: str, echo: Callable[[str], None]) -> str | None:
         """Consume a push/pull stream; raise on an error line, or when no byte moved for STALL seconds (the daemon

@@ -378,6 +378,38 @@ def test_a_tag_the_registry_lacks_is_said_before_pulling(client, held, tmp_path)
     assert client.pulled == []
 
 
+def test_a_slow_registry_asked_about_a_tag_is_said_while_it_is_asked(monkeypatch):
+    """Before a pull, the registry is asked what the tag serves: a slow one (30 s a read, three tries) is said."""
+    import threading
+
+    from envbuild.core import heartbeat
+    from envbuild.ship import session as sessions
+
+    monkeypatch.setattr(heartbeat, "PERIOD", 0.01)
+    monkeypatch.setattr(heartbeat, "QUIET", 0.0)
+    heard = threading.Event()
+    said: list[str] = []
+
+    def echo(text: str) -> None:
+        said.append(text)
+        if text.startswith("still asking the registry about registry.test:5000/envbuild:cpu: "):
+            heard.set()
+
+    class Slow:
+        def __init__(self, ref, environ):
+            pass
+
+        def manifest(self, ref):
+            assert heard.wait(30)  # answers only once the wait was said
+            return type("Found", (), {"digest": D1})()
+
+    monkeypatch.setattr(sessions, "Registry", Slow)
+    session = sessions.Session(FakeEngine(), "registry.test:5000/envbuild", {})
+    monkeypatch.setattr(session, "check_reachable", lambda: None)
+    assert session.remote_digest("registry.test:5000/envbuild:cpu", "missing", echo) == D1
+    assert heard.is_set()
+
+
 def test_pull_needs_the_backend_in_the_manifest(client, tmp_path):
     manifest.record(tmp_path / "m.json", {"backend": "cuda", "digest": D1})
     with pytest.raises(ManifestError, match="no image for backend 'cpu'"):

@@ -177,9 +177,9 @@ class Progress:
     def _silent(self, step: str, took: float) -> str:
         """Why a step may show nothing: its locked cache, held by another build (named when envbuild knows one)."""
         caches = self.caches.get(step)
-        if not caches:
-            return "(no output yet)"
         others = self.others() if self.others else []
+        if not caches:  # still worth knowing: the engine (its storage, its network) is shared with that build
+            return f"(no output yet; envbuild is building {', '.join(others)} here too)" if others else "(no output yet)"
         if not others and took < ALONE:
             return "(no output yet)"
         cache = f"the build cache{'s' if len(caches) > 1 else ''} {', '.join(caches)}"

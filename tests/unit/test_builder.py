@@ -118,6 +118,11 @@ def test_a_silent_step_with_a_locked_cache_names_the_other_build_that_may_hold_i
     clock.now += 5
     p.tick()
     assert lines[-1] == "[cpu] system 2/6 RUN apt-get update ... 11s: Get:1 http://deb.debian.org bookworm InRelease"
+    p.feed("#7 DONE 11.2s")
+    p.feed("#8 [system 3/6] COPY probe.py /opt/envbuild/probe.py")  # no cache mount: the other build is only named
+    clock.now += 5
+    p.tick()
+    assert lines[-1] == "[cpu] system 3/6 COPY probe.py /opt/envbuild/probe.py ... 5s (no output yet; envbuild is building rocm here too)"
 
 
 def test_a_silent_step_with_a_locked_cache_asks_about_another_build_only_after_a_while_when_none_is_known():

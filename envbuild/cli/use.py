@@ -263,8 +263,13 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
         registry = site_settings(matrix_path).get("registry") or m.image.repository
     if registry:
         registry = check_repository(registry)
-    report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=site_settings(matrix_path),
-                          connector=functools.partial(doc.connect, engine_name=(click.get_current_context().find_root().obj or {}).get("engine")))
+    from envbuild.core import heartbeat
+
+    # each question is bounded (the engine 20 s, a registry or index 5 s), but several dead ones add up
+    with heartbeat.waiting(None if as_json else lambda s: click.echo(s, err=True),
+                           "checking (an engine, registry or index that does not answer takes seconds each)"):
+        report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=site_settings(matrix_path),
+                              connector=functools.partial(doc.connect, engine_name=(click.get_current_context().find_root().obj or {}).get("engine")))
     if as_json:
         emit_json({**report.to_json(), **reports.root_facts(root)})
     else:

@@ -401,9 +401,13 @@ def clean(containers_only: bool, build_cache: bool, every: bool, dry_run: bool, 
       envbuild clean
       envbuild clean --all --containers-only
     """
+    from envbuild.core import heartbeat
     from envbuild.workspace import clean as cleaning
 
-    done = cleaning.clean(options.engine(), images=not containers_only, build_cache=build_cache, every=every, dry_run=dry_run)
+    engine = options.engine()
+    # pruning gigabytes of build cache, or many images, takes a while: said on stderr (not with --json)
+    with heartbeat.waiting(None if as_json else lambda s: click.echo(s, err=True), "cleaning (the engine is removing them)"):
+        done = cleaning.clean(engine, images=not containers_only, build_cache=build_cache, every=every, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps(done.to_json(), indent=2))
         return

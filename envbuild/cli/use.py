@@ -258,6 +258,8 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
     from envbuild.host import doctor as doc
     from envbuild.core.imageref import check_repository
 
+    from envbuild.core import heartbeat
+
     try:
         m = load(matrix_path, overrides)
         name = auto(m, native=True) if backend == "auto" else backend
@@ -265,8 +267,11 @@ def doctor(backend: str, registry: str | None, publish: bool, root: Path | None,
             registry = site_settings(matrix_path).get("registry") or m.image.repository
         if registry:
             registry = check_repository(registry)
-        report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=site_settings(matrix_path),
-                              connector=functools.partial(doc.connect, engine_name=(click.get_current_context().find_root().obj or {}).get("engine")))
+        # each question is bounded (the engine 20 s, a registry or index 5 s), but several dead ones add up
+        with heartbeat.waiting(None if as_json else lambda s: click.echo(s, err=True),
+                               "checking (an engine, registry or index that does not answer takes seconds each)"):
+            report = doc.diagnose(m, m.backend(name), registry=registry, root=root or "/", site=site_settings(matrix_path),
+                                  connector=functools.partial(doc.connect, engine_name=(click.get_current_context().find_root().obj or {}).get("engine")))
     except EnvbuildError as exc:
         if not as_json:
             raise

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from envbuild.core.errors import EnvbuildError
+from envbuild.core import heartbeat
 
 
 def stage(files: dict[Path, str | bytes], mode: int = 0o644) -> dict[Path, Path]:
@@ -268,7 +269,8 @@ def exclusive(path: Path, what: str, echo: Callable[[str], None] | None = None,
             if echo:
                 echo(f"waiting for another envbuild that holds {what} (lock {path})")
             if wait is None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                with heartbeat.waiting(echo, f"waiting for another envbuild that holds {what}"):  # said again while it lasts
+                    fcntl.flock(fd, fcntl.LOCK_EX)
             else:
                 deadline = time.monotonic() + wait
                 while True:

@@ -81,7 +81,8 @@ def build_plan(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOpt
     with tempfile.TemporaryDirectory(prefix=f"envbuild-{backend.name}-") as tmp:
         iidfile = Path(tmp) / "iid"
         argv = [*plan.argv[:-1], "--iidfile", str(iidfile), plan.argv[-1]]
-        error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose, status), engine)
+        error = builder.run_build(argv, opts.build_args, log, builder.Progress(
+            backend.name, echo, verbose, status, others=lambda: records.building(opts.context_dir, backend.name)), engine)
         image_id = iidfile.read_text().strip() if error is None and iidfile.exists() else None
     result = BuildResult(backend.name, False, list(plan.tags), seconds=time.monotonic() - start, log=log)
     if image_id is None:

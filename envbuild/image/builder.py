@@ -9,6 +9,7 @@ not answer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from envbuild.engine import docker as engine
 from envbuild.engine import select
 from envbuild.engine.api import Builder
+from envbuild.core import heartbeat
 from envbuild.core.credential_env import CREDENTIAL_ENV
 from envbuild.core.errors import BuildError
 from envbuild.core.distbase import base_ways_out
@@ -30,6 +32,7 @@ from envbuild.core.output import Scrubber
 _STEP = re.compile(r"^#(\d+) \[(?:([\w.-]+) )?(\d+/\d+)\] (.*)$")
 _DONE = re.compile(r"^#(\d+) (DONE [\d.]+s|CACHED|ERROR.*)$")
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # a step's own output: "#11 0.157 error: ..."
+_OTHER = re.compile(r"^#(\d+) (\S.*)$")  # BuildKit's own work: "#3 [internal] load metadata for ...", "#14 exporting to image"
 _WARNS = re.compile(r"\b(?:WARNING|Retrying|retry|timed out|unreachable)\b", re.IGNORECASE)
 _SAYS_WHY = re.compile(r"^\s*(?:error|ERROR|cause|Caused by|×|╰─▶)\b|\berror:", re.IGNORECASE)
 _MOUNT = re.compile(r"--mount=\S+\s*")
@@ -52,6 +55,11 @@ def summarize(instruction: str) -> str:
 
 
 QUIET = 5.0  # seconds a running step may go without a line on the screen before its latest output is shown
+# A RUN step's cache mounts that one build at a time may hold (`sharing=locked`: a step of another build that holds
+# one makes this step wait, with no output, until that step ends).
+_LOCKED_CACHE = re.compile(r"--mount=type=cache,\S*?\bid=([\w.-]+)\S*?\bsharing=locked|"
+                           r"--mount=type=cache,\S*?\bsharing=locked\S*?\bid=([\w.-]+)")
+ALONE = 30.0  # seconds without output after which a step with a locked cache asks whether another build holds it
 
 
 class Progress:
@@ -61,11 +69,14 @@ class Progress:
 
     `status` (optional) hears the step running now, for a live status line. `reader` (optional) reads a builder's
     own output into BuildKit's steps (the engine's Builder.reader, made with this Progress: run_build sets it).
+    `others` (optional) names the other envbuild builds running now (records.building): a silent step with a
+    locked cache mount says it may be waiting for one of them.
     """
 
     def __init__(self, backend: str, echo: Callable[[str], None], verbose: bool = False,
                  status: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 quiet: float = QUIET, reader: Callable[[Progress], Any] | None = None):
+                 quiet: float = QUIET, reader: Callable[[Progress], Any] | None = None,
+                 others: Callable[[], list[str]] | None = None):
         self.backend = backend
         self.echo = echo
         self.verbose = verbose
@@ -76,6 +87,9 @@ class Progress:
         self.started: dict[str, float] = {}
         self.output: dict[str, list[str]] = {}  # each step's last lines
         self.warning: dict[str, str] = {}  # each step's latest warning or retry not yet shown
+        self.caches: dict[str, list[str]] = {}  # each running step's locked cache mounts
+        self.internal: dict[str, tuple[str, float, str]] = {}  # BuildKit's own work now: its name, start, latest line
+        self.others = others
         self.failed: str | None = None  # the number of the step that failed
         self.failed_name = "a step"
         self.reader = reader(self) if reader else None
@@ -113,15 +127,26 @@ class Progress:
             stage = "" if re.fullmatch(r"stage-\d+", stage) else stage  # the unnamed final stage
             self.names[m.group(1)] = f"{stage + ' ' if stage else ''}{m.group(3)} {summarize(m.group(4))[:90]}"
             self.started[m.group(1)] = self.clock()
+            self.caches[m.group(1)] = [a or b for a, b in _LOCKED_CACHE.findall(m.group(4))]
             if self.status:
                 self.status(self.names[m.group(1)])
             return
         m = _DONE.match(line)
+        if m and m.group(1) in self.internal:
+            del self.internal[m.group(1)]  # BuildKit's own work is not a step: said only while it is slow
+            return
+        other = _OTHER.match(line)
+        if other and not out and not m and other.group(1) not in self.names and other.group(1) != "0":  # 0: the builder's name
+            number, text = other.groups()
+            name, since, _ = self.internal.get(number, (text[:120], self.clock(), ""))
+            self.internal[number] = (name, since, "" if name == text[:120] else text[:160])
+            return
         if m and m.group(1) in self.names:
             if m.group(2).startswith("ERROR"):
                 self.failed = m.group(1)
             text = f"{self.names.pop(m.group(1))} ... {m.group(2).split(':')[0]}"
             self.warning.pop(m.group(1), None)
+            self.caches.pop(m.group(1), None)
             if not self.verbose:
                 self._say(f"[{self.backend}] {text}")
             if self.status and self.names:
@@ -133,15 +158,33 @@ class Progress:
         """Show the running step that printed last, when nothing was shown for `quiet` seconds."""
         with self.lock:
             now = self.clock()
-            if not self.names or now - self.said < self.quiet:
+            if now - self.said < self.quiet:
+                return
+            if not self.names:  # no step runs: BuildKit's own work (fetching the base's metadata, exporting layers)
+                if self.internal:
+                    name, since, latest = next(reversed(self.internal.values()))
+                    self._say(f"[{self.backend}] {name} ... {now - since:.0f}s{': ' + latest if latest else ''}")
                 return
             talking = [n for n in self.names if self.output.get(n)]
             step = talking[-1] if talking else next(reversed(self.names))
             latest = (self.output.get(step) or [""])[-1].strip()
             warning = self.warning.pop(step, "").strip()
             said = " | ".join(dict.fromkeys(x[:160] for x in (warning, latest) if x))
-            self._say(f"[{self.backend}] {self.names[step]} ... {now - self.started.get(step, now):.0f}s"
-                      f"{': ' + said if said else ' (no output yet)'}")
+            took = now - self.started.get(step, now)
+            self._say(f"[{self.backend}] {self.names[step]} ... {took:.0f}s"
+                      f"{': ' + said if said else ' ' + self._silent(step, took)}")
+
+    def _silent(self, step: str, took: float) -> str:
+        """Why a step may show nothing: its locked cache, held by another build (named when envbuild knows one)."""
+        caches = self.caches.get(step)
+        others = self.others() if self.others else []
+        if not caches:  # still worth knowing: the engine (its storage, its network) is shared with that build
+            return f"(no output yet; envbuild is building {', '.join(others)} here too)" if others else "(no output yet)"
+        if not others and took < ALONE:
+            return "(no output yet)"
+        cache = f"the build cache{'s' if len(caches) > 1 else ''} {', '.join(caches)}"
+        running = f" envbuild is building {', '.join(others)} here too" if others else ""
+        return f"(no output yet: waiting for {cache}, held by another build?{running})"
 
     def why(self) -> str | None:
         """What the failed step itself said went wrong (an installer's error and its cause), if it said."""
@@ -231,11 +274,6 @@ def masked(argv: list[str]) -> list[str]:
     return out
 
 
-def _heartbeat(done: threading.Event, tick: Callable[[], None]) -> None:
-    while not done.wait(1.0):
-        tick()
-
-
 def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, secrets: tuple[str, ...] = (),
         alive: Callable[[], bool] | None = None, start: Callable[[list[str], dict[str, str]], Any] | None = None
         ) -> str | None:
@@ -251,28 +289,21 @@ def run(argv: list[str], env: dict[str, str], log: Path, progress: Progress, sec
         except OSError as exc:
             raise BuildError(f"cannot run {argv[0]}: {exc.strerror}") from None
         tail: list[str] = []
-        done = threading.Event()
         tick = getattr(progress, "tick", None)
-        beat = threading.Thread(target=_heartbeat, args=(done, tick), daemon=True) if tick else None
-        if beat:
-            beat.start()
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                line = scrub(line)
-                fh.write(line)
-                line = line.rstrip("\n")
-                progress.feed(line)
-                tail = (tail + [line])[-15:]
-            rc = proc.wait()
+            with heartbeat.beating(tick) if tick else contextlib.nullcontext():
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    line = scrub(line)
+                    fh.write(line)
+                    line = line.rstrip("\n")
+                    progress.feed(line)
+                    tail = (tail + [line])[-15:]
+                rc = proc.wait()
         except BaseException:
             proc.kill()
             proc.wait()
             raise
-        finally:
-            done.set()
-            if beat:
-                beat.join()
     if rc == 0:
         return None
     said = next((ln for ln in tail if engine.unreachable(ln)), None)

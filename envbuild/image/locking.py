@@ -111,7 +111,8 @@ def resolve(matrix: Matrix, backend: Backend, plan: BuildPlan, opts: BuildOption
     echo(f"[{backend.name}] resolving the lock for {platform} in {plan.base_image} (log: {log})")
     with tempfile.TemporaryDirectory(prefix=f"envbuild-lock-{backend.name}-") as tmp:
         argv = lock_command(plan, Path(tmp), uuid.uuid4().hex)
-        error = builder.run_build(argv, opts.build_args, log, builder.Progress(backend.name, echo, verbose), engine)
+        error = builder.run_build(argv, opts.build_args, log, builder.Progress(
+            backend.name, echo, verbose, others=lambda: records.building(opts.context_dir, backend.name)), engine)
         if error is not None:
             raise LockError(f"{backend.name}: resolving the lock failed: "
                             f"{builder.base_failure(error, plan.base_image, backend.name) or error}", log)
@@ -223,7 +224,7 @@ def lock(matrix: Matrix, backends: list[Backend], opts: BuildOptions, lock_opts:
         for platform in _checked_platforms(backend, opts):
             file = path(opts, backend, platform)
             popts = _platform_opts(opts, platform)
-            with records.locked(opts.context_dir, backend.name):
+            with records.locked(opts.context_dir, backend.name, echo):
                 plan = make_plan(matrix, backend, popts, engine)
                 current = read(file)
                 try:

@@ -8,6 +8,8 @@ still names the image it made. A record that cannot be read is no record: the bu
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager
@@ -64,3 +66,25 @@ def forget(plan: BuildPlan) -> None:
 def locked(context_dir: Path, backend: str, echo: Callable[[str], None] | None = None) -> ContextManager[None]:
     """One build at a time per backend and project folder (two envbuild processes, same backend)."""
     return exclusive(context_dir / f"{backend}.lock", f"the {backend} build in {context_dir}", echo)
+
+
+_HELD = re.compile(r"^\d+: FLOCK\s.*\s([0-9a-f]+:[0-9a-f]+:\d+)\s")  # a held flock (a waiter's line has "->")
+
+
+def building(context_dir: Path, but: str, locks: Path = Path("/proc/locks")) -> list[str]:
+    """The other backends whose build lock in `context_dir` is held now (by another envbuild, or by this one's
+    other threads): builds on the same engine that may hold a cache mount a silent step waits for. Read from
+    Linux's /proc/locks; elsewhere, or when it cannot be read, none."""
+    try:
+        held = {m.group(1) for m in map(_HELD.match, locks.read_text(encoding="ascii", errors="replace").splitlines()) if m}
+    except OSError:
+        return []
+    found = []
+    for file in sorted(context_dir.glob("*.lock")):
+        try:
+            st = file.stat()
+        except OSError:
+            continue
+        if file.stem != but and f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}" in held:
+            found.append(file.stem)
+    return found

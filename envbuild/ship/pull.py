@@ -90,7 +90,7 @@ def pull(m: Matrix, backend: Backend, engine: EngineAPI, *, registry: str | None
         return _pull_platform(m, backend, engine, session, ref, manifest, echo, missing, *chosen)
     if expected:
         # Ask the registry first: a tag that moved is refused before a single layer is fetched.
-        remote = remote or session.remote_digest(ref, missing)
+        remote = remote or session.remote_digest(ref, missing, lambda s: echo(f"[{backend.name}] {s}"))
         if remote != expected:
             raise _mismatch(ref, remote, expected, manifest)
     before = engine.image_id(ref)

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
+from envbuild.core import heartbeat
 from envbuild.engine.docker import EngineError, StreamBroken
 from envbuild.core.errors import EnvbuildError, PublishError, RegistryAuthError, RegistryError, RegistryUnreachableError
 from envbuild.net.credentials import PASSWORD_ENV, USER_ENV, Credentials, Scrubber, from_env
@@ -174,9 +175,10 @@ class Session:
                 raise PublishError(missing) from None
             raise
 
-    def remote_digest(self, ref: str, missing: str) -> str:
+    def remote_digest(self, ref: str, missing: str, echo: Callable[[str], None] | None = None) -> str:
         """What the registry serves for `ref` now, without pulling it: asked through the one registry client
-        (core/regclient.py), with this session's credentials; the digest of the bytes it serves."""
+        (core/regclient.py), with this session's credentials; the digest of the bytes it serves. `echo` hears
+        the retries, and every QUIET seconds that it still asks (a slow registry: up to 30 s a read, 3 times)."""
         self._own(ref)
         self.check_reachable()
 
@@ -186,7 +188,8 @@ class Session:
                 raise PublishError(missing)
             return found.digest
 
-        return self._retrying(f"asking the registry about {ref}", ask, lambda s: None)
+        with heartbeat.waiting(echo, f"asking the registry about {ref}"):
+            return self._retrying(f"asking the registry about {ref}", ask, echo or (lambda s: None))
 
     def _transfer(self, start: Callable, ref: str, action: str, echo: Callable[[str], None]) -> str | None:
         """Consume a push/pull stream; raise on an error line, or when no byte moved for STALL seconds (the daemon
@@ -195,6 +198,9 @@ class Session:
         digest = None
         stall = float(self.environ.get("ENVBUILD_STALL_SECONDS") or STALL)
         moved, last, done = time.monotonic(), "", {}
+        # a heartbeat: the daemon's layer lines are not shown, so a long transfer says how it goes every QUIET s
+        begun = said = moved
+        latest, quiet = "", heartbeat.QUIET
         events: queue.Queue = queue.Queue()
         try:  # the engine may refuse at once (no credentials, no such tag): said like any registry error
             stream = start()
@@ -217,9 +223,15 @@ class Session:
         stalled = False
         try:
             while True:
+                now = time.monotonic()
+                if now - said >= quiet:
+                    said = now
+                    echo(f"still {action}: {now - begun:.0f}s{f' ({latest})' if latest else ''}")
                 try:
-                    kind, line = events.get(timeout=max(0.1, stall - (time.monotonic() - moved)))
+                    kind, line = events.get(timeout=max(0.1, min(stall - (now - moved), quiet - (now - said))))
                 except queue.Empty:
+                    if time.monotonic() - moved < stall:
+                        continue  # time for the heartbeat
                     stalled = True
                     raise stalled_error() from None
                 if kind == "end":
@@ -236,6 +248,9 @@ class Session:
                     moved = time.monotonic()
                 elif status:
                     last = f"{layer}: {status}" if layer else status
+                if layer and status:
+                    bar = str(line.get("progress") or "").rpartition("]")[2].strip()  # "[==>  ] 1.2GB/3GB": the sizes
+                    latest = self.scrub(f"{layer}: {status}{' ' + bar if bar else ''}")[:120]
                 if time.monotonic() - moved > stall:  # lines keep coming, none of them progress
                     stalled = True
                     raise stalled_error()
@@ -245,6 +260,7 @@ class Session:
                 if status.startswith("Digest: "):  # pull's confirmation
                     digest = status.split(" ", 1)[1].strip()
                 elif status and not line.get("id") and not line.get("progressDetail"):
+                    said = time.monotonic()
                     echo(self.scrub(status))
         except EngineError as exc:
             raise self.error(exc.explanation, action) from None

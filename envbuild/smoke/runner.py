@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from envbuild.engine import owner
 from envbuild.engine.cachemount import CACHE, cache_mount, is_folder
+from envbuild.core import heartbeat
 from envbuild.core.errors import DockerError, InvalidInput, SmokeError
 from envbuild.engine.owner import OWNED_LABEL
 from envbuild.core.platform import Platform, can_run, emulation_fix, foreign_arch, host_platform, platform_arch, target
@@ -136,8 +137,7 @@ class Watch:
         self.done: list[str] = []
         self.since = self.said = clock()
         self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._beat = heartbeat.beating(self.tick, name="envbuild-smoke-heartbeat")
 
     def line(self, text: str) -> None:
         """One line of the probe's stderr: a finished check is said; the rest stays in the log."""
@@ -168,18 +168,11 @@ class Watch:
             self.echo(f"[{self.backend}] {self.what}still waiting for {self.waiting_for()}: {now - self.since:.0f}s")
 
     def __enter__(self) -> "Watch":
-        def beat() -> None:
-            while not self._stop.wait(1.0):
-                self.tick()
-
-        self._thread = threading.Thread(target=beat, name="envbuild-smoke-heartbeat", daemon=True)
-        self._thread.start()
+        self._beat.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        self._beat.__exit__(None, None, None)
 
 
 def smoke(matrix: Matrix, backend: Backend, engine: EngineAPI, *, image: str | None = None, model: str = "synthetic",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from envbuild.core import paths
+from envbuild.core import heartbeat, paths
 from envbuild.core.distbase import MADE_LABEL, Suite, suite_for
 from envbuild.core.errors import DockerError, EnvbuildError, InvalidInput
 from envbuild.core.platform import arch as host_arch
@@ -184,12 +184,18 @@ def make_tar(p: BasePlan, *, echo: Callable[[str], None], cache: bool = True, ca
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", env=env)
         assert proc.stdout is not None
-        for line in proc.stdout:  # mmdebstrap says each stage ("I: ...") as it goes: no long silence
-            line = line.rstrip()
-            tail = [*tail[-19:], line]
-            if line.startswith(("I:", "E:", "W:")):
-                echo(f"[{p.backend}] mmdebstrap: {line}")
-        rc = proc.wait()
+        # mmdebstrap says each stage ("I: ...") as it starts; downloading or installing may take minutes
+        wait = heartbeat.Waiting(lambda s: echo(f"[{p.backend}] {s}"), f"making {p.image} with mmdebstrap")
+        with heartbeat.beating(wait.tick):
+            for line in proc.stdout:
+                line = line.rstrip()
+                tail = [*tail[-19:], line]
+                if line.startswith(("I:", "E:", "W:")):
+                    echo(f"[{p.backend}] mmdebstrap: {line}")
+                    wait.spoke()
+                elif line.strip():
+                    wait.detail = line.strip()
+            rc = proc.wait()
     except BaseException:
         part.unlink(missing_ok=True)
         raise

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from envbuild.core import heartbeat
+from envbuild.core.output import Scrubber
 from envbuild.core.errors import EnvError, InvalidInput, NativeEnvRefused
 from envbuild.matrix import Backend, Matrix
 from envbuild.core.paths import PROBE as PROBE_FILE
@@ -255,12 +257,19 @@ def _run(argv: list[str], echo: Callable[[str], None], verbose: bool, what: str)
         raise EnvError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from None
     tail: list[str] = []
     assert proc.stdout is not None
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        if verbose:
-            echo(line)
-        tail = (tail + [line])[-15:]
-    if proc.wait() != 0:
+    wait = heartbeat.Waiting(lambda s: echo(f"[env] {s}"), what)  # pip may download gigabytes without -v's lines
+    scrub = Scrubber()
+    with heartbeat.beating(wait.tick):
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            if verbose:
+                echo(line)
+                wait.spoke()
+            if line.strip():
+                wait.detail = scrub(line.strip())
+            tail = (tail + [line])[-15:]
+        rc = proc.wait()
+    if rc != 0:
         shown = "\n".join("  " + t for t in tail if t.strip())
         hint = ""
         if "ensurepip" in shown or "No module named venv" in shown:
@@ -398,7 +407,8 @@ def create(
     result = EnvResult(p, version, time.monotonic() - start)
     if probe:
         echo(f"[env] running the probe: {shlex.join(p.probe_command())}")
-        result.probe, result.probe_error = run_probe(p)
+        with heartbeat.waiting(lambda s: echo(f"[env] {s}"), "running the probe"):
+            result.probe, result.probe_error = run_probe(p)
         record = json.loads((p.dir / ENV_FILE).read_text(encoding="utf-8"))
         record["probe"] = {
             "ok": result.ok,

@@ -4,6 +4,7 @@ the same layer) is tests/engine/test_base_engine.py."""
 
 from __future__ import annotations
 
+import re
 import os
 import stat
 from pathlib import Path
@@ -267,3 +268,31 @@ def test_a_failed_build_result_naming_the_base_is_offered_the_make_too(invoke, m
     told = invoke("--yes", "build", "--backend", "cpu")
     assert told.exit_code == 0, told.output
     assert made == ["debian:bookworm-slim"]
+
+
+def test_a_long_mmdebstrap_stage_says_it_is_still_going(archive: Path, tmp_path: Path, monkeypatch) -> None:
+    """Downloading or installing the packages is one stage ("I: ...") that may take minutes: a heartbeat says the
+    base is still being made, with mmdebstrap's latest line."""
+    from envbuild.core import heartbeat
+
+    monkeypatch.setattr(heartbeat, "PERIOD", 0.01)
+    monkeypatch.setattr(heartbeat, "QUIET", 0.0)
+    heard = tmp_path / "heard"
+    fake = tmp_path / "bin" / "mmdebstrap"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "mmdebstrap 1.3.5"; exit 0; }\n'
+                    'echo "I: downloading packages with apt..."\necho "Get:1 http://deb.debian.org libc6 [2.8 MB]"\n'
+                    f'i=0; while [ ! -e {heard} ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done\n'
+                    'for a; do out=$prev; prev=$a; done\nprintf "%s" "$*" > "$out"\n')
+    lines: list[str] = []
+
+    def echo(line: str) -> None:
+        lines.append(line)
+        if "still making" in line and "last: Get:1" in line:
+            heard.touch()
+
+    base.make_tar(base.plan(_backend(), mirror=f"file://{archive}", environ={}), echo=echo, cache=False,
+                  cache_dir=tmp_path / "cache")
+    still = [line for line in lines if "still making" in line]
+    assert heard.exists() and still
+    assert re.fullmatch(r"\[cpu\] still making \S+ with mmdebstrap: \d+s; last: Get:1 http://deb.debian.org libc6 "
+                        r"\[2\.8 MB\]", still[-1]), still

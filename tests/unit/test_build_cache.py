@@ -67,6 +67,37 @@ def test_clean_build_cache_on_the_command_line(invoke, monkeypatch):
     assert "nothing to clean" in text.stdout  # the second time there is nothing of envbuild's left
 
 
+def test_a_long_clean_says_it_is_still_going(invoke, monkeypatch):
+    """Pruning gigabytes of build cache takes the engine a while: stderr says so (stdout keeps the list)."""
+    import threading
+
+    from envbuild.core import heartbeat
+
+    monkeypatch.setattr(heartbeat, "PERIOD", 0.01)
+    monkeypatch.setattr(heartbeat, "QUIET", 0.0)
+    said = threading.Event()
+    tick = heartbeat.Waiting.tick
+
+    def ticked(self):
+        tick(self)
+        said.set()
+
+    monkeypatch.setattr(heartbeat.Waiting, "tick", ticked)
+
+    class Slow(FakeEngine):
+        def prune_build_cache(self, ident):
+            assert said.wait(30)  # done only once the wait was said
+            return super().prune_build_cache(ident)
+
+    e = Slow()
+    e.cache_mounts = engine_with(UV_STEP).cache_mounts
+    monkeypatch.setattr("envbuild.cli.options.engine", lambda *a, **k: e)
+    result = invoke("clean", "--build-cache")
+    assert result.exit_code == 0, result.output
+    assert "still cleaning (the engine is removing them): " in result.stderr
+    assert "still" not in result.stdout and "removed build cache id00" in result.stdout
+
+
 def test_an_install_step_broken_by_a_cache_names_the_way_out():
     said = ('torch 1/1 RUN uv pip install --require-hashes -r /run/layer.txt failed: error: Failed to install: '
             'sympy-1.14.0-py3-none-any.whl (sympy==1.14.0); Caused by: The wheel is invalid: Missing .dist-info directory')

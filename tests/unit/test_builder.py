@@ -99,6 +99,95 @@ def test_a_quiet_step_shows_its_latest_line_every_few_seconds():
     assert lines[-1] == "[cpu] lock-resolve 1/1 RUN python3 /run/lock/resolve.py --out /out ... DONE 18.0s"
 
 
+_APT = ("RUN --mount=type=cache,target=/var/cache/apt,id=envbuild-apt-cache,sharing=locked     --mount=type=cache,"
+        "target=/var/lib/apt/lists,id=envbuild-apt-lists,sharing=locked     apt-get update")
+
+
+def test_a_silent_step_with_a_locked_cache_names_the_other_build_that_may_hold_it():
+    """Two builds on one engine: the second's apt step waits, printing nothing, while the first holds the apt cache
+    (`sharing=locked`). Its heartbeat says what it may be waiting for, and which other build envbuild is running."""
+    lines: list[str] = []
+    clock = _Clock()
+    p = builder.Progress("cpu", lines.append, clock=clock, quiet=5, others=lambda: ["rocm"])
+    p.feed("#7 [system 2/6] " + _APT)
+    clock.now += 6
+    p.tick()
+    assert lines == ["[cpu] system 2/6 RUN apt-get update ... 6s (no output yet: waiting for the build caches "
+                     "envbuild-apt-cache, envbuild-apt-lists, held by another build? envbuild is building rocm here too)"]
+    p.feed("#7 0.2 Get:1 http://deb.debian.org bookworm InRelease")
+    clock.now += 5
+    p.tick()
+    assert lines[-1] == "[cpu] system 2/6 RUN apt-get update ... 11s: Get:1 http://deb.debian.org bookworm InRelease"
+    p.feed("#7 DONE 11.2s")
+    p.feed("#8 [system 3/6] COPY probe.py /opt/envbuild/probe.py")  # no cache mount: the other build is only named
+    clock.now += 5
+    p.tick()
+    assert lines[-1] == "[cpu] system 3/6 COPY probe.py /opt/envbuild/probe.py ... 5s (no output yet; envbuild is building rocm here too)"
+
+
+def test_a_silent_step_with_a_locked_cache_asks_about_another_build_only_after_a_while_when_none_is_known():
+    """No other envbuild build known (another project's build on the same engine may still hold the cache): a step
+    that shows nothing for ALONE seconds asks; before that, and for a step with no locked cache, no guess."""
+    lines: list[str] = []
+    clock = _Clock()
+    p = builder.Progress("cpu", lines.append, clock=clock, quiet=5, others=lambda: [])
+    p.feed("#7 [system 2/6] " + _APT)
+    p.feed("#8 [uv 1/1] COPY --from=ghcr.io/astral-sh/uv /uv /opt/uv/bin/uv")
+    clock.now += 6
+    p.tick()
+    assert lines[-1] == "[cpu] uv 1/1 COPY --from=ghcr.io/astral-sh/uv /uv /opt/uv/bin/uv ... 6s (no output yet)"
+    p.feed("#8 DONE 6.1s")
+    clock.now += 24
+    p.tick()
+    assert lines[-1] == "[cpu] system 2/6 RUN apt-get update ... 30s (no output yet: waiting for the build caches " \
+                        "envbuild-apt-cache, envbuild-apt-lists, held by another build?)"
+
+
+def test_podman_s_silent_step_says_it_too():
+    """buildah's steps (Podman) read into the same steps: the same words for its RUN with a locked cache."""
+    from envbuild.engine.podman import BuildahReader
+
+    lines: list[str] = []
+    clock = _Clock()
+    p = builder.Progress("cpu", lines.append, clock=clock, quiet=5, reader=BuildahReader, others=lambda: ["rocm"])
+    p.feed("[2/4] STEP 3/6: " + _APT.replace("apt-get update", "apt-get install -y python3"))
+    clock.now += 15
+    p.tick()
+    assert lines == ["[cpu] 3/6 RUN apt-get install -y python3 ... 15s (no output yet: waiting for the build caches "
+                     "envbuild-apt-cache, envbuild-apt-lists, held by another build? envbuild is building rocm here too)"]
+
+
+def test_buildkit_s_own_slow_work_is_said_too_and_only_while_it_is_slow():
+    """Between steps BuildKit works on its own: asking the base's registry for its metadata, exporting the layers of
+    a large image (a minute for CUDA's). No step runs then, yet the heartbeat says what is going on; a quick one
+    prints nothing, as before."""
+    lines: list[str] = []
+    clock = _Clock()
+    p = builder.Progress("cuda", lines.append, clock=clock, quiet=5)
+    for raw in ['#0 building with "default" instance using docker driver',
+                "#1 [internal] load build definition from Dockerfile", "#1 transferring dockerfile: 2.1kB done",
+                "#1 DONE 0.0s", "#3 [internal] load metadata for docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04"]:
+        p.feed(raw)
+    clock.now += 6
+    p.tick()
+    assert lines == ["[cuda] [internal] load metadata for docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04 ... 6s"]
+    for raw in ["#3 DONE 6.5s", "#9 [torch 1/1] RUN uv pip install torch", "#9 DONE 80.2s",
+                "#14 exporting to image", "#14 exporting layers"]:
+        p.feed(raw)
+    clock.now += 6
+    p.tick()
+    assert lines[-2:] == ["[cuda] torch 1/1 RUN uv pip install torch ... DONE 80.2s",
+                          "[cuda] exporting to image ... 6s: exporting layers"]
+    clock.now += 40
+    p.tick()
+    assert lines[-1] == "[cuda] exporting to image ... 46s: exporting layers"
+    p.feed("#14 exporting layers 45.2s done")
+    p.feed("#14 DONE 46.0s")
+    clock.now += 10
+    p.tick()
+    assert len(lines) == 4  # nothing runs, nothing said; no line for BuildKit's own work when it is done
+
+
 def test_run_shows_a_quiet_builder_s_latest_line(tmp_path, monkeypatch, buildkit_client):
     """The heartbeat runs beside the builder's output: a client quiet for longer than `quiet` gets its line shown."""
     fake = tmp_path / "docker"

@@ -362,6 +362,34 @@ def test_cli_without_docker_fails_with_the_fix(invoke, closed_socket, buildkit_c
                                      "Cannot run cpu here: 1 blocking problem(s): docker daemon."]
 
 
+def test_a_slow_doctor_says_it_is_still_checking(invoke, closed_socket, buildkit_client, monkeypatch):
+    """Each question is bounded, but several that do not answer add up: stderr says it is still checking."""
+    import threading
+
+    from envbuild.core import heartbeat
+    from envbuild.host import doctor as doc
+
+    monkeypatch.setattr(heartbeat, "PERIOD", 0.01)
+    monkeypatch.setattr(heartbeat, "QUIET", 0.0)
+    said = threading.Event()
+    tick, diagnose = heartbeat.Waiting.tick, doc.diagnose
+
+    def ticked(self):
+        tick(self)
+        said.set()
+
+    def slow(*args, **kwargs):
+        assert said.wait(30)  # answers only once the wait was said
+        return diagnose(*args, **kwargs)
+
+    monkeypatch.setattr(heartbeat.Waiting, "tick", ticked)
+    monkeypatch.setattr(doc, "diagnose", slow)
+    result = invoke("doctor", "--backend", "cpu", "--matrix", MATRIX)
+    assert result.exit_code == 1
+    assert "still checking (an engine, registry or index that does not answer takes seconds each): " in result.stderr
+    assert "still" not in result.stdout and "FAIL  docker daemon" in result.stdout
+
+
 def test_cli_without_docker_json(invoke, closed_socket):
     result = invoke("doctor", "--backend", "cpu", "--json", "--matrix", MATRIX)
     assert result.exit_code == 1

@@ -162,3 +162,38 @@ def test_a_project_file_is_a_regular_file_in_its_folder(tmp_path):
         with pytest.raises(EnvbuildError, match=said) as caught:
             read_project(project / name, name)
         assert "PRIVATE" not in str(caught.value) and str(caught.value).startswith(f"{name}: ")
+
+
+def test_exclusive_says_again_what_it_waits_for_while_another_holds_it(tmp_path, monkeypatch):
+    """A build waiting on another envbuild's build of the same backend says so, and keeps saying so with the time
+    it has waited, instead of one line and then silence for as long as the other build runs."""
+    import threading
+
+    from envbuild.core import files, heartbeat
+
+    monkeypatch.setattr(heartbeat, "PERIOD", 0.01)
+    monkeypatch.setattr(heartbeat, "QUIET", 0.0)
+    lines: list[str] = []
+    again = threading.Event()
+
+    def echo(text: str) -> None:
+        lines.append(text)
+        if text.startswith("still waiting"):
+            again.set()
+
+    lock = tmp_path / "cpu.lock"
+    got = threading.Event()
+
+    def second() -> None:
+        with files.exclusive(lock, "the cpu build in .envbuild/context", echo):
+            got.set()
+
+    with files.exclusive(lock, "the cpu build in .envbuild/context"):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        assert again.wait(10)
+        assert not got.is_set()
+    waiter.join(10)
+    assert got.is_set()
+    assert lines[0] == f"waiting for another envbuild that holds the cpu build in .envbuild/context (lock {lock})"
+    assert lines[1].startswith("still waiting for another envbuild that holds the cpu build in .envbuild/context: ")

@@ -378,6 +378,38 @@ def test_a_tag_the_registry_lacks_is_said_before_pulling(client, held, tmp_path)
     assert client.pulled == []
 
 
+def test_a_slow_registry_asked_about_a_tag_is_said_while_it_is_asked(monkeypatch):
+    """Before a pull, the registry is asked what the tag serves: a slow one (30 s a read, three tries) is said."""
+    import threading
+
+    from envbuild.core import heartbeat
+    from envbuild.ship import session as sessions
+
+    monkeypatch.setattr(heartbeat, "PERIOD", 0.01)
+    monkeypatch.setattr(heartbeat, "QUIET", 0.0)
+    heard = threading.Event()
+    said: list[str] = []
+
+    def echo(text: str) -> None:
+        said.append(text)
+        if text.startswith("still asking the registry about registry.test:5000/envbuild:cpu: "):
+            heard.set()
+
+    class Slow:
+        def __init__(self, ref, environ):
+            pass
+
+        def manifest(self, ref):
+            assert heard.wait(30)  # answers only once the wait was said
+            return type("Found", (), {"digest": D1})()
+
+    monkeypatch.setattr(sessions, "Registry", Slow)
+    session = sessions.Session(FakeEngine(), "registry.test:5000/envbuild", {})
+    monkeypatch.setattr(session, "check_reachable", lambda: None)
+    assert session.remote_digest("registry.test:5000/envbuild:cpu", "missing", echo) == D1
+    assert heard.is_set()
+
+
 def test_pull_needs_the_backend_in_the_manifest(client, tmp_path):
     manifest.record(tmp_path / "m.json", {"backend": "cuda", "digest": D1})
     with pytest.raises(ManifestError, match="no image for backend 'cpu'"):
@@ -538,6 +570,38 @@ def test_a_stream_that_goes_silent_is_abandoned_after_the_stall_time_and_its_con
     with pytest.raises(PublishError, match=r"no data moved for 0.5s \(the daemon said: nothing\)"):
         session._transfer(stream, "ref", "pulling ref", lambda s: None)
     assert time.monotonic() - start < 5 and closed
+
+
+def test_a_long_transfer_says_how_it_goes_while_the_daemon_is_quiet(monkeypatch):
+    """A push of gigabytes: the daemon's layer lines are not shown, so every QUIET seconds a line says what is moving
+    and for how long, also while the daemon says nothing at all (waiting on the registry)."""
+    import re
+    import threading
+
+    from envbuild.core import heartbeat
+    from envbuild.ship.session import Session
+
+    monkeypatch.setattr(heartbeat, "QUIET", 0.05)
+    said: list[str] = []
+    heard = threading.Event()
+
+    def echo(text: str) -> None:
+        said.append(text)
+        if text.startswith("still "):
+            heard.set()
+
+    def stream():
+        yield {"status": "The push refers to repository [127.0.0.1:5000/envbuild]"}
+        yield {"status": "Pushing", "id": "a1b2c3", "progressDetail": {"current": 1, "total": 9},
+               "progress": "[=>        ]  1.2GB/3.1GB"}
+        assert heard.wait(30)  # quiet until the heartbeat speaks
+        yield {"aux": {"Tag": "cpu", "Digest": "sha256:" + "2" * 64, "Size": 1}}
+
+    digest = Session(FakeEngine(), "127.0.0.1:5000/envbuild", {}).\
+        _transfer(stream, "ref", "pushing 127.0.0.1:5000/envbuild:cpu", echo)
+    assert digest == "sha256:" + "2" * 64
+    assert said[0] == "The push refers to repository [127.0.0.1:5000/envbuild]"
+    assert re.fullmatch(r"still pushing 127\.0\.0\.1:5000/envbuild:cpu: \d+s \(a1b2c3: Pushing 1\.2GB/3\.1GB\)", said[1])
 
 
 # --- image indexes: joining per-platform publishes ------------------------------------------------------------

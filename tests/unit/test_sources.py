@@ -454,3 +454,34 @@ def test_outdated_exits_non_zero_when_a_source_did_not_answer(monkeypatch, findi
     assert result.exit_code == status, result.output
     unasked = status == 3 or (status == 1 and "--exit-code" not in flags)
     assert ("could not be asked" in result.stderr) == unasked, result.stderr
+
+
+def test_outdated_says_it_still_waits_for_a_source_that_does_not_answer(monkeypatch):
+    """A dead source costs its timeout (30 s a read): the wait says which backend's sources it is asking."""
+    import threading
+
+    from envbuild import matrix
+    from envbuild.core import heartbeat
+    from envbuild.maintain import sources as src
+
+    monkeypatch.setattr(heartbeat, "PERIOD", 0.01)
+    monkeypatch.setattr(heartbeat, "QUIET", 0.0)
+    heard = threading.Event()
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        lines.append(text)
+        if text.startswith("still asking the sources of cpu: "):
+            heard.set()
+
+    def slow(sources, m, backend):
+        assert heard.wait(30)  # answers only once the wait was said
+        return ["cpu's finding"]
+
+    monkeypatch.setattr(src, "_shared", lambda *a: "shared")
+    monkeypatch.setattr(src, "_uv", lambda *a: "uv")
+    monkeypatch.setattr(src, "_extras", lambda *a: [])
+    monkeypatch.setattr(src, "_backend", slow)
+    m = matrix.load(str(matrix.default_path()))
+    assert src.outdated(m, m.select(["cpu"]), sources=object(), progress=say)[-1] == "cpu's finding"
+    assert "asking the sources of cpu" in lines and heard.is_set()

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Mapping
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from envbuild.core import heartbeat
 from envbuild.core.errors import InvalidInput
 from envbuild.matrix import stacks
 from envbuild.matrix import rules
@@ -450,11 +451,14 @@ def outdated(matrix: Matrix, backends: list[Backend], sources: Sources | None = 
     # the shared pins must fit every image that carries them, chosen or not (not those with their own)
     carried = {d: [b for b in matrix.backends if b.containerizable and d not in dict(b.own)] for d in ("transformers", "accelerate")}
     say(f"asking {matrix.index.url} for transformers, accelerate and uv")
-    findings = [_shared(sources, matrix, "transformers", carried["transformers"]),
-                _shared(sources, matrix, "accelerate", carried["accelerate"]),
-                _uv(sources, matrix), *_extras(sources, matrix, None)]
+    # a source that does not answer costs its timeout (30 s a read): the wait says itself
+    with heartbeat.waiting(progress, f"asking {matrix.index.url}"):
+        findings = [_shared(sources, matrix, "transformers", carried["transformers"]),
+                    _shared(sources, matrix, "accelerate", carried["accelerate"]),
+                    _uv(sources, matrix), *_extras(sources, matrix, None)]
     for b in backends:
         say(f"asking the sources of {b.name}")
-        findings += _backend(sources, matrix, b)
+        with heartbeat.waiting(progress, f"asking the sources of {b.name}"):
+            findings += _backend(sources, matrix, b)
     return findings
 

@@ -185,14 +185,16 @@ def podman_smoke(podman_cpu, no_docker, cpu_image) -> Path:
     return out
 
 
-def test_smoke_run_and_doctor_with_podman(podman_cpu, podman_smoke, no_docker, cpu_image):
+def test_smoke_run_and_doctor_with_podman(podman_cpu, podman_smoke, no_docker, cpu_image, wheelhouse):
     doc = json.loads(podman_smoke.read_text())
     assert doc["ok"] and doc["image"] == cpu_image.tag and [c["name"] for c in doc["checks"]][-2:] == ["arbitrary_uid", "read_only_any_uid"]
     run = envbuild(["run", "--engine", "podman", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--no-workdir",
                     "--", "python", "-c", "import os, torch; print(torch.__version__, os.getuid())"], no_docker, podman_cpu.cwd, 300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.split() == [f"{TORCH}+cpu", "1000"]  # the image's own non-root user
-    doctor = envbuild(["doctor", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--json"], no_docker, podman_cpu.cwd, 120)
+    # the wheel folder the build took torch 2.13.0+cpu from (PyPI's x86_64 torch is CUDA's: doctor says so without it)
+    doctor = envbuild(["doctor", "--backend", "cpu", "--matrix", MATRIX, *cpu_image.overrides, "--json"],
+                      {**no_docker, "ENVBUILD_WHEELHOUSE": str(wheelhouse)}, podman_cpu.cwd, 120)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["podman"]["ok"] and "no Docker daemon answers" in checks["podman"]["detail"]

@@ -236,7 +236,12 @@ class Answer:
         gives up."""
         why = self.detected if self.detected and self.picked.choice is None else self.picked.why
         out = [f"warning: {self.absent}"] if self.absent else []
-        out.append(f"{'warning: ' if self.picked.warnings else ''}{self.picked.backend.name}: {why}")
+        said = self.picked.choice.said if self.picked.choice else ()
+        if said:  # a short first line, then the reasons one a line: the variant's name is said once
+            out.append(f"{'warning: ' if self.picked.warnings else ''}{self.picked.backend.name}: {said[0]}")
+            out += [f"  {line}" for line in said[1:]]
+        else:
+            out.append(f"{'warning: ' if self.picked.warnings else ''}{self.picked.backend.name}: {why}")
         return out + ([f"note: {self.picked.note}"] if self.picked.note else [])
 
     def to_json(self) -> dict[str, Any]:

@@ -250,6 +250,7 @@ class Choice:
     fits: tuple[Fit, ...]  # newest first
     host: drivers.HostDriver | None = None
     upgrade: Upgrade | None = None  # with no choice: the lowest driver that would give one (None: none would)
+    said: tuple[str, ...] = ()  # `why` for a person, a line each: what was chosen, why, each variant passed over
 
     @property
     def chosen_fit(self) -> Fit | None:
@@ -338,11 +339,14 @@ def choose_variant(variants: list[Backend], root: Path = Path("/"), *, path_env:
         if f.check.ok:
             how = " under minor version compatibility" if f.mode == MINOR else ""
             why = f"{f.backend.name} is the newest variant this host runs{how} ({f.check.detail})"
+            said = (f"the newest variant this host runs{',' + how if how else ''}", f.check.detail)
         else:
             why = f"{f.backend.name}, the newest variant ({f.check.detail.split(' (')[0]}: not a refusal)"
+            said = ("the newest variant", f"{f.check.detail.split(' (')[0]}: not a refusal")
         if passed:
             why += "; passed over: " + "; ".join(f"{p.backend.name} ({_passed(p)})" for p in passed)
-        return Choice(f.backend, why, fits, host)
+        said += tuple(f"passed over {p.backend.name}: {_passed(p)}" for p in passed)
+        return Choice(f.backend, why, fits, host, said=said)
     upgrade = lowest_upgrade(ordered, host, platform)
     return Choice(None, refusal(fits, host, upgrade), fits, host, upgrade)
 

@@ -70,7 +70,7 @@ def test_a_driver_at_a_native_minimum_gets_that_variant_and_just_below_the_next(
     assert result.exit_code == 0, result.output
     if at + 1 < len(MINIMUMS):
         assert result.stdout.strip() == f"{M.image.repository}:{MINIMUMS[at + 1][0]}"
-        assert "passed over: " in result.stderr and "note:" not in result.stderr
+        assert "\n  passed over " in result.stderr and "note:" not in result.stderr
     else:
         assert result.stdout.strip() == f"{M.image.repository}:cuda-cu126"
         notes = [ln for ln in result.stderr.splitlines() if ln.startswith("note: ")]
@@ -131,7 +131,7 @@ def test_gpus_older_than_turing_get_cuda_12(invoke, tmp_path):
     """CUDA 13 builds for sm_75 and newer: a Volta (sm_70) host on a new driver gets the CUDA 12.6 image."""
     result = pick(invoke, nvidia_host(tmp_path, "610.43.02", caps="7.0 7.0"), "--backend", "cuda")
     assert result.exit_code == 0 and result.stdout.strip().endswith(":cuda-cu126")
-    assert "cuda (this host's devices are sm_70 (Volta); the image's torch was built for sm_75" in result.stderr
+    assert "passed over cuda: this host's devices are sm_70 (Volta); the image's torch was built for sm_75" in result.stderr
 
 
 def test_an_arm64_gh200_like_host(invoke, tmp_path):
@@ -430,3 +430,18 @@ def test_pick_still_masks_a_secret_this_process_knows(invoke, monkeypatch):
 def test_a_gpu_option_that_names_no_gpu_is_refused(invoke, gpu):
     result = invoke("pick", "--gpu", gpu, "--matrix", MATRIX)
     assert result.exit_code == 2 and "names no GPU" in result.stderr and "None" not in result.stderr
+
+
+def test_pick_says_its_choice_in_a_short_first_line_naming_the_variant_once(invoke):
+    """The reasons follow, one a line: the host, then each variant passed over; the JSON keeps the one sentence."""
+    result = invoke("pick", "--backend", "cuda", "--driver", "535.104.05", "--gpu", "A100", "--matrix", MATRIX)
+    assert result.exit_code == 0, result.output
+    first, host, *passed = [ln for ln in result.stderr.splitlines() if not ln.startswith("note: ")]
+    assert first == "cuda-cu126: the newest variant this host runs, under minor version compatibility"
+    assert host.startswith("  host NVIDIA driver 535.104.05 (--driver, --gpu); CUDA 12.6 runs")
+    assert passed == ["  passed over cuda: this image needs driver >= 580.65.06 for CUDA 13.2 (595.45.04 runs it natively)",
+                      "  passed over cuda-cu130: this image needs driver >= 580.65.06 for CUDA 13.0"]
+    assert all(line.count("cuda-cu126") <= 1 for line in (first, host, *passed))
+    doc = json.loads(invoke("pick", "--backend", "cuda", "--driver", "535.104.05", "--gpu", "A100", "--json",
+                            "--matrix", MATRIX).stdout)
+    assert doc["why"].startswith("cuda-cu126 is the newest variant this host runs under minor version compatibility (")

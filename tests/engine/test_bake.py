@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support.constants import MATRIX
 
-from envbuild.image import builder
+from envbuild.engine.docker import find_builder
 from envbuild.image.plan import CONTENT_LABEL
 
 pytestmark = pytest.mark.docker
@@ -50,7 +50,7 @@ def test_a_bake_target_built_by_docker_build_is_the_image_envbuild_build_builds(
         p.name for p in wheelhouse.iterdir() if p.is_file())
 
     iidfile = tmp_path / "iid"
-    client = builder.find_builder().argv[0]  # Debian's docker.io here; its `build` runs BuildKit
+    client = find_builder().argv[0]  # Debian's docker.io here; its `build` runs BuildKit
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
     built = subprocess.run(docker_build_argv(client, target, iidfile), capture_output=True, text=True, env=env,
                            timeout=1800)

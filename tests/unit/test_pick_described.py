@@ -338,6 +338,7 @@ def test_a_comma_separated_gpu_is_one_gpu_each(invoke, said):
     assert doc["host"]["archs"] == ["sm_80", "sm_90"] and [g["arch"] for g in doc["gpus"]] == ["sm_80", "sm_90"]
     result = pick(invoke, "--driver", "595.45.04", "--gpu", "A100,P100X")
     assert result.exit_code == 2 and "--gpu P100X: not a GPU envbuild knows" in result.stderr
+    assert "or one of: A10, A100, A10G, A30, A40, B200" in result.stderr  # every known product, sorted
 
 
 def test_describe_reads_driver_and_gpus():
@@ -358,6 +359,9 @@ def test_describe_reads_driver_and_gpus():
     assert driver_only.stack == "cuda" and driver_only.host("nvidia").archs is None
     assert driver_only.host("nvidia").evidence == ["--driver"]
     assert picking.Described(None, ()).stack is None
+    assert picking.Described(None, ()).to_json() == {"driver": None, "gpus": [], "platform": None}
+    assert picking.describe(None, ("A100",)).platform is None
+    assert len({d, picking.describe("535.104.05", ("A100", "8.6"), "linux/arm64")}) == 1  # a value: frozen, hashable
     for ok in ("1.2", "1234.5678", "1.2.3.4"):
         assert picking.describe(ok, ()).driver == ok
     for bad in ("1", "12345.1", "1.2.3.4.5", "1.23456", "a.b"):
@@ -381,6 +385,9 @@ def test_resolve_without_variants_and_a_described_host():
     by_hand = picking.resolve(M, M.backend("cuda"), variant_text="12.6", described=d)
     assert by_hand.backend.name == "cuda-cu126" and by_hand.why.startswith("cuda-cu126, as asked (")
     assert picking.resolve(M, M.backend("cuda-cu126"), described=d).why.startswith("cuda-cu126, as asked")
+    unknown = picking.resolve(M, M.backend("cuda-cu126"), described=picking.describe(None, ("A100",)))
+    assert len(unknown.warnings) == 1 and unknown.to_json("x")["warnings"] == list(unknown.warnings)
+    assert "driver" in unknown.warnings[0]
 
 
 def test_the_single_platform_reference_of_a_one_platform_backend_is_its_tag(invoke, tmp_path):

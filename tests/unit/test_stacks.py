@@ -345,7 +345,12 @@ CUDA_RUNS = [
     (["sm_100"], "sm_90", True, False, "nor on a lower major"),
     (["sm_90a"], "sm_90", True, True, "an arch-specific cubin runs on exactly its capability"),
     (["sm_90a"], "sm_100", True, False, "and nowhere else"),
+    (["sm_100a"], "sm_103", True, False, "not even on a later minor of its major"),
     (["sm_100f"], "sm_100", True, True, "a family-specific one on its own capability"),
+    # UNCONFIRMED: NVIDIA's family-specific targets (CUDA 12.9) are described as running on later minors of the
+    # family too (sm_100f on a 10.3); the code treats them as exact, which refuses such a build, never wrongly
+    # accepts one. Kept as the code has it.
+    (["sm_100f"], "sm_103", True, False, "a family-specific one, as exact (UNCONFIRMED, see above)"),
     (["sm_80", "sm_90"], "sm_90", True, True, "any one of the image's architectures will do"),
     (["gfx942", "sm_80"], "sm_86", True, True, "a name that is not CUDA's is passed over"),
     ([], "sm_90", True, False, "an empty list runs nowhere"),
@@ -377,6 +382,7 @@ def test_cuda_reads_the_driver_version_and_compute_capabilities():
     assert cuda.nvidia_version(NVRM) == "535.104.05" and cuda.nvidia_version(NVRM_OPEN) == "570.86.15"
     assert cuda.nvidia_version("580.65.06\n") == "580.65.06" and cuda.nvidia_version("GCC version: 12.2.0\n") is None
     assert cuda.nvidia_version("535.104.05.1\n") is None and cuda.nvidia_version("") is None
+    assert cuda.nvidia_version("no version here\n580.65.06\n") == "580.65.06"  # a bare version on any line
     assert cuda.compute_caps("9.0\n 8.6 \n[N/A]\n10.0\n1.2.3\n") == ["sm_90", "sm_86", "sm_100"]
 
 

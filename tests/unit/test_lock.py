@@ -732,3 +732,8 @@ def test_a_report_that_is_not_pips_is_refused():
     lock = lockfile.from_report("cpu", legacy, {"i": 1}, [], ["x"], {"r": 2})
     assert lock.packages == (lockfile.Locked("x", "1", ("f" * 64,), "extras", "https://x/x.whl"),)
     assert (lock.backend, lock.inputs, lock.resolved) == ("cpu", {"i": 1}, {"r": 2})
+
+
+def test_the_format_is_3_and_every_lock_records_it():
+    # 3: each file's URL beside its hash; a change stales every committed lock, so it is a decision, not an edit
+    assert lockfile.FORMAT == 3 and locks.inputs(MATRIX, CPU, AMD64, None)["format"] == 3

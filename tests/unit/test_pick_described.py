@@ -406,3 +406,13 @@ def test_the_single_platform_reference_of_a_one_platform_backend_is_its_tag(invo
     manifest.write_text(json.dumps({"schema": 1, "images": {"rocm": {"digest": digest}}}))
     assert picking.single_platform_ref(M, rocm, "amd64", manifest) == f"{REPO}@{digest}"
     assert picking.image_ref(M, rocm) == f"{REPO}:rocm" and picking.image_ref(M, rocm, manifest) == f"{REPO}@{digest}"
+
+
+def test_choice_json_without_a_choice():
+    from envbuild.host import pick as picking
+
+    assert picking.choice_json("cuda", None) == {
+        "backend": None, "family": "cuda", "image": None, "ok": True, "mode": None, "minor_version_note": None,
+        "host": {"source": "read"}, "gpus": [], "variants": [], "refusal": None, "upgrade": None, "warnings": []}
+    said = picking.choice_json("rocm", None, described=picking.describe(None, ("gfx942",)), refusal="no")
+    assert (said["ok"], said["refusal"], said["host"], said["mode"]) == (False, "no", {"source": "described (--driver/--gpu)"}, None)

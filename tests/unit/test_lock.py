@@ -641,7 +641,7 @@ def test_a_package_with_two_hashes_round_trips():
     assert lockfile.source(two, {"numpy-2.4.6.tar.gz": "b" * 64}) == "file:///run/wheelhouse/numpy-2.4.6.tar.gz"
     pylock = lockfile.LockFile("cpu", {}, {}, (two,)).pylock("deps", {})
     assert ('sdist = { name = "numpy-2.4.6.tar.gz", url = "https://x/numpy-2.4.6.tar.gz", '
-            f'hashes = {{ sha256 = "{"a" * 64}" }} }}') in pylock
+            f'hashes = {{ sha256 = "{"a" * 64}" }} }}') in pylock.splitlines()
     assert pylock.startswith('lock-version = "1.0"\ncreated-by = "envbuild"\n\n[[packages]]\nname = "numpy"\n')
     assert lock.pylock("torch", {}) == ""  # an empty layer installs nothing
 

@@ -204,7 +204,17 @@ def test_cuda_driver_floor_per_release(release, driver, source):
 
 def test_cuda_driver_floors_hold_exactly_the_cited_rows():
     assert cuda.STACK.minimum == {r: d for r, d, _ in CUDA_DRIVER_FLOORS}
-    assert cuda.STACK.confirmed and "Table 3" in cuda.STACK.source
+    assert cuda.STACK.confirmed and cuda.STACK.source == "NVIDIA CUDA Toolkit release notes, Table 3"
+    assert (cuda.STACK.title, cuda.STACK.driver, cuda.STACK.driver_title) == ("CUDA", "nvidia", "NVIDIA driver")
+
+
+@pytest.mark.parametrize("image, release", [
+    ("nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04", "12.6"), ("docker.io/nvidia/cuda:13.2.0-devel-ubuntu24.04", "13.2"),
+    ("cuda:12.8.1-base-ubuntu22.04", "12.8"), ("nvidia/cuda:12.6.3", None), ("nvidia/notcuda:12.6.3-base", None),
+])
+def test_cuda_release_read_from_nvidias_base_image(image, release):
+    # the nvidia/cuda images' tags: VERSION-FLAVOUR-OS (hub.docker.com/r/nvidia/cuda)
+    assert base.image_release(cuda.STACK, image, "12.6") == release
 
 
 COMPAT_GUIDE = "https://docs.nvidia.com/deploy/cuda-compatibility/ (Minor Version Compatibility, table 1)"

@@ -206,6 +206,9 @@ def test_cuda_driver_floors_hold_exactly_the_cited_rows():
     assert cuda.STACK.minimum == {r: d for r, d, _ in CUDA_DRIVER_FLOORS}
     assert cuda.STACK.confirmed and cuda.STACK.source == "NVIDIA CUDA Toolkit release notes, Table 3"
     assert (cuda.STACK.title, cuda.STACK.driver, cuda.STACK.driver_title) == ("CUDA", "nvidia", "NVIDIA driver")
+    # PyTorch's CUDA wheels carry +cuXYZ (its own index) or pull in NVIDIA's runtime wheels (PyPI's: nvidia-cublas-cu12,
+    # and cuda-bindings/cuda-toolkit from CUDA 13); torch reports the architectures it was built for
+    assert cuda.STACK.gpu_torch == base.GpuTorch("CUDA", ("+cu",), ("nvidia-", "cuda-")) and cuda.STACK.torch_archs
 
 
 @pytest.mark.parametrize("image, release", [

@@ -182,7 +182,7 @@ def test_with_digest_and_parse_refuse_a_digest_go_digest_would(digest):
 def test_with_digest_keeps_the_tag_and_with_tag_drops_the_digest():
     ref = Reference.parse("ghcr.io/org/x:cpu").with_digest("sha256:" + HEX64)
     assert ref.full == f"ghcr.io/org/x:cpu@sha256:{HEX64}" and str(ref) == ref.full
-    assert ref.with_tag("gpu").full == "ghcr.io/org/x:gpu"
+    assert ref.with_tag("gpu").full == "ghcr.io/org/x:gpu" and ref.with_tag("gpu").digest is None
 
 
 @pytest.mark.parametrize("tag, ok", [("cpu", True), ("_x", True), ("A" * 128, True), ("A" * 129, False), ("", False),

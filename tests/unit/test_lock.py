@@ -684,6 +684,8 @@ def test_the_body_parts_and_their_errors():
     with pytest.raises(LockError, match=r"^l:5: a hash must read --hash=sha256"):  # a short hash is no hash
         lockfile.parse(head + f"foo==1 \\\n  --hash=sha256:{h[:-1]}\n", "l")
     assert lockfile.parse(head + "# layer: top\n# a comment\n", "l").packages == ()
+    tight = lockfile.parse(head.replace("# layer: deps", "#layer: top") + f"foo==1 \\\n  --hash=sha256:{h}\n", "l")
+    assert tight.packages[0].layer == "top"  # a comment is read after its '#', with or without a space
 
 
 def test_filenames_and_recorded_urls():

@@ -244,3 +244,16 @@ def test_mirror_without_rules_and_the_first_rule_that_matches():
     with pytest.raises(InvalidInput, match="the base image would become"):
         mirror("debian:12", ["docker.io=a.example/" + "x" * 250])
     assert parse_mirror("index.docker.io/x=localhost:5000/") == ("docker.io/x", "localhost:5000")
+
+
+def test_the_public_names_and_the_value_type():
+    from envbuild.core import imageref
+
+    assert set(imageref.__all__) == {"DIGEST", "DOCKER_HUB", "TAG", "Reference", "api_host", "check_repository",
+                                     "is_host", "mirror", "parse_mirror", "with_tags"}
+    assert all(hasattr(imageref, n) for n in imageref.__all__)
+    bare = Reference("docker.io", "library/x")
+    assert bare.tag is None and bare.digest is None and bare.full == "docker.io/library/x"
+    assert len({Reference.parse("debian"), Reference.parse("docker.io/library/debian")}) == 1  # frozen: hashable
+    with pytest.raises(InvalidInput, match="is not an image reference such as"):
+        Reference.parse("Foo Bar")  # not a reference even in lower case: the general refusal

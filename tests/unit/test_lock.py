@@ -739,3 +739,15 @@ def test_a_report_that_is_not_pips_is_refused():
 def test_the_format_is_3_and_every_lock_records_it():
     # 3: each file's URL beside its hash; a change stales every committed lock, so it is a decision, not an edit
     assert lockfile.FORMAT == 3 and locks.inputs(MATRIX, CPU, AMD64, None)["format"] == 3
+
+
+def test_a_wheel_folder_name_with_dots_or_a_header_name_not_a_string_is_refused():
+    text = made().text()
+    url = next(ln for ln in text.splitlines() if "# url: " in ln).split("# url: ")[1]
+    with pytest.raises(lockfile.BrokenLock, match="wheelhouse:numpy..whl"):
+        lockfile.parse(text.replace(url, "wheelhouse:numpy..whl", 1), "l")  # '..' in a plain name too
+    for key in ("platform", "backend", "python"):
+        header = next(ln for ln in text.splitlines() if ln.startswith("# resolved: "))
+        doc = json.loads(header[len("# resolved: "):]) | {key: 3}
+        with pytest.raises(lockfile.BrokenLock, match=f"the resolved line has a {key} that is not a string"):
+            lockfile.parse(text.replace(header, "# resolved: " + json.dumps(doc)), "l")

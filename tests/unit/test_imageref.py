@@ -257,3 +257,9 @@ def test_the_public_names_and_the_value_type():
     assert len({Reference.parse("debian"), Reference.parse("docker.io/library/debian")}) == 1  # frozen: hashable
     with pytest.raises(InvalidInput, match="is not an image reference such as"):
         Reference.parse("Foo Bar")  # not a reference even in lower case: the general refusal
+
+
+def test_a_quoted_reference_is_capped_at_200_characters():
+    with pytest.raises(InvalidReference) as caught:
+        Reference.parse("X" * 10_000)
+    assert str(caught.value).count("X") == 200 and "(9800 more characters)" in str(caught.value)

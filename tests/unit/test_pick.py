@@ -460,3 +460,17 @@ def test_variant_fits_lists_only_families_with_variants(tmp_path):
     fits = picking.variant_fits(M, nvidia_host(tmp_path, "580.95.05"))
     families = {b.name for b in M.backends if not b.variant_of and len(M.family(b)) > 1 and b.containerizable}
     assert {f["family"] for f in fits} == families and "cpu" not in families
+
+
+def test_choose_for_this_host_names_the_variants_when_none_fits(monkeypatch):
+    from envbuild.core.errors import NoVariantFitsError
+    from envbuild.host import pick as picking
+
+    def refuse(m, b, **kw):
+        raise NoVariantFitsError("no variant runs here", {})
+
+    monkeypatch.setattr(picking, "resolve", refuse)
+    with pytest.raises(NoVariantFitsError) as caught:
+        picking.choose(M, ["cuda"], for_host=True)
+    assert str(caught.value) == "no variant runs here (--variant chooses one of cuda, cuda-cu130, cuda-cu126 by hand)"
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__

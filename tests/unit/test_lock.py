@@ -619,3 +619,135 @@ def test_any_lock_file_gives_lock_check_exit_0_1_or_2_and_no_secret(invoke, tmp_
     file, args, text = _check_args(tmp, monkeypatch)
     plant(file, data.draw(st.sampled_from(KINDS)), data.draw(file_bytes(text.encode())), tmp / "private.txt")
     exits_cleanly(invoke("lock", "--check", *args))
+# --- the format's edges: two hashes, cycles, markers with extras, a header missing a line ------------------------
+
+def _report(*items) -> dict:
+    from support.fakes import _item
+
+    return {"environment": dict(REPORT["environment"]), "install": [_item(*i) for i in items]}
+
+
+def test_a_package_with_two_hashes_round_trips():
+    two = lockfile.Locked("numpy", "2.4.6", ("a" * 64, "b" * 64), "deps", "https://x/numpy-2.4.6.tar.gz")
+    one = lockfile.Locked("psutil", "7.2.2", ("c" * 64,), "deps")  # no url (a format 2 entry)
+    lock = lockfile.LockFile("cpu", {"k": 1}, {"python": "3.11"}, (two, one))
+    assert two.lines() == ["numpy==2.4.6 \\", f"    --hash=sha256:{'a' * 64} \\", f"    --hash=sha256:{'b' * 64}",
+                           "    # url: https://x/numpy-2.4.6.tar.gz"]
+    assert one.lines() == ["psutil==7.2.2 \\", f"    --hash=sha256:{'c' * 64}"]
+    back = lockfile.parse(lock.text(), "l.txt")
+    assert back == lock and back.packages[0].sha256 == ("a" * 64, "b" * 64) and back.text() == lock.text()
+    assert lock.requirements("deps") == "\n".join(two.lines()) + "\n" + "\n".join(one.lines()) + "\n"
+    # the wheel folder's file serves when it has either hash; the pylock pins the first, as an sdist
+    assert lockfile.source(two, {"numpy-2.4.6.tar.gz": "b" * 64}) == "file:///run/wheelhouse/numpy-2.4.6.tar.gz"
+    pylock = lockfile.LockFile("cpu", {}, {}, (two,)).pylock("deps", {})
+    assert ('sdist = { name = "numpy-2.4.6.tar.gz", url = "https://x/numpy-2.4.6.tar.gz", '
+            f'hashes = {{ sha256 = "{"a" * 64}" }} }}') in pylock.splitlines()
+    assert pylock.startswith('lock-version = "1.0"\ncreated-by = "envbuild"\n\n[[packages]]\nname = "numpy"\n')
+    assert lock.pylock("torch", {}) == ""  # an empty layer installs nothing
+
+
+def test_a_lock_without_its_inputs_or_backend_line_is_not_a_lock():
+    text = made().text()
+    no_inputs = "".join(ln for ln in text.splitlines(True) if not ln.startswith("# inputs:"))
+    with pytest.raises(LockError, match="^l.txt: not an envbuild lock .no header naming its backend and inputs"):
+        lockfile.parse(no_inputs, "l.txt")
+    no_backend = "".join(ln for ln in text.splitlines(True) if not ln.startswith("# envbuild lock of backend"))
+    with pytest.raises(LockError, match="not an envbuild lock"):
+        lockfile.parse(no_backend, "l.txt")
+    no_resolved = "".join(ln for ln in text.splitlines(True) if not ln.startswith("# resolved:"))
+    back = lockfile.parse(no_resolved, "l.txt")  # the resolved line is informational
+    assert back.resolved == {} and back.inputs == INPUTS and back.backend == "cpu" and back.packages == made().packages
+    with pytest.raises(LockError, match="^l.txt:3: the inputs line is not a JSON object"):
+        lockfile.parse("".join('# inputs: ["x"]\n' if ln.startswith("# inputs:") else ln
+                               for ln in text.splitlines(True)), "l.txt")
+    with pytest.raises(LockError, match="^l.txt:4: the resolved line is not JSON"):
+        lockfile.parse(text.replace("# resolved: {", "# resolved: {{", 1), "l.txt")
+
+
+def test_the_body_parts_and_their_errors():
+    head = '# envbuild lock of backend cpu: x\n# inputs: {}\n# layer: deps\n'
+    h = "a" * 64
+    # a continuation split over lines; the url after the last hash
+    lock = lockfile.parse(head + f"Foo_Bar==1.0 \\\n  --hash=sha256:{h}\n  # url: https://x/foo_bar-1.0-py3-none-any.whl\n", "l")
+    assert lock.packages == (lockfile.Locked("foo-bar", "1.0", (h,), "deps", "https://x/foo_bar-1.0-py3-none-any.whl"),)
+    assert lock.packages[0].filename == "foo_bar-1.0-py3-none-any.whl"
+    with pytest.raises(LockError, match=r"^l:7: a url line without the requirement"):
+        lockfile.parse(head + f"foo==1 \\\n  --hash=sha256:{h}\n  # url: https://x/a.whl\n  # url: https://x/b.whl\n", "l")
+    with pytest.raises(LockError, match=r"^l:4: a url line without the requirement"):
+        lockfile.parse(head + "# url: https://x/a.whl\n", "l")
+    with pytest.raises(LockError, match=r"^l:4: foo==1 has no --hash"):
+        lockfile.parse(head + "foo==1\n", "l")
+    with pytest.raises(LockError, match=r"^l:4: foo==1 has no --hash"):
+        lockfile.parse(head + f"foo==1\n  --hash=sha256:{h}\n", "l")  # no continuation: the hash is not its
+    with pytest.raises(LockError, match=r"^l:5: 'x' is not NAME==VERSION"):
+        lockfile.parse(head + "   \nx\n", "l")
+    with pytest.raises(LockError, match=r"^l:5: a hash must read --hash=sha256"):  # a short hash is no hash
+        lockfile.parse(head + f"foo==1 \\\n  --hash=sha256:{h[:-1]}\n", "l")
+    assert lockfile.parse(head + "# layer: top\n# a comment\n", "l").packages == ()
+    tight = lockfile.parse(head.replace("# layer: deps", "#layer: top") + f"foo==1 \\\n  --hash=sha256:{h}\n", "l")
+    assert tight.packages[0].layer == "top"  # a comment is read after its '#', with or without a space
+
+
+def test_filenames_and_recorded_urls():
+    assert lockfile.Locked("a", "1", ("a",), "deps", "https://x/p/a%2Bb-1.whl?x=1").filename == "a+b-1.whl"
+    assert lockfile.Locked("a", "1", ("a",), "deps", "wheelhouse:a-1.whl").filename == "a-1.whl"
+    assert lockfile._recorded("https://x/a-1.whl#sha256=abc") == "https://x/a-1.whl"
+    assert lockfile._recorded("file:///run/wheelhouse/torch-2.9%2Bcpu.whl") == "wheelhouse:torch-2.9+cpu.whl"
+    assert lockfile._recorded("file:///elsewhere/a.whl") == "file:///elsewhere/a.whl"
+
+
+def test_a_dependency_cycle_closes():
+    report = _report(("torch", "2.15.0", ["a"]), ("a", "1", ["b"]), ("b", "1", ["a", "torch"]), ("c", "1", ["a"]))
+    lock = lockfile.from_report("cpu", report, {}, ["torch==2.15.0"], [], {})
+    assert [p.name for p in lock.layer("torch")] == ["a", "b", "torch"] and [p.name for p in lock.layer("deps")] == ["c"]
+
+
+def test_markers_with_extras_follow_the_extras_asked_for():
+    report = _report(
+        ("torch", "2.15.0", ["kit[gpu]>=1", 'plain; python_version >= "3"', 'never; sys_platform == "win32"',
+                             "broken ;;; x", 'badmarker; python_version >>> "3"']),
+        ("kit", "1", ['gpulib; extra == "gpu"', 'cpulib; extra == "cpu"', 'both; extra == "gpu" or extra == "cpu"']),
+        ("gpulib", "1"), ("cpulib", "1"), ("both", "1"), ("plain", "1"), ("never", "1"),
+        ("transformers", "5", ["kit[cpu]"]),
+    )
+    lock = lockfile.from_report("cpu", report, {}, ["torch==2.15.0"], [], {})
+    assert [p.name for p in lock.layer("torch")] == ["both", "gpulib", "kit", "plain", "torch"]
+    assert [p.name for p in lock.layer("deps")] == ["cpulib", "never"] and [p.name for p in lock.layer("top")] == ["transformers"]
+    # the same name reached again with another extra follows that extra too
+    both = lockfile.from_report("cpu", report, {}, ["torch==2.15.0", "kit[cpu]"], [], {})
+    assert "cpulib" in [p.name for p in both.layer("torch")]
+    # a root already in the base (not in the report) pulls nothing in
+    assert lockfile.from_report("cpu", report, {}, ["numpy"], [], {}).layer("torch") == ()
+
+
+def test_a_report_that_is_not_pips_is_refused():
+    with pytest.raises(LockError, match="lists nothing to install"):
+        lockfile.from_report("cpu", {"install": {}}, {}, [], [], {})
+    with pytest.raises(LockError, match="an entry without a name or version"):
+        lockfile.from_report("cpu", {"install": [{"metadata": {"name": "x"}}]}, {}, [], [], {})
+    with pytest.raises(LockError, match="an entry without a name or version"):
+        lockfile.from_report("cpu", {"install": [{"metadata": {"version": "1"}}]}, {}, [], [], {})
+    with pytest.raises(LockError, match=r"^x 1 comes from \? which has no sha256|^x 1 comes from \?, which"):
+        lockfile.from_report("cpu", {"install": [{"metadata": {"name": "x", "version": "1"}}]}, {}, [], [], {})
+    legacy = {"install": [{"metadata": {"name": "X", "version": "1"},
+                           "download_info": {"url": "https://x/x.whl#frag", "archive_info": {"hash": "sha256=" + "f" * 64}}}]}
+    lock = lockfile.from_report("cpu", legacy, {"i": 1}, [], ["x"], {"r": 2})
+    assert lock.packages == (lockfile.Locked("x", "1", ("f" * 64,), "extras", "https://x/x.whl"),)
+    assert (lock.backend, lock.inputs, lock.resolved) == ("cpu", {"i": 1}, {"r": 2})
+
+
+def test_the_format_is_3_and_every_lock_records_it():
+    # 3: each file's URL beside its hash; a change stales every committed lock, so it is a decision, not an edit
+    assert lockfile.FORMAT == 3 and locks.inputs(MATRIX, CPU, AMD64, None)["format"] == 3
+
+
+def test_a_wheel_folder_name_with_dots_or_a_header_name_not_a_string_is_refused():
+    text = made().text()
+    url = next(ln for ln in text.splitlines() if "# url: " in ln).split("# url: ")[1]
+    with pytest.raises(lockfile.BrokenLock, match="wheelhouse:numpy..whl"):
+        lockfile.parse(text.replace(url, "wheelhouse:numpy..whl", 1), "l")  # '..' in a plain name too
+    for key in ("platform", "backend", "python"):
+        header = next(ln for ln in text.splitlines() if ln.startswith("# resolved: "))
+        doc = json.loads(header[len("# resolved: "):]) | {key: 3}
+        with pytest.raises(lockfile.BrokenLock, match=f"the resolved line has a {key} that is not a string"):
+            lockfile.parse(text.replace(header, "# resolved: " + json.dumps(doc)), "l")

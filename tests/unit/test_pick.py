@@ -445,3 +445,32 @@ def test_pick_says_its_choice_in_a_short_first_line_naming_the_variant_once(invo
     doc = json.loads(invoke("pick", "--backend", "cuda", "--driver", "535.104.05", "--gpu", "A100", "--json",
                             "--matrix", MATRIX).stdout)
     assert doc["why"].startswith("cuda-cu126 is the newest variant this host runs under minor version compatibility (")
+
+
+def test_choose_for_this_host_says_nothing_of_a_backend_without_variants():
+    from envbuild.host import pick as picking
+
+    said = []
+    assert [b.name for b in picking.choose(M, ["cpu"], for_host=True, echo=said.append)] == ["cpu"] and said == []
+
+
+def test_variant_fits_lists_only_families_with_variants(tmp_path):
+    from envbuild.host import pick as picking
+
+    fits = picking.variant_fits(M, nvidia_host(tmp_path, "580.95.05"))
+    families = {b.name for b in M.backends if not b.variant_of and len(M.family(b)) > 1 and b.containerizable}
+    assert {f["family"] for f in fits} == families and "cpu" not in families
+
+
+def test_choose_for_this_host_names_the_variants_when_none_fits(monkeypatch):
+    from envbuild.core.errors import NoVariantFitsError
+    from envbuild.host import pick as picking
+
+    def refuse(m, b, **kw):
+        raise NoVariantFitsError("no variant runs here", {})
+
+    monkeypatch.setattr(picking, "resolve", refuse)
+    with pytest.raises(NoVariantFitsError) as caught:
+        picking.choose(M, ["cuda"], for_host=True)
+    assert str(caught.value) == "no variant runs here (--variant chooses one of cuda, cuda-cu130, cuda-cu126 by hand)"
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__

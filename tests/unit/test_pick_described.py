@@ -298,3 +298,121 @@ def test_the_runtimes_are_named_once_and_each_has_its_way_and_its_choice():
     assert tuple(launch.TOOLS) == runspec.RUNTIMES and all(f.__name__ == n for n, f in launch.TOOLS.items())
     tool = next(p for p in app.every_command()["pick"].params if p.name == "tool")
     assert tuple(tool.type.choices) == runspec.RUNTIMES
+# --- what `--json` says and how --driver/--gpu are read (mutation testing found these untested) ----------------
+
+
+def test_json_says_the_host_source_the_upgrade_and_the_warnings(invoke, tmp_path):
+    from support.hosts import VENDORS, make_root
+
+    described = json.loads(pick(invoke, "--driver", "595.45.04", "--gpu", "H100", "--json").stdout)
+    assert described["host"]["source"] == "described (--driver/--gpu)" and described["host"]["driver"] == "nvidia"
+    assert described["warnings"] == [] and described["upgrade"] is None and described["refusal"] is None
+    assert described["minor_version_note"] is None and described["family"] == "cuda"
+    # a refusal: the upgrade names the driver, the variant it gives and how it runs there
+    refused = json.loads(pick(invoke, "--driver", "470.82.01", "--gpu", "A100", "--json").stdout)
+    assert refused["upgrade"] == {"driver": "525.60.13", "backend": "cuda-cu126", "mode": "minor-version"}
+    assert refused["mode"] is None and refused["backend"] is None and refused["warnings"] == []
+    refused = json.loads(pick(invoke, "--driver", "535.104.05", "--gpu", "B200", "--json").stdout)
+    assert refused["upgrade"] == {"driver": "580.65.06", "backend": "cuda-cu130", "mode": "native"}
+    # a host read under --root: its source is "read"; a driver it cannot tell is a warning in the JSON too
+    root = make_root(tmp_path, *VENDORS["cuda"])
+    read = invoke("pick", "--matrix", MATRIX, "--root", root, "--backend", "cuda", "--json")
+    doc = json.loads(read.stdout)
+    # (this machine's nvidia-smi says sm_70: only 12.6 carries Volta)
+    assert read.exit_code == 0 and doc["host"]["source"] == "read" and doc["backend"] == "cuda-cu126"
+    assert len(doc["warnings"]) == 1 and "cannot tell the host's NVIDIA driver version" in doc["warnings"][0]
+
+
+def test_a_backend_without_variants_says_so_in_json(invoke, tmp_path):
+    from support.hosts import make_root
+
+    doc = json.loads(invoke("pick", "--matrix", MATRIX, "--root", make_root(tmp_path), "--backend", "cpu", "--json").stdout)
+    assert (doc["backend"], doc["image"], doc["ok"], doc["mode"]) == ("cpu", f"{REPO}:cpu", True, None)
+    assert doc["why"] == "cpu (no variants)" and doc["host"] == {"source": "read"}
+    assert doc["gpus"] == [] and doc["variants"] == [] and doc["upgrade"] is None and doc["warnings"] == []
+
+
+@pytest.mark.parametrize("said", ["A100,H100", "A100, H100", "sm_80,,9.0", " A100 ,H100,"])
+def test_a_comma_separated_gpu_is_one_gpu_each(invoke, said):
+    doc = json.loads(pick(invoke, "--driver", "595.45.04", "--gpu", said, "--json").stdout)
+    assert doc["host"]["archs"] == ["sm_80", "sm_90"] and [g["arch"] for g in doc["gpus"]] == ["sm_80", "sm_90"]
+    result = pick(invoke, "--driver", "595.45.04", "--gpu", "A100,P100X")
+    assert result.exit_code == 2 and "--gpu P100X: not a GPU envbuild knows" in result.stderr
+    assert "or one of: A10, A100, A10G, A30, A40, B200" in result.stderr  # every known product, sorted
+
+
+def test_describe_reads_driver_and_gpus():
+    from envbuild.core.errors import InvalidInput
+    from envbuild.host import pick as picking
+
+    assert picking.describe(None, ()) is None
+    d = picking.describe(" 535.104.05 ", ("A100", "8.6"), "linux/arm64")
+    assert (d.driver, d.archs, d.platform, d.stack) == ("535.104.05", ("sm_80", "sm_86"), "linux/arm64", "cuda")
+    assert d.to_json() == {"driver": "535.104.05", "gpus": ["sm_80", "sm_86"], "platform": "linux/arm64"}
+    host = d.host("nvidia")
+    assert (host.driver, host.version, host.archs, host.evidence, host.notes) == (
+        "nvidia", "535.104.05", ["sm_80", "sm_86"], ["--driver", "--gpu"], [])
+    gpu_only = picking.describe(None, ("MI300X",))
+    assert gpu_only.stack == "rocm" and gpu_only.host("amdgpu").notes == ["no --driver given"]
+    assert gpu_only.host("amdgpu").evidence == ["--gpu"] and gpu_only.host("amdgpu").version is None
+    driver_only = picking.describe("580.65.06", ())
+    assert driver_only.stack == "cuda" and driver_only.host("nvidia").archs is None
+    assert driver_only.host("nvidia").evidence == ["--driver"]
+    assert picking.Described(None, ()).stack is None
+    assert picking.Described(None, ()).to_json() == {"driver": None, "gpus": [], "platform": None}
+    assert picking.describe(None, ("A100",)).platform is None
+    assert len({d, picking.describe("535.104.05", ("A100", "8.6"), "linux/arm64")}) == 1  # a value: frozen, hashable
+    for ok in ("1.2", "1234.5678", "1.2.3.4"):
+        assert picking.describe(ok, ()).driver == ok
+    for bad in ("1", "12345.1", "1.2.3.4.5", "1.23456", "a.b"):
+        with pytest.raises(InvalidInput, match="not a driver version"):
+            picking.describe(bad, ())
+    with pytest.raises(InvalidInput, match="NVIDIA and AMD GPUs together"):
+        picking.describe(None, ("A100,MI300X",)).stack
+
+
+def test_resolve_without_variants_and_a_described_host():
+    from envbuild.host import pick as picking
+
+    cpu = picking.resolve(M, M.backend("cpu"))
+    assert (cpu.backend.name, cpu.why, cpu.choice, cpu.mode, cpu.note, cpu.warnings) == ("cpu", "cpu (no variants)",
+                                                                                        None, None, None, ())
+    assert cpu.to_json(f"{REPO}:cpu")["image"] == f"{REPO}:cpu"
+    d = picking.describe("535.104.05", ("A100",))
+    got = picking.resolve(M, M.backend("cuda"), described=d)
+    assert got.backend.name == "cuda-cu126" and got.mode == "minor-version" and got.note
+    assert got.to_json("x")["host"]["source"].startswith("described") and got.described is d
+    by_hand = picking.resolve(M, M.backend("cuda"), variant_text="12.6", described=d)
+    assert by_hand.backend.name == "cuda-cu126" and by_hand.why.startswith("cuda-cu126, as asked (")
+    assert picking.resolve(M, M.backend("cuda-cu126"), described=d).why.startswith("cuda-cu126, as asked")
+    unknown = picking.resolve(M, M.backend("cuda-cu126"), described=picking.describe(None, ("A100",)))
+    assert len(unknown.warnings) == 1 and unknown.to_json("x")["warnings"] == list(unknown.warnings)
+    assert "driver" in unknown.warnings[0]
+
+
+def test_the_single_platform_reference_of_a_one_platform_backend_is_its_tag(invoke, tmp_path):
+    from envbuild.host import pick as picking
+
+    rocm = M.backend("rocm")
+    assert list(rocm.platforms) == ["linux/amd64"]
+    assert picking.single_platform_ref(M, rocm, "amd64") == M.tags(rocm)[0] == f"{REPO}:rocm"
+    assert picking.single_platform_ref(M, M.backend("cuda"), "arm64") == f"{REPO}:cuda-arm64"
+    words = shlex.split(run_for(invoke, "enroot", "--gpu", "gfx942"))
+    registry, _, path = REPO.partition("/")
+    assert f"--container-image={registry}#{path}:rocm" in words  # one platform: no -amd64 tag exists
+    # a manifest without the platform's record: the index's digest
+    digest = "sha256:" + "ab" * 32
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"schema": 1, "images": {"rocm": {"digest": digest}}}))
+    assert picking.single_platform_ref(M, rocm, "amd64", manifest) == f"{REPO}@{digest}"
+    assert picking.image_ref(M, rocm) == f"{REPO}:rocm" and picking.image_ref(M, rocm, manifest) == f"{REPO}@{digest}"
+
+
+def test_choice_json_without_a_choice():
+    from envbuild.host import pick as picking
+
+    assert picking.choice_json("cuda", None) == {
+        "backend": None, "family": "cuda", "image": None, "ok": True, "mode": None, "minor_version_note": None,
+        "host": {"source": "read"}, "gpus": [], "variants": [], "refusal": None, "upgrade": None, "warnings": []}
+    said = picking.choice_json("rocm", None, described=picking.describe(None, ("gfx942",)), refusal="no")
+    assert (said["ok"], said["refusal"], said["host"], said["mode"]) == (False, "no", {"source": "described (--driver/--gpu)"}, None)

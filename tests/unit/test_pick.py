@@ -474,3 +474,28 @@ def test_choose_for_this_host_names_the_variants_when_none_fits(monkeypatch):
         picking.choose(M, ["cuda"], for_host=True)
     assert str(caught.value) == "no variant runs here (--variant chooses one of cuda, cuda-cu130, cuda-cu126 by hand)"
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_a_manifest_named_that_is_not_there_is_said_so(tmp_path):
+    from envbuild.core.errors import InvalidInput
+    from envbuild.host.pick import image_ref
+
+    with pytest.raises(InvalidInput, match=r"manifest .*missing.json: no such file \(publish writes it"):
+        image_ref(M, M.backend("cpu"), tmp_path / "missing.json")
+
+
+def test_with_no_root_this_host_is_read_from_its_own_root(monkeypatch):
+    """auto and variant_fits read the host at / where no --root is given, never a folder of another name."""
+    from pathlib import Path
+
+    from envbuild.host import detect, pick as picking
+    from envbuild.matrix import compat
+
+    seen: list[object] = []
+    monkeypatch.setattr(detect, "detect_host", lambda m, root=None: "found")
+    monkeypatch.setattr(detect, "choose", lambda det, m, native=False, root=None: seen.append(root) or ("cpu", "why"))
+    assert picking.auto(M) == ("cpu", "why") and seen == ["/"]
+    real = compat.choose_variant
+    monkeypatch.setattr(compat, "choose_variant", lambda members, root, **k: seen.append(root) or real(members, root, **k))
+    picking.variant_fits(M)
+    assert seen[1:] and all(r == Path("/") for r in seen[1:])

@@ -333,7 +333,7 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
 
     from envbuild.image import plan as plan_mod
     from envbuild import matrix as matrix_mod
-    from envbuild.image import builder as builder_mod
+    from envbuild.engine.docker import find_builder
     from envbuild.engine.docker import Engine
     from envbuild.core.paths import cache_dir
 
@@ -359,7 +359,7 @@ def measure(args: argparse.Namespace, s: Setup, client, info: dict[str, Any]) ->
     inputs = ["--backend", "cpu", "--matrix", str(s.matrix), *overrides, "--wheelhouse", str(s.wheelhouse)]
     inputs += ["--ca-bundle", str(s.ca_bundle)] if s.ca_bundle else ["--no-ca-bundle"]
     common = [*inputs, "--build-arg", f"ENVBUILD_CACHE_ID={cache_id}"]
-    builder = builder_mod.find_builder()
+    builder = find_builder()
     rows: list[Row] = []
     info.update(cache_id=cache_id, bump=f"{m.transformers} -> {bump_to}", builder=builder.describe())
 

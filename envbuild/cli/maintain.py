@@ -186,22 +186,16 @@ def bump_(backends, only, to, dry_run, dockerfiles, no_lock, as_json, matrix_pat
 @click.option("--registry", metavar="REPOSITORY", help="With --changed: the repository to ask, e.g. ghcr.io/org/envbuild.")
 @click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE", help="With --changed or --format bake: the build arguments the builds get (they are part of the content).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="With --format bake: an extra image label, e.g. org.opencontainers.image.revision=SHA (repeatable).")
-@click.option("--output", "-o", "output", type=PathArg(file_okay=False), metavar="DIR", help="With --format bake: the folder to write DIR/docker-bake.json and DIR/contexts/TARGET/ into (replaced whole, once every lock is current).")
+@click.option("--output", "-o", "output", type=PathArg(file_okay=False), metavar="DIR", help="With --format bake: where DIR/docker-bake.json and DIR/contexts/ go (replaced whole, once every lock is current).")
 @input_options
 @matrix_options
 def matrix_(fmt, backends, per_platform, changed, registry, build_args, labels, output, inputs, matrix_path, overrides) -> None:
     """The CI job matrix derived from matrix.yaml. One job per containerizable backend.
 
-    Each entry: backend, device, image (REPO:BACKEND), pinned (the pinned tag), runs-on (the runner labels
-    from the backend's ci.runs_on), self-hosted, smoke (whether that runner has the device: the CPU always,
-    accelerators on self-hosted runners) and smoke_args. Workflows take their backend list from here only.
-
-    --format bake writes a buildx bake definition for build farms (remote BuildKit, Kubernetes, hosted
-    builders): one target per backend and platform (cpu-linux-amd64), a group per backend, and default/all.
-    Each target's context holds what `envbuild build` gives BuildKit (the Dockerfile, the lock's layers, the
-    scripts, the wheel folder's files), with the same build arguments, tags and labels, the content key label
-    included; secrets go by id and file, never by value. A missing or stale lock is refused before anything
-    is written, as `build --locked` refuses it.
+    Each entry: backend, device, image, pinned tag, runs-on (ci.runs_on), self-hosted, smoke (the runner has the
+    device) and smoke_args; workflows take their backends from here only. --format bake writes a buildx bake
+    file for build farms (docs/how-to/build-farm.md): a target per backend and platform, built as `build`
+    builds it; a missing or stale lock is refused first.
 
     \b
     Examples:

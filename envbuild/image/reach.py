@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from envbuild.net import netprobe
+from envbuild.core.platform import Platform
 from envbuild.core.errors import NetDeadline, UnreachableError
 from envbuild.core.distbase import base_ways_out
 from envbuild.core.imageref import InvalidReference, Reference
@@ -138,7 +139,8 @@ def _torch_files(names, backend: Backend, platform: str) -> list[tuple[object, s
     """(version, file name) of each torch wheel among `names` for `platform`'s machine and the base's Python."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-    arch = _ARCH.get(platform.rpartition("/")[2], platform.rpartition("/")[2])
+    machine = Platform.of(platform).arch
+    arch = _ARCH.get(machine, machine)
     py = backend.python.version
     out = []
     for name in names:

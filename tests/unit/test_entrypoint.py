@@ -102,8 +102,11 @@ def _run_with_noexec(tree: dict[str, Path], noexec: str, **env: str) -> subproce
     namespace of its own: root only, which CI is."""
     if os.getuid() != 0:
         pytest.skip("mounting a noexec tmpfs needs root (CI runs as root)")
+    script = tree["root"].parent / "entrypoint.sh"  # beside the tree: the checkout may be under the /tmp mounted over
+    shutil.copyfile(ENTRYPOINT, script)
+    script.chmod(0o755)
     inner = (f'mount -t tmpfs -o noexec,mode=1777 tmpfs "$1" && exec setpriv --reuid 4242 --regid 4242 '
-             f'--clear-groups sh {ENTRYPOINT} sh -c \'{SHOW}\'')
+             f'--clear-groups sh {script} sh -c \'{SHOW}\'')
     return subprocess.run(["unshare", "-m", "sh", "-c", inner, "sh", noexec],
                           env={"PATH": os.environ["PATH"], **env_for(tree, tree["home"]), **env},
                           capture_output=True, text=True, timeout=30)

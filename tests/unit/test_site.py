@@ -89,7 +89,8 @@ def write_run(folder: Path, day: int, last: bool) -> None:
         "cuda": {**entry("cuda", date, size=9_800_000_000, signed=not last),
                  "requires": {"driver": "nvidia>=580.65.06", "stack": "cuda 13.0", "arch": ["sm_90", "sm_100"]}},
         "rocm": entry("rocm", date, size=21_000_000_000, signed=None),
-        EVIL: entry(EVIL, date, size=1, torch=HOSTILE, transformers=HOSTILE),
+        # its tags are image references (a manifest's are checked as such when read); the rest is markup to show as text
+        EVIL: {**entry(EVIL, date, size=1, torch=HOSTILE, transformers=HOSTILE), "tags": ["ghcr.io/envbuild/envbuild:evil"]},
     }
     (folder / "envbuild-manifest.json").write_text(json.dumps({"schema": 1, "images": images}))
 

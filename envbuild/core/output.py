@@ -56,44 +56,47 @@ def _basic(match: re.Match) -> str:
 # No nested quantifiers and one start per word: linear in the text's length (a 2 MB value is scrubbed at once).
 _NAME = r"[A-Za-z0-9_.-]*(?:token|secret|passwd|password|passphrase|pwd|credentials?|auth|authorization|apikey|signature|sig|cookie|pat|[_.-]key)"
 # (pattern, replacement), applied in order; each keeps what says where the secret was and drops the secret.
-SHAPES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
-    # a private key block (PEM, OpenSSH), whole
-    (re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.DOTALL),
-     rf"-----BEGIN \1PRIVATE KEY----- {MASK}"),
-    # a URL's userinfo (user:password@, token@), whatever the scheme
-    (re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/?#\"'<>`]{0,512}@"), rf"\1{MASK}@"),
-    # userinfo without a scheme: a registry reference or mirror (`bob:S3cret@mirror.corp:5000/x`,
-    # `docker.io=bob:S3cret@mirror.corp`); not `python:3.12@sha256:...` (the digest is no host:port) nor `git@host`
-    # (no password). The password stops at = , ; & ? # so that a long run of them stays linear.
-    (re.compile(r"(?<![A-Za-z0-9._~%+/:@-])[A-Za-z0-9._~%+-]{1,128}:[^\s/@\"'<>`=,;&?#]{1,256}@"
-                r"(?!sha(?:256|384|512):)(?=(?:\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253})(?::[0-9]{1,5})?(?:(?![A-Za-z0-9_.:@\[-])|:(?=\s|$)))"),
-     f"{MASK}@"),
-    # an Authorization header's value, whatever its scheme (Bearer, Basic, token, a custom one)
-    (re.compile(r"(?<![A-Za-z0-9_-])((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?)"
-                r"(?!\*\*\*)[^\s\"',;]+", re.IGNORECASE), rf"\1{MASK}"),
-    # an HTTP authorization: Bearer TOKEN, Basic BASE64(user:password)
-    (re.compile(r"\b((?:Bearer|bearer|BEARER)\s+)[A-Za-z0-9._~+/-]{8,}=*"), rf"\1{MASK}"),
-    (re.compile(r"\b((?:Token|token)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{12,}=*"), rf"\1{MASK}"),
-    (re.compile(r"\b((?:Basic|basic|BASIC)\s+)([A-Za-z0-9+/]{6,}=*)"), _basic),
-    # NAME=VALUE, NAME: VALUE in JSON ("name": "value"), ?name=value, for a secret-looking NAME
-    (re.compile(rf"(?<![A-Za-z0-9_.-])({_NAME}(?![A-Za-z0-9])[\"']?)(\s*=\s*|[\"']?\s*:\s*[\"'])([^\s\"',;&)}}\]]+)", re.IGNORECASE),
-     rf"\1\2{MASK}"),
-    # netrc contents: `password X` where netrc has it (a line of its own, or after machine/login/account on one
-    # line); not `getent passwd 1000` in a build log
-    (re.compile(r"^([ \t]*(?:(?:machine|login|account|default)\b[^\n]*?[ \t])?(?:password|passwd)[ \t]+)(?!\*\*\*)\S+",
-                re.IGNORECASE | re.MULTILINE), rf"\1{MASK}"),
-    # well-known token shapes
-    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,})"), MASK),  # GitHub
-    (re.compile(r"\b(?:hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{16,})"), MASK),  # Hugging Face
-    (re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}\b"), MASK),  # AWS
-    # an AWS secret access key: 40 characters of base64 with both cases and a digit (a git or image digest is hex)
-    (re.compile(r"(?<![A-Za-z0-9/+_-])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[0-9])"
-                r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])"), MASK),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), MASK),  # JWT
-    (re.compile(r"\b(?:glpat-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|pypi-[A-Za-z0-9_-]{40,}|"
-                r"npm_[A-Za-z0-9]{20,}|dckr_pat_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{30,}|"
-                r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,})"), MASK),
-]
+@functools.cache
+def shapes() -> list[tuple[re.Pattern, str | Callable[[re.Match], str]]]:
+    """The shapes, compiled when text is first scrubbed: about 5 ms that `--help` (run on every Tab) need not pay."""
+    return [
+        # a private key block (PEM, OpenSSH), whole
+        (re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.DOTALL),
+         rf"-----BEGIN \1PRIVATE KEY----- {MASK}"),
+        # a URL's userinfo (user:password@, token@), whatever the scheme
+        (re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/?#\"'<>`]{0,512}@"), rf"\1{MASK}@"),
+        # userinfo without a scheme: a registry reference or mirror (`bob:S3cret@mirror.corp:5000/x`,
+        # `docker.io=bob:S3cret@mirror.corp`); not `python:3.12@sha256:...` (the digest is no host:port) nor `git@host`
+        # (no password). The password stops at = , ; & ? # so that a long run of them stays linear.
+        (re.compile(r"(?<![A-Za-z0-9._~%+/:@-])[A-Za-z0-9._~%+-]{1,128}:[^\s/@\"'<>`=,;&?#]{1,256}@"
+                    r"(?!sha(?:256|384|512):)(?=(?:\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253})(?::[0-9]{1,5})?(?:(?![A-Za-z0-9_.:@\[-])|:(?=\s|$)))"),
+         f"{MASK}@"),
+        # an Authorization header's value, whatever its scheme (Bearer, Basic, token, a custom one)
+        (re.compile(r"(?<![A-Za-z0-9_-])((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|bearer|token|digest|negotiate)\s+)?)"
+                    r"(?!\*\*\*)[^\s\"',;]+", re.IGNORECASE), rf"\1{MASK}"),
+        # an HTTP authorization: Bearer TOKEN, Basic BASE64(user:password)
+        (re.compile(r"\b((?:Bearer|bearer|BEARER)\s+)[A-Za-z0-9._~+/-]{8,}=*"), rf"\1{MASK}"),
+        (re.compile(r"\b((?:Token|token)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{12,}=*"), rf"\1{MASK}"),
+        (re.compile(r"\b((?:Basic|basic|BASIC)\s+)([A-Za-z0-9+/]{6,}=*)"), _basic),
+        # NAME=VALUE, NAME: VALUE in JSON ("name": "value"), ?name=value, for a secret-looking NAME
+        (re.compile(rf"(?<![A-Za-z0-9_.-])({_NAME}(?![A-Za-z0-9])[\"']?)(\s*=\s*|[\"']?\s*:\s*[\"'])([^\s\"',;&)}}\]]+)", re.IGNORECASE),
+         rf"\1\2{MASK}"),
+        # netrc contents: `password X` where netrc has it (a line of its own, or after machine/login/account on one
+        # line); not `getent passwd 1000` in a build log
+        (re.compile(r"^([ \t]*(?:(?:machine|login|account|default)\b[^\n]*?[ \t])?(?:password|passwd)[ \t]+)(?!\*\*\*)\S+",
+                    re.IGNORECASE | re.MULTILINE), rf"\1{MASK}"),
+        # well-known token shapes
+        (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,})"), MASK),  # GitHub
+        (re.compile(r"\b(?:hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{16,})"), MASK),  # Hugging Face
+        (re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}\b"), MASK),  # AWS
+        # an AWS secret access key: 40 characters of base64 with both cases and a digit (a git or image digest is hex)
+        (re.compile(r"(?<![A-Za-z0-9/+_-])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])(?=[A-Za-z0-9/+]{0,39}[0-9])"
+                    r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])"), MASK),
+        (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), MASK),  # JWT
+        (re.compile(r"\b(?:glpat-[A-Za-z0-9_-]{16,}|xox[abposr]-[A-Za-z0-9-]{10,}|pypi-[A-Za-z0-9_-]{40,}|"
+                    r"npm_[A-Za-z0-9]{20,}|dckr_pat_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{30,}|"
+                    r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,})"), MASK),
+    ]
 
 
 def _env_secrets(environ: Mapping[str, str]) -> list[str]:
@@ -135,7 +138,7 @@ class Scrubber:
 
     def __call__(self, text: str) -> str:
         text = self.known(text)
-        for pattern, replacement in SHAPES:
+        for pattern, replacement in shapes():
             text = pattern.sub(replacement, text)
         return text
 

@@ -51,19 +51,8 @@ def seconds_env(name: str, default: float, environ: Mapping[str, str] | None = N
 
 
 def deadline_seconds(environ: Mapping[str, str] | None = None) -> float:
-    """The deadline of one answer: $ENVBUILD_NET_DEADLINE, else DEADLINE. A value that is no positive number of
-    seconds is bad input (exit 2), named."""
-    raw = (os.environ if environ is None else environ).get(DEADLINE_ENV, "").strip()
-    if not raw:
-        return DEADLINE
-    try:
-        value = float(raw) if raw.isascii() else math.nan  # float() reads '１０' as 10
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= 86400:
-        raise InvalidInput(f"{DEADLINE_ENV}={shown(raw[:40])} is not a number of seconds (more than 0, at most 86400); "
-                           f"unset it for the default of {DEADLINE:g}")
-    return value
+    """The deadline of one answer: $ENVBUILD_NET_DEADLINE, else DEADLINE; anything else is bad input, named."""
+    return seconds_env(DEADLINE_ENV, DEADLINE, environ)
 
 
 class _Clock:

@@ -206,9 +206,12 @@ class Group(click.Group):
         _sigterm_as_interrupt()
         if _completing(kwargs):  # click writes the shell's script and candidates itself, as bytes: let them through
             return super().main(*args, **kwargs)
-
+        argv = kwargs.get("args")
+        # The group's own help is this module's text and the command table, no value from outside: no shape to guess
+        # at, and compiling the masker's shapes would be a tenth of a start that completion pays on every Tab.
+        static = list(sys.argv[1:] if argv is None else argv) in (["--help"], ["-h"])
         try:
-            with guarded():  # every line printed from here on: secrets masked, escapes shown
+            with guarded(guess=not static):  # every line printed from here on: secrets masked, escapes shown
                 status = super().main(*args, standalone_mode=False, **kwargs)
         except OutputFault as exc:  # outside a command (help, usage)
             sys.exit(_output_fault(exc))

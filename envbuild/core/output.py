@@ -124,9 +124,10 @@ class Scrubber:
     """Masks secrets: the values the environment holds under secret names, those this process holds, and every
     value of a known shape."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None, extra: tuple[str, ...] = ()):
+    def __init__(self, environ: Mapping[str, str] | None = None, extra: tuple[str, ...] = (), guess: bool = True):
         env = os.environ if environ is None else environ
         self.values = sorted({*_env_secrets(env), *(v for v in extra if len(v) >= 4)}, key=len, reverse=True)
+        self.guess = guess  # also every value of a known shape
 
     def known(self, text: str) -> str:
         """Only the values this process knows to be secret masked (the environment's, those it came to hold), no
@@ -138,7 +139,7 @@ class Scrubber:
 
     def __call__(self, text: str) -> str:
         text = self.known(text)
-        for pattern, replacement in shapes():
+        for pattern, replacement in shapes() if self.guess else ():
             text = pattern.sub(replacement, text)
         return text
 
@@ -269,9 +270,10 @@ def print_data(text: str) -> None:
 
 
 @contextlib.contextmanager
-def guarded(environ: Mapping[str, str] | None = None) -> Iterator[Scrubber]:
-    """stdout and stderr through SafeStream for the length of a command; the scrubber they share."""
-    scrubber = Scrubber(environ)
+def guarded(environ: Mapping[str, str] | None = None, guess: bool = True) -> Iterator[Scrubber]:
+    """stdout and stderr through SafeStream for the length of a command; the scrubber they share (without `guess`:
+    the secrets this process knows only, for text that holds no value from outside)."""
+    scrubber = Scrubber(environ, guess=guess)
     saved = sys.stdout, sys.stderr
     sys.stdout = SafeStream(saved[0], "output", scrubber) if saved[0] is not None else None
     sys.stderr = SafeStream(saved[1], "error", scrubber) if saved[1] is not None else None

@@ -265,3 +265,14 @@ def test_envbuilds_own_credential_variables_are_masked_even_when_short(name):
     from envbuild.core.output import Scrubber
 
     assert Scrubber(environ={name: "pw1x"})("the server said pw1x back") == "the server said *** back"
+
+
+def test_a_scrubber_that_does_not_guess_masks_only_what_it_knows(monkeypatch):
+    """The group's own help is printed so: its text holds no value from outside, and it should not pay for the
+    shapes' compile; a secret this process holds is still masked."""
+    from envbuild.core import output
+
+    monkeypatch.setenv("ENVBUILD_REGISTRY_PASSWORD", "S3cret-known-value")
+    text = "token ghp_0123456789abcdefghij and S3cret-known-value"
+    assert output.Scrubber(guess=False)(text) == "token ghp_0123456789abcdefghij and ***"
+    assert output.Scrubber()(text) == "token *** and ***"

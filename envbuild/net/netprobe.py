@@ -27,6 +27,9 @@ BUDGET = 5.0  # seconds for every probe of a step together
 CONNECT = 3.0  # a blackholed host: given up on after this
 
 
+SILENT = "no answer"  # how a probe begins "it said nothing in time": outdated reads a deadline from it
+
+
 @dataclass(frozen=True)
 class Target:
     kind: str  # "index" or "registry"
@@ -124,7 +127,7 @@ def _ask_registry(target: Target, environ: Mapping[str, str], ca_bundle: Path | 
         via = registry.via()
         status = registry.ping(timeout)
     except RegistryDeadlineError:
-        return False, "no answer (timed out)", via
+        return False, f"{SILENT} (timed out)", via
     except RegistryUnreachableError as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, ssl.SSLCertVerificationError):
@@ -150,7 +153,7 @@ def _reason(reason: object) -> str:
     import ssl
 
     if isinstance(reason, socket.timeout) or "timed out" in str(reason):
-        return "no answer (timed out)"
+        return f"{SILENT} (timed out)"
     if isinstance(reason, ssl.SSLCertVerificationError):
         return (f"TLS: {reason.verify_message or reason} (a TLS-inspecting proxy? give its CA bundle: --ca-bundle FILE, "
                 "or ca_bundle in the settings)")
@@ -191,7 +194,7 @@ def probe(targets: list[Target], *, ca_bundle: Path | None = None, netrc: Path |
         result = found.get(target)
         if result is None:  # still waiting: a host that accepted and never answered
             proxy = _proxy(target.url, env)
-            result = Result(target, False, f"no answer within {budget:.0f} s",
+            result = Result(target, False, f"{SILENT} within {budget:.0f} s",
                             f"through the proxy {_no_password(proxy)}" if proxy else "directly", spent)
         out.append(result)
     return out

@@ -10,7 +10,7 @@ from typing import Mapping
 
 from envbuild.core.errors import RegistryError
 from envbuild.core.imageref import Reference
-from envbuild.net.netprobe import BUDGET, unreachable
+from envbuild.net.netprobe import BUDGET, SILENT, unreachable
 from envbuild.net.netread import DEADLINE_ENV, deadline_seconds
 from envbuild.net.regclient import Registry
 from envbuild.maintain.sources.index import SourceError
@@ -36,7 +36,7 @@ class RegistryClient:
             self._checked[host] = unreachable(host, ca_bundle=self.ca_bundle, environ=self.environ,
                                               budget=min(BUDGET, deadline))
         why = self._checked[host]
-        if why and ("timed out" in why or why.startswith("no answer")):  # silent past the deadline: its words
+        if why and why.startswith(SILENT):  # silent past the deadline: the deadline's words
             raise SourceError(f"registry {host} gave no answer within {deadline:g} s: a stalled server or proxy. Try "
                               f"again, or raise {DEADLINE_ENV} (seconds) for a slow link")
         if why:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +18,8 @@ SCRIPT = ROOT / "scripts" / "gpu_host_check.py"
 
 
 def _offline() -> list[str]:
-    ok = subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0 if _has("unshare") else False
+    ok = shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
     return ["unshare", "-n"] if ok else []
-
-
-def _has(tool: str) -> bool:
-    from shutil import which
-    return which(tool) is not None
 
 
 def check(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
